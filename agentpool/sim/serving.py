@@ -9,6 +9,7 @@ keep using blocking clients (the real ``kubernetes`` client) against it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -73,7 +74,7 @@ class BackgroundServer:
             loop.run_forever()
             loop.close()
 
-        self._thread = threading.Thread(target=run, name=f"sim-{self._app_factory}", daemon=True)
+        self._thread = threading.Thread(target=run, name="sim-server", daemon=True)
         self._thread.start()
         ready.wait()
         if errors:
@@ -104,10 +105,9 @@ class BackgroundServer:
             return
         if self._runner is not None:
             runner = self._runner
-            try:
+            # The loop is stopped below either way; a slow cleanup must not hang stop().
+            with contextlib.suppress(TimeoutError, RuntimeError):
                 self.call(runner.cleanup(), timeout=self._shutdown_timeout + 5)
-            except (TimeoutError, RuntimeError):
-                pass  # the loop is stopped below either way
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._thread = None
