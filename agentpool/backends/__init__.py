@@ -1,0 +1,1 @@
+"""Control and telemetry backends: host sysfs (RAPL, cpufreq) and HTTP."""

@@ -1,0 +1,98 @@
+"""Small integer files under sysfs: read, write, and remember what was there first.
+
+sysfs attributes are tiny text files written in one ``write()``; the kernel
+parses the whole buffer at once, so there is no partial-write state to guard
+against. Every OSError becomes :class:`SysfsError` naming the path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from agentpool.errors import SysfsError
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SysfsError(str(path), f"read failed: {exc.strerror or exc}") from exc
+
+
+def read_int(path: Path) -> int:
+    text = read_text(path)
+    try:
+        return int(text)
+    except ValueError:
+        raise SysfsError(str(path), f"expected an integer, read {text[:40]!r}") from None
+
+
+def try_read_int(path: Path) -> int | None:
+    """The value, or None when the file is missing or unreadable (optional attributes)."""
+    try:
+        return read_int(path)
+    except SysfsError:
+        return None
+
+
+def write_int(path: Path, value: int) -> None:
+    try:
+        with open(path, "w") as handle:
+            handle.write(f"{value}\n")
+    except OSError as exc:
+        raise SysfsError(str(path), f"write of {value} failed: {exc.strerror or exc}") from exc
+
+
+class Originals:
+    """The value of each host file before this agent first wrote it.
+
+    Restore-on-exit needs the values found at start, and a worker restarted
+    after a crash must not mistake its predecessor's throttle for the
+    original. So the journal can live in a file (``journal``) that outlives
+    the worker process: it is read at start and rewritten atomically (temp
+    file + rename) before each first write of a host file.
+    """
+
+    def __init__(self, journal: Path | None = None) -> None:
+        self._journal = journal
+        self._values: dict[str, int] = {}
+        if journal is not None and journal.exists():
+            try:
+                loaded = json.loads(journal.read_text())
+                self._values = {str(k): int(v) for k, v in loaded.items()}
+            except (OSError, ValueError, AttributeError):
+                self._values = {}  # a torn journal is ignored; current values become originals
+
+    def remember(self, path: Path, current: int) -> None:
+        key = str(path)
+        if key in self._values:
+            return
+        self._values[key] = current
+        self._save()
+
+    def get(self, path: Path) -> int | None:
+        return self._values.get(str(path))
+
+    def items(self) -> list[tuple[Path, int]]:
+        return [(Path(k), v) for k, v in sorted(self._values.items())]
+
+    def forget(self, path: Path) -> None:
+        if self._values.pop(str(path), None) is not None:
+            self._save()
+
+    def clear(self) -> None:
+        self._values.clear()
+        if self._journal is not None:
+            self._journal.unlink(missing_ok=True)
+
+    def _save(self) -> None:
+        if self._journal is None:
+            return
+        self._journal.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self._journal.parent, prefix=".originals-")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(self._values, handle)
+        os.replace(tmp, self._journal)

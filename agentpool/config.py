@@ -1,0 +1,319 @@
+"""Settings: one frozen object, built once from CLI flags and environment variables.
+
+Every option is described once in :data:`OPTIONS` (variable, flag, default,
+help); the CLI generates its flags from that table, so ``--help`` and the
+parser cannot drift apart. Flags win over the environment. Anything that does
+not parse or is out of range raises :class:`ConfigError` naming the variable,
+and the CLI turns that into exit status 2 before anything starts.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from agentpool.durations import parse_duration
+from agentpool.errors import ConfigError
+from agentpool.sharding import ordinal_from_pod_name
+
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+class AgentMode(enum.StrEnum):
+    DAEMONSET = "daemonset"
+    """One pod per real node; controls only ``NODE_NAME``."""
+    POOL = "pool"
+    """A StatefulSet replica hosting many logical node controllers (its shard)."""
+
+
+class LogFormat(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting as users see it: environment variable, flag, default, help."""
+
+    env: str
+    default: str | None
+    help: str
+    flag_value: bool = False
+    """A boolean that may also be given as a bare flag (``--simulate-only``)."""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.env.lower().replace("_", "-")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("AGENT_MODE", "daemonset", "daemonset (one node, NODE_NAME) or pool (a shard of nodes)"),
+    Option("NODE_NAME", None, "the node this pod runs on; required in daemonset mode"),
+    Option("RECONCILE_INTERVAL", "20s", "period of each node's reconcile tick (Go duration)"),
+    Option("SIMULATE_ONLY", "false", "log intended actions, write nothing", flag_value=True),
+    Option("METRICS_ADDR", ":8080", "listen address of /metrics, /healthz and /readyz"),
+    Option("POOL_NODE_SELECTOR", "joulie.io/managed=true", "pool mode node label selector"),
+    Option("POOL_SHARDS", "1", "total number of pool shards (StatefulSet replicas)"),
+    Option("POOL_SHARD_ID", None, "this pod's shard; default: trailing integer of POD_NAME"),
+    Option("POD_NAME", None, "StatefulSet pod name (shard id fallback)"),
+    Option("SYSFS_ROOT", "/host-sys", "host /sys mount; '{node}' is replaced by the node name"),
+    Option("KUBECONFIG", None, "kubeconfig file; default: in-cluster configuration"),
+    Option("DVFS_EMA_ALPHA", "0.30", "DVFS: EMA smoothing factor, 0 < alpha <= 1"),
+    Option("DVFS_HIGH_MARGIN_W", "10", "DVFS: watts above the cap before counting 'above'"),
+    Option("DVFS_LOW_MARGIN_W", "15", "DVFS: watts below the cap before counting 'below'"),
+    Option("DVFS_TRIP_COUNT", "2", "DVFS: consecutive samples before acting"),
+    Option("DVFS_COOLDOWN", "20s", "DVFS: hold time after an action (Go duration)"),
+    Option("DVFS_STEP_PCT", "10", "DVFS: throttle step in percent"),
+    Option("DVFS_MIN_FREQ_KHZ", "1500000", "DVFS: scaling_max_freq given to throttled policies"),
+    Option("RESTORE_ON_EXIT", "true", "restore the host values found at start on graceful stop"),
+    Option("SHUTDOWN_TIMEOUT", "20s", "supervisor: deadline for workers to stop before SIGKILL"),
+    Option(
+        "PROMETHEUS_MULTIPROC_DIR",
+        None,
+        "multiprocess metrics dir, wiped at start; default: a private temporary dir",
+    ),
+    Option("LOG_FORMAT", "text", "text or json"),
+    Option("LOG_LEVEL", "info", "debug, info, warning or error"),
+)
+
+
+@dataclass(frozen=True)
+class DvfsSettings:
+    """Tunables of the DVFS fallback controller (contract section 5)."""
+
+    ema_alpha: float = 0.30
+    """Weight of the newest sample in the exponential moving average."""
+    high_margin_w: float = 10.0
+    """``ema > cap + high_margin_w`` counts one sample "above"."""
+    low_margin_w: float = 15.0
+    """``ema < cap - low_margin_w`` counts one sample "below"."""
+    trip_count: int = 2
+    """Consecutive above/below samples needed before stepping the throttle."""
+    cooldown_s: float = 20.0
+    """After an action only hold, for this long, to let power settle."""
+    step_pct: int = 10
+    """Throttle change per action, in percent."""
+    min_freq_khz: int = 1_500_000
+    """The ``scaling_max_freq`` a throttled policy gets (clamped to its range)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the agent is configured with, validated."""
+
+    mode: AgentMode = AgentMode.DAEMONSET
+    """Which nodes this pod controls."""
+    node_name: str | None = None
+    """The node of a daemonset pod."""
+    reconcile_interval_s: float = 20.0
+    """Period of each node's reconcile tick."""
+    simulate_only: bool = False
+    """Compute and log, write nothing to hosts or control endpoints."""
+    metrics_host: str = ""
+    """Host part of METRICS_ADDR ('' = all interfaces)."""
+    metrics_port: int = 8080
+    """Port of METRICS_ADDR (0 = pick a free one and log it)."""
+    pool_node_selector: str = "joulie.io/managed=true"
+    """Label selector of managed nodes in pool mode."""
+    pool_shards: int = 1
+    """Total shards; <= 1 means this pod owns every selected node."""
+    pool_shard_id: int = 0
+    """This pod's shard."""
+    pod_name: str | None = None
+    """StatefulSet pod name."""
+    sysfs_root: str = "/host-sys"
+    """Host sysfs mount; may contain '{node}'."""
+    kubeconfig: str | None = None
+    """Kubeconfig path; None means in-cluster configuration."""
+    dvfs: DvfsSettings = field(default_factory=DvfsSettings)
+    """DVFS fallback tunables."""
+    restore_on_exit: bool = True
+    """Restore changed host values on graceful stop."""
+    shutdown_timeout_s: float = 20.0
+    """How long the supervisor waits for workers to stop before SIGKILL."""
+    multiproc_dir: str | None = None
+    """Prometheus multiprocess directory; None = a private temporary one."""
+    log_format: LogFormat = LogFormat.TEXT
+    """Log line format."""
+    log_level: str = "info"
+    """Logging level name."""
+
+    def sysfs_root_for(self, node: str) -> str:
+        return self.sysfs_root.replace("{node}", node)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _boolean(env: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(env, raw, "expected true or false")
+
+
+def _integer(env: str, raw: str, minimum: int | None = None) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(env, raw, "expected an integer") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(env, raw, f"expected an integer >= {minimum}")
+    return value
+
+
+def _number(env: str, raw: str, check: Callable[[float], bool], accepted: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(env, raw, f"expected a number, {accepted}") from None
+    if not math.isfinite(value) or not check(value):
+        raise ConfigError(env, raw, f"expected a number, {accepted}")
+    return value
+
+
+def _duration(env: str, raw: str, positive: bool) -> float:
+    try:
+        value = parse_duration(raw)
+    except ValueError:
+        raise ConfigError(env, raw, "expected a Go duration such as 500ms, 20s or 1m30s") from None
+    if value < 0 or (positive and value == 0):
+        raise ConfigError(env, raw, "expected a positive duration such as 500ms, 20s or 1m")
+    return value
+
+
+def _enum(env: str, raw: str, kind: type[E]) -> E:
+    try:
+        return kind(raw.strip().lower())
+    except ValueError:
+        accepted = ", ".join(m.value for m in kind)
+        raise ConfigError(env, raw, f"expected one of {accepted}") from None
+
+
+def _metrics_addr(env: str, raw: str) -> tuple[str, int]:
+    host, sep, port = raw.strip().rpartition(":")
+    if not sep:
+        raise ConfigError(env, raw, "expected [host]:port, for example :8080 or 127.0.0.1:9090")
+    host = host.strip("[]")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(env, raw, "expected [host]:port with a numeric port") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(env, raw, "expected a port between 0 and 65535")
+    return host, number
+
+
+def _selector(env: str, raw: str) -> str:
+    # Imported here to keep this module free of the selector grammar's details.
+    from agentpool.labels import SelectorError, parse_selector
+
+    try:
+        parse_selector(raw)
+    except SelectorError as exc:
+        raise ConfigError(env, raw, f"expected a Kubernetes label selector ({exc})") from None
+    return raw.strip()
+
+
+def defaults() -> dict[str, str | None]:
+    return {opt.env: opt.default for opt in OPTIONS}
+
+
+def load_settings(raw: Mapping[str, str | None]) -> Settings:
+    """Validate raw string values (by variable name) into :class:`Settings`.
+
+    ``raw`` holds what the user gave, flags already merged over the
+    environment; a missing or None entry takes the option's default.
+    """
+    values = defaults()
+    values.update({k: v for k, v in raw.items() if v is not None})
+
+    def get(env: str) -> str:
+        value = values.get(env)
+        assert value is not None, env
+        return value
+
+    mode = _enum("AGENT_MODE", get("AGENT_MODE"), AgentMode)
+    node_name = (values.get("NODE_NAME") or "").strip() or None
+    if mode is AgentMode.DAEMONSET and node_name is None:
+        raise ConfigError(
+            "NODE_NAME", values.get("NODE_NAME") or "", "required in daemonset mode (spec.nodeName)"
+        )
+    shards = _integer("POOL_SHARDS", get("POOL_SHARDS"), minimum=0)
+    pod_name = (values.get("POD_NAME") or "").strip() or None
+    shard_raw = values.get("POOL_SHARD_ID")
+    if shard_raw is not None and shard_raw.strip() != "":
+        shard_id = _integer("POOL_SHARD_ID", shard_raw, minimum=0)
+        shard_env, shard_value = "POOL_SHARD_ID", shard_raw
+    elif pod_name is not None and ordinal_from_pod_name(pod_name) is not None:
+        shard_id = ordinal_from_pod_name(pod_name) or 0
+        shard_env, shard_value = "POD_NAME", pod_name
+    elif mode is AgentMode.POOL and shards > 1:
+        raise ConfigError(
+            "POOL_SHARD_ID",
+            "",
+            f"required with POOL_SHARDS={shards}: set it, or POD_NAME ending in the ordinal",
+        )
+    else:
+        shard_id, shard_env, shard_value = 0, "POOL_SHARD_ID", "0"
+    if mode is AgentMode.POOL and shard_id >= max(shards, 1):
+        raise ConfigError(
+            shard_env, shard_value, f"shard id {shard_id} must be below POOL_SHARDS={shards}"
+        )
+    host, port = _metrics_addr("METRICS_ADDR", get("METRICS_ADDR"))
+    level = get("LOG_LEVEL").strip().lower()
+    if level not in {"debug", "info", "warning", "error"}:
+        raise ConfigError("LOG_LEVEL", get("LOG_LEVEL"), "expected debug, info, warning or error")
+    dvfs = DvfsSettings(
+        ema_alpha=_number(
+            "DVFS_EMA_ALPHA", get("DVFS_EMA_ALPHA"), lambda v: 0 < v <= 1, "0 < alpha <= 1"
+        ),
+        high_margin_w=_number(
+            "DVFS_HIGH_MARGIN_W", get("DVFS_HIGH_MARGIN_W"), lambda v: v >= 0, "watts >= 0"
+        ),
+        low_margin_w=_number(
+            "DVFS_LOW_MARGIN_W", get("DVFS_LOW_MARGIN_W"), lambda v: v >= 0, "watts >= 0"
+        ),
+        trip_count=_integer("DVFS_TRIP_COUNT", get("DVFS_TRIP_COUNT"), minimum=1),
+        cooldown_s=_duration("DVFS_COOLDOWN", get("DVFS_COOLDOWN"), positive=False),
+        step_pct=_step_pct(get("DVFS_STEP_PCT")),
+        min_freq_khz=_integer("DVFS_MIN_FREQ_KHZ", get("DVFS_MIN_FREQ_KHZ"), minimum=1),
+    )
+    sysfs_root = get("SYSFS_ROOT").strip()
+    if not sysfs_root:
+        raise ConfigError("SYSFS_ROOT", sysfs_root, "expected a directory path")
+    return Settings(
+        mode=mode,
+        node_name=node_name,
+        reconcile_interval_s=_duration(
+            "RECONCILE_INTERVAL", get("RECONCILE_INTERVAL"), positive=True
+        ),
+        simulate_only=_boolean("SIMULATE_ONLY", get("SIMULATE_ONLY")),
+        metrics_host=host,
+        metrics_port=port,
+        pool_node_selector=_selector("POOL_NODE_SELECTOR", get("POOL_NODE_SELECTOR")),
+        pool_shards=shards,
+        pool_shard_id=shard_id,
+        pod_name=pod_name,
+        sysfs_root=sysfs_root,
+        kubeconfig=(values.get("KUBECONFIG") or "").strip() or None,
+        dvfs=dvfs,
+        restore_on_exit=_boolean("RESTORE_ON_EXIT", get("RESTORE_ON_EXIT")),
+        shutdown_timeout_s=_duration("SHUTDOWN_TIMEOUT", get("SHUTDOWN_TIMEOUT"), positive=True),
+        multiproc_dir=(values.get("PROMETHEUS_MULTIPROC_DIR") or "").strip() or None,
+        log_format=_enum("LOG_FORMAT", get("LOG_FORMAT"), LogFormat),
+        log_level=level,
+    )
+
+
+def _step_pct(raw: str) -> int:
+    value = _integer("DVFS_STEP_PCT", raw, minimum=1)
+    if value > 100:
+        raise ConfigError("DVFS_STEP_PCT", raw, "expected an integer from 1 to 100")
+    return value

@@ -1,0 +1,88 @@
+"""The agent's own exception tree; everything it raises on purpose is one of these.
+
+::
+
+    AgentError
+    ├── ConfigError            bad setting: the process exits 2 before starting anything
+    ├── ProfileError           malformed custom resource: status ``error`` naming the field
+    ├── BackendError           a control or telemetry backend failed this tick
+    │   ├── SysfsError         reading/writing the host's sysfs failed (wraps OSError)
+    │   ├── RaplUnavailableError    no writable package zone, or a limit that does not stick
+    │   └── HttpBackendError   the HTTP simulator/endpoint failed (wraps URLError, bad JSON)
+    └── KubeError              the Kubernetes API failed (wraps ApiException)
+        └── KubeTemporaryError worth retrying after ``delay`` seconds
+
+Third-party errors are wrapped with ``raise Ours(...) from exc`` so the cause is
+kept and callers catch one family.
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Root of every error the agent raises deliberately."""
+
+
+class ConfigError(AgentError):
+    """A configuration value does not parse or is out of range.
+
+    The message always names the variable, the bad value and what is accepted.
+    """
+
+    def __init__(self, variable: str, value: object, accepted: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"{variable}={value!r} is invalid: {accepted}")
+
+
+class ProfileError(AgentError):
+    """A NodePowerProfile or TelemetryProfile field is malformed (permanent until edited)."""
+
+    def __init__(self, kind: str, name: str, field: str, problem: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{kind} {name!r}: {field}: {problem}")
+
+
+class BackendError(AgentError):
+    """A backend could not do what this tick asked; the tick reports it."""
+
+
+class SysfsError(BackendError):
+    """A sysfs read or write failed."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {problem}")
+
+
+class RaplUnavailableError(BackendError):
+    """RAPL cannot enforce a cap on this host; the DVFS fallback takes over."""
+
+
+class HttpBackendError(BackendError):
+    """An HTTP telemetry or control endpoint failed (transport, status or payload)."""
+
+    def __init__(self, url: str, problem: str, status: int | None = None) -> None:
+        self.url = url
+        self.status = status
+        super().__init__(f"{url}: {problem}")
+
+
+class KubeError(AgentError):
+    """A Kubernetes API call failed permanently (403, 404, 422...)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class KubeTemporaryError(KubeError):
+    """A Kubernetes API call failed in a way worth retrying (5xx, 429, network)."""
+
+    def __init__(self, message: str, status: int | None = None, delay: float = 1.0) -> None:
+        self.delay = delay
+        super().__init__(message, status)

@@ -1,0 +1,172 @@
+"""Parse NodePowerProfile and TelemetryProfile JSON into typed values.
+
+Malformed input raises :class:`ProfileError` naming the exact field (for
+example ``spec.cpu.packagePowerCapWatts``); the controller turns it into
+status ``error`` and writes nothing to the host.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from agentpool.errors import ProfileError
+from agentpool.model import (
+    ControlMode,
+    ControlType,
+    HttpEndpoint,
+    PowerPolicy,
+    Profile,
+    Routing,
+    SourceType,
+)
+
+NPP = "NodePowerProfile"
+TP = "TelemetryProfile"
+DEFAULT_TIMEOUT_S = 2.0
+MAX_TIMEOUT_S = 300.0
+"""A longer HTTP timeout would let one tick hang for minutes; refuse it."""
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("name", "?")) if isinstance(meta, Mapping) else "?"
+
+
+def _mapping(
+    obj: Mapping[str, Any], key: str, kind: str, name: str, path: str
+) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ProfileError(kind, name, path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def parse_power_profile(obj: Mapping[str, Any]) -> PowerPolicy:
+    name = _name(obj)
+    spec = _mapping(obj, "spec", NPP, name, "spec")
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node:
+        raise ProfileError(NPP, name, "spec.nodeName", "required, a node name")
+    raw_profile = spec.get("profile")
+    try:
+        profile = Profile(raw_profile) if isinstance(raw_profile, str) else None
+    except ValueError:
+        profile = None
+    if profile is None:
+        accepted = " or ".join(p.value for p in Profile)
+        raise ProfileError(NPP, name, "spec.profile", f"{raw_profile!r} is not {accepted}")
+    cpu = _mapping(spec, "cpu", NPP, name, "spec.cpu")
+    cap = cpu.get("packagePowerCapWatts")
+    cap_watts: float | None = None
+    if cap is not None:
+        # bool is an int subclass in Python; JSON true is not a wattage.
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or not math.isfinite(cap):
+            raise ProfileError(
+                NPP, name, "spec.cpu.packagePowerCapWatts", f"{cap!r} is not a number"
+            )
+        if cap < 1:
+            raise ProfileError(
+                NPP, name, "spec.cpu.packagePowerCapWatts", f"{cap!r} must be a number >= 1"
+            )
+        cap_watts = float(cap)
+    policy = _mapping(spec, "policy", NPP, name, "spec.policy")
+    policy_name = policy.get("name")
+    return PowerPolicy(
+        source=name,
+        node_name=node,
+        profile=profile,
+        cap_watts=cap_watts,
+        policy_name=str(policy_name) if policy_name is not None else None,
+    )
+
+
+def _endpoint(
+    block: Mapping[str, Any], name: str, path: str
+) -> tuple[HttpEndpoint, Mapping[str, Any]]:
+    http = _mapping(block, "http", TP, name, f"{path}.http")
+    endpoint = http.get("endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        raise ProfileError(TP, name, f"{path}.http.endpoint", "required when type is http")
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ProfileError(
+            TP, name, f"{path}.http.endpoint", f"{endpoint!r} is not an http:// or https:// URL"
+        )
+    timeout = http.get("timeoutSeconds", DEFAULT_TIMEOUT_S)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout <= MAX_TIMEOUT_S
+    ):
+        raise ProfileError(
+            TP,
+            name,
+            f"{path}.http.timeoutSeconds",
+            f"{timeout!r} must be a number of seconds, 0 < t <= {MAX_TIMEOUT_S:g}",
+        )
+    return HttpEndpoint(endpoint, float(timeout)), http
+
+
+def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
+    name = _name(obj)
+    spec = _mapping(obj, "spec", TP, name, "spec")
+    sources = _mapping(spec, "sources", TP, name, "spec.sources")
+    controls = _mapping(spec, "controls", TP, name, "spec.controls")
+    source_block = _mapping(sources, "cpu", TP, name, "spec.sources.cpu")
+    control_block = _mapping(controls, "cpu", TP, name, "spec.controls.cpu")
+
+    raw_source = source_block.get("type", SourceType.HOST.value)
+    try:
+        source = SourceType(raw_source)
+    except ValueError:
+        accepted = ", ".join(t.value for t in SourceType)
+        raise ProfileError(
+            TP, name, "spec.sources.cpu.type", f"{raw_source!r} is not one of {accepted}"
+        ) from None
+    raw_control = control_block.get("type", ControlType.HOST.value)
+    try:
+        control = ControlType(raw_control)
+    except ValueError:
+        accepted = ", ".join(t.value for t in ControlType)
+        raise ProfileError(
+            TP, name, "spec.controls.cpu.type", f"{raw_control!r} is not one of {accepted}"
+        ) from None
+
+    source_http = None
+    if source is SourceType.HTTP:
+        source_http, _ = _endpoint(source_block, name, "spec.sources.cpu")
+    control_http = None
+    mode = ControlMode.AUTO
+    if control is ControlType.HTTP:
+        control_http, http = _endpoint(control_block, name, "spec.controls.cpu")
+        raw_mode = http.get("mode", ControlMode.AUTO.value)
+        try:
+            mode = ControlMode(raw_mode)
+        except ValueError:
+            accepted = ", ".join(m.value for m in ControlMode)
+            raise ProfileError(
+                TP, name, "spec.controls.cpu.http.mode", f"{raw_mode!r} is not one of {accepted}"
+            ) from None
+    return Routing(
+        source=source,
+        source_http=source_http,
+        control=control,
+        control_http=control_http,
+        mode=mode,
+        profile_name=name,
+    )
+
+
+def target_of(obj: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(scope, nodeName) of a TelemetryProfile, tolerant of junk (used for indexing)."""
+    spec = obj.get("spec")
+    target = spec.get("target") if isinstance(spec, Mapping) else None
+    if not isinstance(target, Mapping):
+        return ("", None)
+    node = target.get("nodeName")
+    return (str(target.get("scope", "")), node if isinstance(node, str) else None)
