@@ -1,0 +1,123 @@
+"""The Joulie HTTP telemetry/control protocol, as a client.
+
+Telemetry: ``GET`` -> JSON with ``packagePowerWatts`` at top level or under
+``cpu``. Control: ``POST`` ``{"node", "action", "capWatts", "throttlePct",
+"ts"}``; a 2xx JSON answer may carry ``result``/``message``/``state``.
+
+Uses the standard library's urllib: each call is one short request from a
+worker process that owns a single node, so a connection pool would buy
+nothing, and the worker stays small. Bodies are read up to a bound so a
+misbehaving endpoint cannot balloon a worker's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agentpool.errors import HttpBackendError
+from agentpool.model import HttpEndpoint, Result
+
+MAX_BODY_BYTES = 1 << 20
+RAPL_ACTION = "rapl.set_power_cap_watts"
+DVFS_ACTION = "dvfs.set_throttle_pct"
+
+
+@dataclass(frozen=True)
+class ControlAnswer:
+    result: Result
+    message: str
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _exchange(request: urllib.request.Request, timeout: float) -> bytes:
+    url = request.full_url
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body: bytes = response.read(MAX_BODY_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise HttpBackendError(url, f"HTTP {exc.code} {exc.reason}", status=exc.code) from exc
+    except TimeoutError as exc:
+        raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):  # a connect timeout arrives wrapped
+            raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
+        raise HttpBackendError(url, f"unreachable: {exc.reason}") from exc
+    except (OSError, ValueError) as exc:  # reset mid-body, malformed URL...
+        raise HttpBackendError(url, f"request failed: {exc}") from exc
+    if len(body) > MAX_BODY_BYTES:
+        raise HttpBackendError(url, f"answer larger than {MAX_BODY_BYTES} bytes")
+    return body
+
+
+def _json(url: str, body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        snippet = body[:60].decode("utf-8", "replace")
+        raise HttpBackendError(url, f"answer is not JSON: {snippet!r}") from exc
+
+
+def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
+    """Watts from the telemetry endpoint; None when the answer has no reading."""
+    url = endpoint.url(node)
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    payload = _json(url, _exchange(request, endpoint.timeout_s))
+    if not isinstance(payload, dict):
+        raise HttpBackendError(url, "answer is not a JSON object")
+    value = payload.get("packagePowerWatts")
+    if value is None and isinstance(payload.get("cpu"), dict):
+        value = payload["cpu"].get("packagePowerWatts")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise HttpBackendError(url, f"packagePowerWatts is not a number: {value!r}")
+    return float(value)
+
+
+def post_control(
+    endpoint: HttpEndpoint,
+    node: str,
+    action: str,
+    cap_watts: float,
+    throttle_pct: int,
+) -> ControlAnswer:
+    """POST one control action; honours ``result``/``message`` in a JSON answer."""
+    url = endpoint.url(node)
+    body = json.dumps(
+        {
+            "node": node,
+            "action": action,
+            "capWatts": cap_watts,
+            "throttlePct": throttle_pct,
+            "ts": _now_rfc3339(),
+        }
+    ).encode()
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    raw = _exchange(request, endpoint.timeout_s)
+    if not raw.strip():
+        return ControlAnswer(Result.APPLIED, f"{action} accepted")
+    payload = _json(url, raw)
+    if not isinstance(payload, dict):
+        return ControlAnswer(Result.APPLIED, f"{action} accepted")
+    raw_result = payload.get("result", Result.APPLIED.value)
+    try:
+        result = Result(raw_result)
+    except ValueError:
+        raise HttpBackendError(url, f"unknown result {raw_result!r} in answer") from None
+    if result is Result.NONE:
+        result = Result.APPLIED
+    message = str(payload.get("message") or f"{action} {result.value}")
+    state = payload.get("state")
+    return ControlAnswer(result, message, state if isinstance(state, dict) else {})

@@ -1,0 +1,317 @@
+"""One node's controller: turn desired state into RAPL or DVFS action, tick by tick.
+
+A plain object a worker process drives: ``update()`` when the supervisor
+sends new inputs, ``tick()`` every reconcile interval (or at once after an
+update), ``restore()`` on graceful stop. It never talks to Kubernetes; the
+:class:`TickResult` it returns is what the status should say.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentpool.backends import http
+from agentpool.backends.cpufreq import CpufreqHost
+from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
+from agentpool.backends.sysfsio import Originals
+from agentpool.config import Settings
+from agentpool.controller.dvfs import DvfsController
+from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
+from agentpool.hardware import discover
+from agentpool.metrics import NodeMetrics
+from agentpool.model import (
+    Backend,
+    ControlMode,
+    ControlType,
+    Hardware,
+    NodeInputs,
+    PowerPolicy,
+    Result,
+    Routing,
+    SourceType,
+    TickResult,
+)
+from agentpool.profiles import parse_power_profile, parse_telemetry_profile
+
+log = logging.getLogger(__name__)
+
+NO_BACKEND = "RAPL unavailable, no cpufreq host control, and no HTTP control backend"
+
+
+class NodeController:
+    """Enforces one node's NodePowerProfile. Not thread safe; one per worker."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        node: str,
+        metrics: NodeMetrics,
+        originals: Originals | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.node = node
+        self.metrics = metrics
+        self.clock = clock
+        root = Path(settings.sysfs_root_for(node))
+        self.originals = originals or Originals()
+        self.rapl = RaplHost(root, self.originals)
+        self.cpufreq = CpufreqHost(root, self.originals, settings.dvfs.min_freq_khz)
+        self.meter = EnergyMeter(root)
+        self.dvfs = DvfsController(settings.dvfs)
+        self.inputs = NodeInputs(node)
+        self.hardware: Hardware | None = None
+        self._http_throttle: tuple[str, int] | None = None
+        """(endpoint, pct) last posted over HTTP, so RAPL recovery can release it."""
+
+    def update(self, inputs: NodeInputs) -> None:
+        self.inputs = inputs
+
+    def tick(self) -> TickResult:
+        started = self.clock()
+        try:
+            result = self._reconcile()
+        except AgentError as exc:
+            result = TickResult(Backend.NONE, Result.ERROR, str(exc))
+        if result.result is Result.ERROR:
+            self.metrics.count_error()
+        if result.backend is not Backend.DVFS or result.result is Result.ERROR:
+            self.metrics.set_backend(result.backend)
+        self.metrics.reconcile_seconds.observe(max(0.0, self.clock() - started))
+        return result
+
+    # -- the reconcile, in the order of the contract (section 4) -----------------------------
+
+    def _reconcile(self) -> TickResult:
+        hardware = discover(self.inputs.labels)
+        if hardware != self.hardware:
+            log.info(
+                "node %s hardware: cpu vendor %s, gpus %s",
+                self.node,
+                hardware.cpu_vendor or "unknown",
+                ",".join(hardware.gpu_vendors) or "none",
+            )
+            self.hardware = hardware
+        try:
+            policy = self._policy()
+            routing = self._routing()
+        except ProfileError as exc:
+            self.metrics.set_cap(None, None)
+            return TickResult(Backend.NONE, Result.ERROR, str(exc))
+        sample = self._sample_host_energy(routing)
+        if policy is None or policy.cap_watts is None:
+            self.metrics.set_cap(None, None)
+            why = (
+                "no NodePowerProfile targets this node"
+                if policy is None
+                else f"NodePowerProfile {policy.source!r} sets no cpu.packagePowerCapWatts"
+            )
+            return TickResult(Backend.NONE, Result.NONE, f"nothing to enforce: {why}")
+        cap = policy.cap_watts
+        self.metrics.set_cap(policy.label, cap)
+        observed: dict[str, Any] = {"capWatts": cap, "profile": policy.profile.value}
+        if sample is not None and sample.total_w is not None:
+            observed["packagePowerWatts"] = round(sample.total_w, 3)
+        if self.settings.simulate_only:
+            plan = self._plan(routing, hardware)
+            log.info(
+                "simulate-only: node %s would cap CPU packages at %g W via %s", self.node, cap, plan
+            )
+            return TickResult(
+                Backend.NONE,
+                Result.APPLIED,
+                f"simulate-only: would cap CPU packages at {cap:g} W via {plan}; nothing written",
+                observed,
+            )
+        if routing.control is ControlType.NONE:
+            return TickResult(
+                Backend.NONE,
+                Result.BLOCKED,
+                "controls.cpu.type is none in the TelemetryProfile: no CPU control backend",
+                observed,
+            )
+        if routing.control is ControlType.HTTP:
+            return self._http_control(cap, routing, observed)
+        return self._host_control(cap, routing, hardware, sample, observed)
+
+    def _policy(self) -> PowerPolicy | None:
+        raw = self.inputs.power_profile
+        return parse_power_profile(raw) if raw is not None else None
+
+    def _routing(self) -> Routing:
+        raw = self.inputs.telemetry_profile
+        return parse_telemetry_profile(raw) if raw is not None else Routing()
+
+    def _plan(self, routing: Routing, hardware: Hardware) -> str:
+        if routing.control is ControlType.HTTP:
+            assert routing.control_http is not None
+            return f"HTTP control {routing.control_http.url(self.node)} (mode {routing.mode.value})"
+        if routing.control is ControlType.NONE:
+            return "no control (controls.cpu.type none)"
+        zones = [z.label for z in self.rapl.zones() if z.limit_file is not None]
+        if zones and hardware.rapl_capable:
+            return f"RAPL PL1 on {', '.join(zones)}"
+        if self.cpufreq.available():
+            return f"DVFS on {len(self.cpufreq.policies())} cpufreq policies"
+        return "nothing (" + NO_BACKEND + ")"
+
+    def _sample_host_energy(self, routing: Routing) -> EnergySample | None:
+        if routing.source is not SourceType.HOST:
+            return None
+        sample = self.meter.sample(self.clock())
+        self.metrics.set_rapl(sample.energy_uj, sample.power_w)
+        return sample
+
+    # -- HTTP control --------------------------------------------------------------------------
+
+    def _http_control(self, cap: float, routing: Routing, observed: dict[str, Any]) -> TickResult:
+        endpoint = routing.control_http
+        assert endpoint is not None
+        reason = "HTTP control mode is dvfs"
+        if routing.mode is not ControlMode.DVFS:
+            answer = http.post_control(endpoint, self.node, http.RAPL_ACTION, cap, -1)
+            observed.update(answer.state)
+            if answer.result is Result.APPLIED:
+                self._release_http_throttle(cap)
+                self.dvfs.reset()
+                return TickResult(Backend.RAPL, Result.APPLIED, answer.message, observed)
+            if routing.mode is ControlMode.RAPL:
+                return TickResult(Backend.RAPL, answer.result, answer.message, observed)
+            reason = f"RAPL {answer.result.value}: {answer.message}"
+        return self._dvfs_tick(cap, routing, observed, reason)
+
+    def _release_http_throttle(self, cap: float) -> None:
+        if self._http_throttle is None or self._http_throttle[1] == 0:
+            return
+        endpoint_url = self._http_throttle[0]
+        routing = self._routing()
+        if routing.control_http is not None and routing.control_http.url(self.node) == endpoint_url:
+            http.post_control(routing.control_http, self.node, http.DVFS_ACTION, cap, 0)
+        self._http_throttle = None
+
+    # -- host control --------------------------------------------------------------------------
+
+    def _host_control(
+        self,
+        cap: float,
+        routing: Routing,
+        hardware: Hardware,
+        sample: EnergySample | None,
+        observed: dict[str, Any],
+    ) -> TickResult:
+        if hardware.rapl_capable:
+            try:
+                applied = self.rapl.apply(cap)
+            except RaplUnavailableError as exc:
+                reason = f"RAPL unavailable: {exc}"
+            else:
+                self._release_host_throttle()
+                observed["raplLimitsUw"] = applied
+                zones = ", ".join(applied)
+                return TickResult(
+                    Backend.RAPL,
+                    Result.APPLIED,
+                    f"RAPL PL1 {cap:g} W over {len(applied)} package zone(s) ({zones})",
+                    observed,
+                )
+        else:
+            reason = f"CPU vendor {hardware.cpu_vendor} has no RAPL"
+        if not self.cpufreq.available():
+            return TickResult(Backend.NONE, Result.BLOCKED, NO_BACKEND, observed)
+        return self._dvfs_tick(cap, routing, observed, reason, sample)
+
+    def _release_host_throttle(self) -> None:
+        if self.dvfs.state.throttle_pct or any(
+            p.name == "scaling_max_freq" for p, _ in self.originals.items()
+        ):
+            problems = self.cpufreq.restore()
+            if problems:
+                log.warning("node %s: could not release DVFS throttle: %s", self.node, problems)
+            else:
+                log.info("node %s: RAPL took over, cpufreq limits restored", self.node)
+        self.dvfs.reset()
+
+    # -- DVFS ----------------------------------------------------------------------------------
+
+    def _read_power(self, routing: Routing, sample: EnergySample | None) -> float | None:
+        if routing.source is SourceType.HTTP:
+            assert routing.source_http is not None
+            return http.read_package_power(routing.source_http, self.node)
+        if routing.source is SourceType.HOST:
+            if sample is None:
+                sample = self.meter.sample(self.clock())
+            return sample.total_w
+        return None  # 'none' and 'prometheus' sources give no reading: the controller holds
+
+    def _dvfs_tick(
+        self,
+        cap: float,
+        routing: Routing,
+        observed: dict[str, Any],
+        reason: str,
+        sample: EnergySample | None = None,
+    ) -> TickResult:
+        self.metrics.set_backend(Backend.DVFS)
+        try:
+            power = self._read_power(routing, sample)
+        except HttpBackendError as exc:
+            self._export_dvfs()
+            return TickResult(Backend.DVFS, Result.ERROR, f"telemetry: {exc}", observed)
+        action = self.dvfs.step(power, cap, self.clock())
+        state = self.dvfs.state
+        if action is not None:
+            self.metrics.count_action(action.value)
+            log.info(
+                "node %s: DVFS %s to %d%% (ema %.1f W, cap %g W)",
+                self.node,
+                action.value,
+                state.throttle_pct,
+                state.ema or 0.0,
+                cap,
+            )
+        result, message = Result.APPLIED, ""
+        if routing.control is ControlType.HTTP:
+            assert routing.control_http is not None
+            answer = http.post_control(
+                routing.control_http, self.node, http.DVFS_ACTION, cap, state.throttle_pct
+            )
+            self._http_throttle = (routing.control_http.url(self.node), state.throttle_pct)
+            observed.update(answer.state)
+            result, message = answer.result, answer.message
+        else:
+            self.cpufreq.apply(state.throttle_pct)
+            for reading in self.cpufreq.readings():
+                self.metrics.set_cpu_freq(reading.cpu, reading.cur_khz, reading.max_khz)
+        self._export_dvfs()
+        observed.update(
+            {
+                "throttlePct": state.throttle_pct,
+                "observedPowerWatts": None if state.observed is None else round(state.observed, 3),
+                "emaPowerWatts": None if state.ema is None else round(state.ema, 3),
+            }
+        )
+        # The message stays stable between throttle changes (power goes in ``observed``),
+        # because the supervisor writes the status only when the message changes.
+        summary = f"DVFS throttle {state.throttle_pct}% for cap {cap:g} W; {reason}"
+        if message and result is not Result.APPLIED:
+            summary = f"{message}; {summary}"
+        return TickResult(Backend.DVFS, result, summary, observed)
+
+    def _export_dvfs(self) -> None:
+        s = self.dvfs.state
+        self.metrics.set_dvfs(s.observed, s.ema, s.throttle_pct, s.above, s.below)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def restore(self) -> list[str]:
+        """Put back every host value this controller changed; returns the problems."""
+        if self.settings.simulate_only or not self.settings.restore_on_exit:
+            return []
+        problems = self.cpufreq.restore() + self.rapl.restore()
+        if not problems:
+            self.originals.clear()
+        return problems
