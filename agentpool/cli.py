@@ -1,0 +1,101 @@
+"""The ``agentpool`` command line: thin, it only parses and dispatches.
+
+``agentpool`` with no subcommand runs the supervisor (the container
+entrypoint). Every setting is a flag generated from :data:`config.OPTIONS`,
+with its environment variable; flags win. Configuration errors exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from agentpool import __version__
+from agentpool.config import OPTIONS, Settings, load_settings
+from agentpool.errors import ConfigError
+from agentpool.sharding import shard_of
+
+CONFIG_EXIT = 2
+
+
+def _settings_options(func: Any) -> Any:
+    for opt in reversed(OPTIONS):
+        default = f"default {opt.default}" if opt.default is not None else "no default"
+        help_text = f"{opt.help}  [env {opt.env}; {default}]"
+        if opt.flag_value:
+            func = click.option(
+                opt.flag,
+                opt.env,
+                is_flag=False,
+                flag_value="true",
+                default=None,
+                metavar="[true|false]",
+                help=help_text,
+            )(func)
+        else:
+            func = click.option(opt.flag, opt.env, default=None, metavar="TEXT", help=help_text)(
+                func
+            )
+    return func
+
+
+def settings_from(flags: dict[str, str | None]) -> Settings:
+    """Merge flags over the environment and validate; exits 2 on a bad value."""
+    raw: dict[str, str | None] = {}
+    for opt in OPTIONS:
+        flag = flags.get(opt.env)
+        raw[opt.env] = flag if flag is not None else os.environ.get(opt.env)
+    try:
+        return load_settings(raw)
+    except ConfigError as exc:
+        click.echo(f"agentpool: configuration error: {exc}", err=True)
+        sys.exit(CONFIG_EXIT)
+
+
+@click.group(invoke_without_command=True, context_settings={"max_content_width": 110})
+@_settings_options
+@click.version_option(__version__, prog_name="agentpool")
+@click.pass_context
+def cli(ctx: click.Context, **flags: str | None) -> None:
+    """Joulie node power agent: a supervisor running one worker process per node.
+
+    With no subcommand, runs the agent (daemonset or pool mode).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = settings_from(flags)
+    from agentpool.supervisor.main import run  # heavy imports only when running
+
+    sys.exit(run(settings))
+
+
+@cli.command()
+@click.argument("nodes", nargs=-1, required=True)
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=None,
+    help="number of shards  [env POOL_SHARDS; default 1]",
+)
+def owner(nodes: tuple[str, ...], shards: int | None) -> None:
+    """Print the shard (pool pod ordinal) that owns each NODE, as NODE<TAB>SHARD."""
+    if shards is None:
+        raw = os.environ.get("POOL_SHARDS", "1")
+        try:
+            shards = max(1, int(raw))
+        except ValueError:
+            click.echo(
+                f"agentpool: configuration error: POOL_SHARDS={raw!r} is invalid: "
+                "expected an integer",
+                err=True,
+            )
+            sys.exit(CONFIG_EXIT)
+    for node in nodes:
+        click.echo(f"{node}\t{shard_of(node, shards)}")
+
+
+def main() -> None:
+    cli(prog_name="agentpool")
