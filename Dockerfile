@@ -1,0 +1,53 @@
+# The agentpool image: the supervisor (console script `agentpool`) as the
+# entrypoint. Build from the repository root:  docker build -t agentpool:0.1.0 .
+#
+# Two stages: the builder installs the package and its dependencies into a
+# virtualenv (pip talks to the package index and nothing else); the final
+# stage copies only that virtualenv onto a clean slim Python, so no build
+# tooling or pip cache ships.
+
+FROM python:3.11-slim-bookworm AS builder
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+RUN python -m venv /opt/agentpool
+
+WORKDIR /src
+# Only what the install needs (see .dockerignore): the package and its metadata.
+COPY setup.py setup.cfg README.md ./
+COPY agentpool ./agentpool
+RUN /opt/agentpool/bin/pip install --no-cache-dir .
+
+
+FROM python:3.11-slim-bookworm
+
+# Same base image as the builder, so the venv's python symlink resolves.
+COPY --from=builder /opt/agentpool /opt/agentpool
+
+ENV PATH=/opt/agentpool/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PROMETHEUS_MULTIPROC_DIR=/var/run/agentpool/metrics
+
+# Unprivileged by default (uid/gid 65532). The chart's DaemonSet overrides to
+# root + privileged because it writes the host's sysfs; the pool StatefulSet
+# keeps this user. The metrics directory is normally an emptyDir mount; it
+# exists here too so `docker run` works without one.
+RUN groupadd --system --gid 65532 agentpool \
+    && useradd --system --uid 65532 --gid 65532 --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin agentpool \
+    && mkdir -p /var/run/agentpool/metrics \
+    && chown 65532:65532 /var/run/agentpool/metrics
+
+USER 65532:65532
+
+# METRICS_ADDR (:8080): /metrics, /healthz, /readyz.
+EXPOSE 8080
+
+# No init (tini): the supervisor is written to be PID 1. It handles SIGTERM
+# itself (restores host values, stops workers) and reaps every child,
+# including orphans it did not start. No HEALTHCHECK: Kubernetes probes
+# /healthz and /readyz.
+ENTRYPOINT ["agentpool"]

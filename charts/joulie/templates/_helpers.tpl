@@ -1,0 +1,192 @@
+{{/*
+Names, labels and the pieces of the agent pod that both modes share.
+*/}}
+
+{{- define "joulie.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name prefix. Truncated to 52 characters so that "<fullname>-agent-pool"
+plus the StatefulSet's controller-revision-hash label stays within 63.
+*/}}
+{{- define "joulie.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "joulie.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Name of the agent workload: <fullname>-agent (DaemonSet) or <fullname>-agent-pool. */}}
+{{- define "joulie.agentName" -}}
+{{- if eq .Values.agent.mode "pool" }}
+{{- printf "%s-agent-pool" (include "joulie.fullname" .) }}
+{{- else }}
+{{- printf "%s-agent" (include "joulie.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels: stable for the lifetime of a release. */}}
+{{- define "joulie.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "joulie.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{/* Kubernetes recommended labels, on every object. */}}
+{{- define "joulie.labels" -}}
+helm.sh/chart: {{ include "joulie.chart" . }}
+{{ include "joulie.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/part-of: joulie
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "joulie.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "joulie.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "joulie.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The port the agent listens on: the port of METRICS_ADDR (default :8080). */}}
+{{- define "joulie.metricsPort" -}}
+{{- $addr := index .Values.agent.env "METRICS_ADDR" | default ":8080" | toString }}
+{{- regexFind "[0-9]+$" $addr | default "8080" }}
+{{- end }}
+
+{{/*
+POOL_SHARDS: the replica count unless set. Any other value would break the
+pool: ordinals >= shards refuse to start, shards without a pod leave their
+nodes unmanaged.
+*/}}
+{{- define "joulie.poolShards" -}}
+{{- $replicas := int .Values.agent.pool.replicas }}
+{{- $shards := int (.Values.agent.pool.shards | default $replicas) }}
+{{- if ne $shards $replicas }}
+{{- fail (printf "agent.pool.shards (%d) must equal agent.pool.replicas (%d), or be null/0 to follow it: each replica serves the shard of its ordinal" $shards $replicas) }}
+{{- end }}
+{{- $shards }}
+{{- end }}
+
+{{/* Where the agent keeps prometheus_client's multiprocess files (an emptyDir). */}}
+{{- define "joulie.multiprocDir" -}}
+/var/run/agentpool/metrics
+{{- end }}
+
+{{/* Pod metadata shared by both workloads. */}}
+{{- define "joulie.podMetadata" -}}
+labels:
+  {{- include "joulie.labels" . | nindent 2 }}
+  {{- with .Values.agent.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .Values.agent.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Environment common to both modes: agent.env, then what the chart owns. */}}
+{{- define "joulie.commonEnv" -}}
+{{- range $name, $value := .Values.agent.env }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+- name: LOG_FORMAT
+  value: {{ .Values.agent.logFormat | quote }}
+- name: SHUTDOWN_TIMEOUT
+  value: {{ printf "%ds" (int .Values.agent.shutdownTimeoutSeconds) | quote }}
+- name: PROMETHEUS_MULTIPROC_DIR
+  value: {{ include "joulie.multiprocDir" . | quote }}
+{{- end }}
+
+{{/* Longer than the supervisor's own deadline, so it is never SIGKILLed mid-restore. */}}
+{{- define "joulie.terminationGracePeriodSeconds" -}}
+{{- add (int .Values.agent.shutdownTimeoutSeconds) 10 }}
+{{- end }}
+
+{{/* Image, args, port and probes of the agent container. */}}
+{{- define "joulie.containerCommon" -}}
+image: {{ include "joulie.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- with .Values.agent.args }}
+args:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+ports:
+  - name: metrics
+    containerPort: {{ include "joulie.metricsPort" . }}
+    protocol: TCP
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  {{- toYaml .Values.agent.livenessProbe | nindent 2 }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  {{- toYaml .Values.agent.readinessProbe | nindent 2 }}
+{{- with .Values.agent.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes both modes mount: the metrics directory and a writable /tmp. */}}
+{{- define "joulie.commonVolumeMounts" -}}
+- name: metrics-multiproc
+  mountPath: {{ include "joulie.multiprocDir" . }}
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{- define "joulie.commonVolumes" -}}
+- name: metrics-multiproc
+  emptyDir: {}
+- name: tmp
+  emptyDir: {}
+{{- end }}
+
+{{/* Scheduling and identity of the pod, shared by both modes. */}}
+{{- define "joulie.podScheduling" -}}
+serviceAccountName: {{ include "joulie.serviceAccountName" . }}
+automountServiceAccountToken: true
+enableServiceLinks: false
+terminationGracePeriodSeconds: {{ include "joulie.terminationGracePeriodSeconds" . }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.agent.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.agent.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.agent.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.agent.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

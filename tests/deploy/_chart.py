@@ -1,0 +1,82 @@
+"""Helpers of the deployment tests: the chart, rendered by the real Helm engine.
+
+``helm-python-sdk`` binds Helm's own Go SDK (a bundled ``libhelm_c``), so these
+renders are what ``helm template`` / ``helm install`` produce. When that shared
+library cannot load on a machine, the chart tests skip with the loader's reason
+instead of pretending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "charts" / "joulie"
+RELEASE = "joulie"
+NAMESPACE = "joulie-system"
+
+Manifest = dict[str, Any]
+Render = Callable[..., list[Manifest]]
+
+
+def load_helm() -> Any:
+    """Import helm_python and touch the native library, or skip with the reason."""
+    try:
+        import helm_python
+
+        helm_python.helm_sdk_version()
+    except (ImportError, OSError) as exc:
+        pytest.skip(f"helm-python-sdk cannot load Helm's native library here: {exc}")
+    except Exception as exc:  # HelmLibraryError: version or symbol mismatch
+        if type(exc).__name__ != "HelmLibraryError":
+            raise
+        pytest.skip(f"helm-python-sdk cannot load Helm's native library here: {exc}")
+    return helm_python
+
+
+def parse_manifests(rendered: dict[str, str]) -> list[Manifest]:
+    """All objects of a render, in template order (NOTES.txt is not YAML)."""
+    objects: list[Manifest] = []
+    for path in sorted(rendered):
+        if path.endswith("NOTES.txt"):
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(rendered[path]) if doc)
+    return objects
+
+
+def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
+    return [
+        obj
+        for obj in objects
+        if obj["kind"] == kind and (name is None or obj["metadata"]["name"] == name)
+    ]
+
+
+def one(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def container(workload: Manifest) -> Manifest:
+    containers = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: Manifest = containers[0]
+    return result
+
+
+def env_of(workload: Manifest) -> dict[str, Any]:
+    """name -> value, or name -> {"fieldRef": path} for downward-API variables."""
+    env: dict[str, Any] = {}
+    for var in container(workload)["env"]:
+        assert var["name"] not in env, f"{var['name']} set twice"
+        if "valueFrom" in var:
+            env[var["name"]] = {"fieldRef": var["valueFrom"]["fieldRef"]["fieldPath"]}
+        else:
+            env[var["name"]] = var["value"]
+    return env

