@@ -18,7 +18,9 @@ WORKDIR /src
 # Only what the install needs (see .dockerignore): the package and its metadata.
 COPY setup.py setup.cfg README.md ./
 COPY agentpool ./agentpool
-RUN /opt/agentpool/bin/pip install --no-cache-dir .
+# EXTRAS=[sim] adds the simulation kit (the power simulator of docs/deploy.md).
+ARG EXTRAS=""
+RUN /opt/agentpool/bin/pip install --no-cache-dir ".${EXTRAS}"
 
 
 FROM python:3.11-slim-bookworm
