@@ -1,0 +1,202 @@
+"""A narrow, typed facade over the kubernetes client: list, watch, patch status.
+
+Why raw JSON (``_preload_content=False``) instead of the client's models:
+the agent forwards objects to worker processes and indexes a few fields, so
+deserialising thousands of nodes into ``V1Node`` would cost CPU and memory
+for nothing. Why our own watch loop instead of ``kubernetes.watch.Watch``:
+it needs an explicit relist on 410 Gone, a client-side read timeout, and
+its ``deserialize=False`` path cannot report ERROR events.
+
+Traps handled here: ``timeout_seconds`` is only a server-side timeout, so
+every call also passes ``_request_timeout`` or a dropped connection would
+hang forever; urllib3's own retries are disabled (``retries=0``) so that
+tenacity, one level up, is the only retry policy.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from agentpool.errors import KubeError, KubeTemporaryError
+
+GROUP = "joulie.io"
+VERSION = "v1alpha1"
+CONNECT_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 30.0
+
+
+class Resource(enum.StrEnum):
+    NODES = "nodes"
+    NODE_POWER_PROFILES = "nodepowerprofiles"
+    TELEMETRY_PROFILES = "telemetryprofiles"
+
+
+RequestHook = Callable[[str, str, int], None]
+"""Called after every request with (verb, resource, HTTP code or 0 for no answer)."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+def _wrap(exc: Exception, what: str) -> KubeError:
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        reason = f"{what}: HTTP {status} {exc.reason}"
+        if status == 429 or status >= 500:
+            retry_after = (exc.headers or {}).get("Retry-After") if exc.headers else None
+            try:
+                delay = float(retry_after) if retry_after else 1.0
+            except ValueError:
+                delay = 1.0
+            return KubeTemporaryError(reason, status, delay)
+        return KubeError(reason, status)
+    return KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}", None)
+
+
+def load_client(kubeconfig: str | None) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, or the in-cluster service account."""
+    configuration = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except (config.ConfigException, OSError) as exc:
+        source = kubeconfig or "in-cluster service account"
+        raise KubeError(f"cannot load Kubernetes configuration from {source}: {exc}") from exc
+    configuration.retries = 0
+    return client.ApiClient(configuration)
+
+
+class KubeApi:
+    """List, watch and status-patch the three resources the agent uses."""
+
+    def __init__(self, api_client: client.ApiClient, on_request: RequestHook | None = None) -> None:
+        self._client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._on_request = on_request or (lambda verb, resource, code: None)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _lister(self, resource: Resource) -> Callable[..., Any]:
+        if resource is Resource.NODES:
+            return self._core.list_node
+
+        def custom(**kwargs: Any) -> Any:
+            return self._custom.list_cluster_custom_object(GROUP, VERSION, resource.value, **kwargs)
+
+        return custom
+
+    def _call(self, verb: str, resource: Resource, fn: Callable[[], Any]) -> Any:
+        try:
+            response = fn()
+        except ApiException as exc:
+            self._on_request(verb, resource.value, int(exc.status or 0))
+            raise _wrap(exc, f"{verb} {resource.value}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._on_request(verb, resource.value, 0)
+            raise _wrap(exc, f"{verb} {resource.value}") from exc
+        self._on_request(verb, resource.value, int(getattr(response, "status", 200) or 200))
+        return response
+
+    def list(
+        self,
+        resource: Resource,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Listing:
+        kwargs: dict[str, Any] = {
+            "_preload_content": False,
+            "_request_timeout": (CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+        }
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        lister = self._lister(resource)
+        response = self._call("list", resource, lambda: lister(**kwargs))
+        try:
+            body = json.loads(response.data)
+        except ValueError as exc:
+            raise KubeTemporaryError(f"list {resource.value}: answer is not JSON") from exc
+        finally:
+            response.release_conn()
+        items = body.get("items") or []
+        rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return Listing([i for i in items if isinstance(i, dict)], rv)
+
+    def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_s: float,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        on_open: Callable[[Any], None] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Yield raw watch events until the server ends the stream.
+
+        The read timeout is the server-side timeout plus a margin, so a watch
+        that goes silent with its connection open is noticed. ``on_open``
+        receives the response so another thread can close it to stop us.
+        """
+        kwargs: dict[str, Any] = {
+            "watch": True,
+            "resource_version": resource_version,
+            "timeout_seconds": int(max(1, timeout_s)),
+            "allow_watch_bookmarks": True,
+            "_preload_content": False,
+            "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s + 10.0),
+        }
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        lister = self._lister(resource)
+        response = self._call("watch", resource, lambda: lister(**kwargs))
+        if on_open is not None:
+            on_open(response)
+        try:
+            for line in iter_resp_lines(response):
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:
+                    raise KubeTemporaryError(f"watch {resource.value}: bad event line") from exc
+                if isinstance(event, dict):
+                    yield event
+        except (urllib3.exceptions.HTTPError, OSError, AttributeError) as exc:
+            # AttributeError: urllib3 raises it reading a response another thread closed.
+            raise _wrap(exc, f"watch {resource.value}") from exc
+        finally:
+            response.close()
+            response.release_conn()
+
+    def patch_telemetry_status(self, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch ``status`` of a TelemetryProfile through its status subresource."""
+        self._call(
+            "patch",
+            Resource.TELEMETRY_PROFILES,
+            lambda: self._custom.patch_cluster_custom_object_status(
+                GROUP,
+                VERSION,
+                Resource.TELEMETRY_PROFILES.value,
+                name,
+                {"status": status},
+                _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+                _preload_content=False,
+            ),
+        )

@@ -1,0 +1,185 @@
+"""List+watch one resource kind in a thread and feed its events to the supervisor.
+
+The supervisor's cache is the only consumer: it receives a full snapshot
+after every (re)list and single events in between, through ``sink``. On 410
+Gone the informer relists; on any temporary failure it reconnects with
+exponential backoff and jitter (tenacity), honouring Retry-After; the cache
+keeps serving the last known state meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tenacity
+
+from agentpool.errors import KubeError, KubeTemporaryError
+from agentpool.kube.api import KubeApi, Resource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every object of the kind, after a (re)list; replaces the cache's view."""
+
+    resource: Resource
+    items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One watch event: ADDED, MODIFIED or DELETED."""
+
+    resource: Resource
+    kind: str
+    obj: dict[str, Any]
+
+
+InformerEvent = Snapshot | Change
+
+
+class _WaitRetryAfter(tenacity.wait.wait_base):
+    """Exponential backoff with jitter, but never shorter than the server's Retry-After."""
+
+    def __init__(self, backoff: tenacity.wait.wait_base) -> None:
+        self._backoff = backoff
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        delay = self._backoff(retry_state)
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        if isinstance(exc, KubeTemporaryError) and exc.status == 429:
+            delay = max(delay, exc.delay)
+        return delay
+
+
+class Informer:
+    """Keeps one resource kind mirrored into ``sink``; restartable, stoppable."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        resource: Resource,
+        sink: Callable[[InformerEvent], None],
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        watch_timeout_s: float = 60.0,
+        on_watch_restart: Callable[[Resource, str], None] | None = None,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.sink = sink
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.watch_timeout_s = watch_timeout_s
+        self.on_watch_restart = on_watch_restart or (lambda resource, why: None)
+        self.synced = threading.Event()
+        """Set after the first successful list."""
+        self.healthy = threading.Event()
+        """Set while the last request succeeded (readiness)."""
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._rv: str | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{resource}", daemon=True)
+        self._retrying = tenacity.Retrying(
+            wait=_WaitRetryAfter(tenacity.wait_exponential_jitter(initial=0.5, max=max_backoff_s)),
+            retry=tenacity.retry_if_exception_type(KubeTemporaryError),
+            stop=tenacity.stop_when_event_set(self._stop),
+            sleep=self._sleep,
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            try:
+                response.close()  # unblocks a read in the informer thread
+            except Exception:  # closing a dying socket may fail any way it likes
+                log.debug("closing the %s watch raised", self.resource, exc_info=True)
+        self._thread.join(timeout)
+
+    def _sleep(self, seconds: float) -> None:
+        self._stop.wait(seconds)
+
+    def _before_sleep(self, state: tenacity.RetryCallState) -> None:
+        self.healthy.clear()
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        log.warning(
+            "%s: %s; retrying in %.1fs",
+            self.resource,
+            exc,
+            state.upcoming_sleep,
+        )
+        self.on_watch_restart(self.resource, "error")
+
+    def _run(self) -> None:
+        try:
+            self._retrying(self._list_and_watch)
+        except KubeError as exc:
+            if not self._stop.is_set():
+                log.error("%s informer stopped: %s", self.resource, exc)
+        except tenacity.RetryError:
+            pass  # stopped while backing off
+
+    def _remember(self, response: Any) -> None:
+        with self._lock:
+            self._response = response
+        if self._stop.is_set():
+            response.close()
+
+    def _list_and_watch(self) -> None:
+        """Watch from the last resourceVersion, relisting first when there is none.
+
+        Returns only when stopped. After a dropped connection the watch
+        resumes from where it was; only 410 Gone (history lost) forces a
+        relist, so a flaky network does not cost a full LIST each time.
+        """
+        while not self._stop.is_set():
+            if self._rv is None:
+                listing = self.api.list(self.resource, self.label_selector, self.field_selector)
+                self.healthy.set()
+                self.sink(Snapshot(self.resource, listing.items))
+                self.synced.set()
+                self._rv = listing.resource_version
+            for event in self.api.watch(
+                self.resource,
+                self._rv,
+                self.watch_timeout_s,
+                self.label_selector,
+                self.field_selector,
+                on_open=self._remember,
+            ):
+                self.healthy.set()
+                kind = str(event.get("type", ""))
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        log.info("%s: watch expired (410 Gone), relisting", self.resource)
+                        self.on_watch_restart(self.resource, "gone")
+                        self._rv = None
+                        break
+                    raise KubeTemporaryError(
+                        f"watch {self.resource}: {obj.get('reason')}: {obj.get('message')}",
+                        int(obj.get("code") or 0) or None,
+                    )
+                self._rv = str((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.sink(Change(self.resource, kind, obj))
+                # BOOKMARK: only the resourceVersion moves on.
+            # Otherwise the server ended the stream (timeoutSeconds): watch again from rv.

@@ -1,0 +1,190 @@
+"""Write TelemetryProfile ``status.control.cpu``, coalesced, from one thread.
+
+Writes go through the status subresource as a JSON merge patch, never a PUT
+of the object. A node's status is written when backend/result/message
+change, or as a heartbeat at most once per ``heartbeat_s``; anything in
+between only replaces the pending entry, so a slow or failing API server
+costs one pending write per profile, never a queue, and the last result wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import tenacity
+
+from agentpool.errors import KubeError, KubeTemporaryError
+from agentpool.kube.api import KubeApi
+from agentpool.model import TickResult
+from agentpool.retrying import wait_delay
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Written:
+    key: tuple[str, str, str]
+    at: float
+    observed_keys: frozenset[str]
+
+
+@dataclass
+class _Pending:
+    node: str
+    result: TickResult
+    attempt: int = 0
+    not_before: float = 0.0
+
+
+def status_body(result: TickResult, stale_keys: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The ``status`` merge patch; keys no longer observed are nulled so they go away."""
+    observed: dict[str, Any] = dict.fromkeys(stale_keys)
+    observed.update(result.observed)
+    return {
+        "control": {
+            "cpu": {
+                "backend": result.backend.value,
+                "result": result.result.value,
+                "message": result.message,
+                "observed": observed,
+                "updatedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        }
+    }
+
+
+class StatusWriter:
+    """Coalescing, retrying status writer. ``offer`` is thread safe and never blocks."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        heartbeat_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self._api = api
+        self._heartbeat_s = heartbeat_s
+        self._clock = clock
+        self._backoff = tenacity.wait_exponential_jitter(initial=0.5, max=max_backoff_s)
+        self._written: dict[str, _Written] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._cond = threading.Condition()
+        self._stop = False
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
+        self.writes = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool:
+        """Queue a write if the status changed or the heartbeat is due; True if queued."""
+        now = self._clock()
+        with self._cond:
+            last = self._written.get(profile)
+            due = (
+                force
+                or last is None
+                or last.key != result.status_key()
+                or now - last.at >= self._heartbeat_s
+            )
+            if not due:
+                return False
+            pending = self._pending.get(profile)
+            if pending is not None:
+                pending.node, pending.result = node, result  # last result wins, keeps its backoff
+            else:
+                self._pending[profile] = _Pending(node, result)
+            self._cond.notify()
+            return True
+
+    def forget(self, profile: str) -> None:
+        with self._cond:
+            self._written.pop(profile, None)
+            self._pending.pop(profile, None)
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until nothing is pending (or ``timeout``); True when all was written."""
+        deadline = self._clock() + timeout
+        with self._cond:
+            for entry in self._pending.values():
+                entry.not_before = 0.0  # shutdown: no more backoff
+            self._cond.notify()
+            while self._pending or self._busy:
+                left = deadline - self._clock()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+            return True
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(2)
+
+    def _next_batch(self) -> list[tuple[str, _Pending]] | None:
+        with self._cond:
+            while not self._stop:
+                now = self._clock()
+                ready = [(p, e) for p, e in self._pending.items() if e.not_before <= now]
+                if ready:
+                    for profile, _ in ready:
+                        del self._pending[profile]
+                    self._busy = True
+                    return ready
+                waits = [e.not_before - now for e in self._pending.values()]
+                self._cond.wait(min(waits) if waits else None)
+            return None
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            for profile, entry in batch:
+                self._write(profile, entry)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def _write(self, profile: str, entry: _Pending) -> None:
+        with self._cond:
+            last = self._written.get(profile)
+        stale = (last.observed_keys - entry.result.observed.keys()) if last else frozenset()
+        try:
+            self._api.patch_telemetry_status(profile, status_body(entry.result, frozenset(stale)))
+        except KubeTemporaryError as exc:
+            self.failures += 1
+            entry.attempt += 1
+            delay = wait_delay(self._backoff, entry.attempt)
+            if exc.status == 429:
+                delay = max(delay, exc.delay)
+            log.warning("status of %s (%s): %s; retry in %.1fs", entry.node, profile, exc, delay)
+            with self._cond:
+                newer = self._pending.get(profile)
+                if newer is None:
+                    entry.not_before = self._clock() + delay
+                    self._pending[profile] = entry
+                else:
+                    newer.attempt, newer.not_before = entry.attempt, self._clock() + delay
+            return
+        except KubeError as exc:
+            self.failures += 1
+            log.warning("status of %s (%s) not written: %s", entry.node, profile, exc)
+            return
+        self.writes += 1
+        with self._cond:
+            self._written[profile] = _Written(
+                entry.result.status_key(), self._clock(), frozenset(entry.result.observed)
+            )
+

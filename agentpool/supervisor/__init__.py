@@ -1,0 +1,1 @@
+"""The supervisor: one worker process per owned node, fed by shared watches."""

@@ -1,0 +1,50 @@
+"""When to restart a dead worker: exponential backoff with jitter, reset when healthy.
+
+One small object holds the numbers. The delays come from tenacity's
+``wait_exponential_jitter`` (first retry after about 1 s, doubling, capped at
+60 s); a worker that ran healthily for ``reset_after_s`` starts again from
+the first delay. Time is passed in, so the policy is tested without clocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tenacity
+
+from agentpool.retrying import wait_delay
+
+INITIAL_DELAY_S = 1.0
+MAX_DELAY_S = 60.0
+JITTER_S = 0.5
+RESET_AFTER_S = 600.0
+
+
+@dataclass
+class RestartPolicy:
+    """Backoff state of one node's worker."""
+
+    initial_s: float = INITIAL_DELAY_S
+    max_s: float = MAX_DELAY_S
+    jitter_s: float = JITTER_S
+    reset_after_s: float = RESET_AFTER_S
+    failures: int = 0
+    """Consecutive deaths without a healthy stretch of ``reset_after_s``."""
+    restarts: int = 0
+    """Total restarts (the ``agentpool_worker_restarts_total`` value)."""
+    _wait: tenacity.wait.wait_base = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._wait = tenacity.wait_exponential_jitter(
+            initial=self.initial_s, max=self.max_s, exp_base=2, jitter=self.jitter_s
+        )
+
+    def on_death(self, started_at: float, died_at: float) -> float:
+        """Record a death; returns the delay before the next start."""
+        if died_at - started_at >= self.reset_after_s:
+            self.failures = 0
+        self.failures += 1
+        return min(self.max_s, wait_delay(self._wait, self.failures))
+
+    def on_restart(self) -> None:
+        self.restarts += 1

@@ -1,0 +1,192 @@
+"""The supervisor's view of the cluster: which nodes it owns and what each one needs.
+
+Fed by the informers (snapshots and changes), it answers two questions:
+which nodes this pod must run a controller for (selector re-checked here,
+because some servers ignore ``labelSelector`` on watches; shard ownership;
+daemonset mode's single node), and the :class:`NodeInputs` of each.
+
+Objects are stored trimmed to what the controllers read (spec, name,
+creation time, labels). That matters: the agent's own status writes come back
+as MODIFIED TelemetryProfile events, and with ``status`` trimmed away they
+leave every node's inputs unchanged instead of waking its worker.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from agentpool.config import AgentMode, Settings
+from agentpool.kube.api import Resource
+from agentpool.kube.informer import Change, InformerEvent, Snapshot
+from agentpool.labels import parse_selector
+from agentpool.model import NodeInputs
+from agentpool.profiles import target_of
+from agentpool.sharding import owns
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _trim(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
+        "spec": obj.get("spec"),
+    }
+
+
+def _npp_node(obj: dict[str, Any]) -> str | None:
+    spec = obj.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    return node if isinstance(node, str) and node else None
+
+
+def _tp_node(obj: dict[str, Any]) -> str | None:
+    scope, node = target_of(obj)
+    return node if scope == "node" and node else None
+
+
+def _oldest(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return min(objs, key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), _name(o)))
+
+
+class ClusterView:
+    """Nodes, NodePowerProfiles and TelemetryProfiles, indexed by node. Not thread safe."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.selector = parse_selector(settings.pool_node_selector)
+        self.labels: dict[str, dict[str, str]] = {}
+        self.power: dict[str, dict[str, Any]] = {}
+        self.telemetry: dict[str, dict[str, Any]] = {}
+        self._power_by_node: dict[str, set[str]] = defaultdict(set)
+        self._telemetry_by_node: dict[str, set[str]] = defaultdict(set)
+
+    # -- feeding ---------------------------------------------------------------------------------
+
+    def apply(self, event: InformerEvent) -> set[str]:
+        """Apply an informer event; returns the nodes whose inputs or scope may have changed."""
+        if isinstance(event, Snapshot):
+            return self._replace(event.resource, event.items)
+        return self._change(event)
+
+    def _store(self, resource: Resource) -> dict[str, Any]:
+        if resource is Resource.NODES:
+            return self.labels
+        return self.power if resource is Resource.NODE_POWER_PROFILES else self.telemetry
+
+    def _affected(self, resource: Resource, name: str) -> set[str]:
+        if resource is Resource.NODES:
+            return {name}
+        if resource is Resource.NODE_POWER_PROFILES:
+            node = _npp_node(self.power[name]) if name in self.power else None
+        else:
+            node = _tp_node(self.telemetry[name]) if name in self.telemetry else None
+        return {node} if node else set()
+
+    def _put(self, resource: Resource, obj: dict[str, Any]) -> None:
+        name = _name(obj)
+        if resource is Resource.NODES:
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            self.labels[name] = {str(k): str(v) for k, v in labels.items()}
+        elif resource is Resource.NODE_POWER_PROFILES:
+            self.power[name] = _trim(obj)
+            if node := _npp_node(obj):
+                self._power_by_node[node].add(name)
+        else:
+            self.telemetry[name] = _trim(obj)
+            if node := _tp_node(obj):
+                self._telemetry_by_node[node].add(name)
+
+    def _drop(self, resource: Resource, name: str) -> None:
+        affected = self._affected(resource, name)
+        self._store(resource).pop(name, None)
+        index = (
+            self._power_by_node
+            if resource is Resource.NODE_POWER_PROFILES
+            else self._telemetry_by_node
+        )
+        for node in affected:
+            index[node].discard(name)
+            if not index[node]:
+                del index[node]
+
+    def _change(self, change: Change) -> set[str]:
+        name = _name(change.obj)
+        affected = self._affected(change.resource, name)
+        if change.resource is not Resource.NODES:
+            self._drop(change.resource, name)
+        if change.kind == "DELETED":
+            self._store(change.resource).pop(name, None)
+        else:
+            self._put(change.resource, change.obj)
+        return affected | self._affected(change.resource, name)
+
+    def _replace(self, resource: Resource, items: Iterable[dict[str, Any]]) -> set[str]:
+        before = set(self._store(resource))
+        affected: set[str] = set()
+        for name in before:
+            affected |= self._affected(resource, name)
+        self._store(resource).clear()
+        if resource is Resource.NODE_POWER_PROFILES:
+            self._power_by_node.clear()
+        elif resource is Resource.TELEMETRY_PROFILES:
+            self._telemetry_by_node.clear()
+        for obj in items:
+            self._put(resource, obj)
+        for name in self._store(resource):
+            affected |= self._affected(resource, name)
+        return affected
+
+    # -- questions -------------------------------------------------------------------------------
+
+    def in_scope(self, node: str) -> bool:
+        labels = self.labels.get(node)
+        if labels is None:
+            return False
+        s = self.settings
+        if s.mode is AgentMode.DAEMONSET:
+            return node == s.node_name
+        return self.selector.matches(labels) and owns(node, s.pool_shards, s.pool_shard_id)
+
+    def owned(self) -> set[str]:
+        if self.settings.mode is AgentMode.DAEMONSET:
+            name = self.settings.node_name
+            return {name} if name is not None and name in self.labels else set()
+        return {n for n in self.labels if self.in_scope(n)}
+
+    def _chosen(
+        self, store: dict[str, dict[str, Any]], index: dict[str, set[str]], node: str, kind: str
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        names = index.get(node)
+        if not names:
+            return None, None
+        objs = [store[n] for n in sorted(names)]
+        chosen = _oldest(objs)
+        if len(objs) == 1:
+            return chosen, None
+        note = (
+            f"{len(objs)} {kind}s target node {node} ({', '.join(sorted(names))}); "
+            f"using the oldest, {_name(chosen)!r}"
+        )
+        return chosen, note
+
+    def telemetry_profile_name(self, node: str) -> str | None:
+        chosen, _ = self._chosen(self.telemetry, self._telemetry_by_node, node, "TelemetryProfile")
+        return _name(chosen) if chosen else None
+
+    def inputs_for(self, node: str) -> NodeInputs:
+        power, note = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
+        telemetry, _ = self._chosen(
+            self.telemetry, self._telemetry_by_node, node, "TelemetryProfile"
+        )
+        return NodeInputs(
+            node_name=node,
+            labels=dict(self.labels.get(node, {})),
+            power_profile=power,
+            telemetry_profile=telemetry,
+            power_profile_note=note,
+        )
