@@ -1,0 +1,296 @@
+"""The emulator's state: objects, the resourceVersion counter, the event history.
+
+Owns every stored object and the rules of writing them: metadata bookkeeping
+(``uid``, ``creationTimestamp``, ``generation``, a global monotonically
+increasing ``resourceVersion`` as etcd gives), optimistic concurrency (409 on a
+stale ``metadata.resourceVersion``), the status subresource split, and a
+bounded history of events from which watches replay.
+
+Thread-safe: one lock guards everything, because HTTP handlers (on the
+server's loop thread) and the direct Python API (on a test's thread) write
+concurrently. Events are handed to subscribers *under* that lock so that every
+watcher sees them in resourceVersion order; a subscriber's ``deliver`` must
+therefore only enqueue (``loop.call_soon_threadsafe``), never block.
+
+Stored objects are never mutated once stored: a write builds a new dict
+(sharing unchanged subtrees), so the history and open watches may hold
+references instead of copies. That is what keeps a write's cost flat.
+Callers of :meth:`Store.get` and :meth:`Store.list_objects` must not mutate what they
+get.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from agentpool.sim.apiserver.errors import (
+    AlreadyExistsError,
+    ApiError,
+    BadRequestError,
+    ConflictError,
+    GoneError,
+    NotFoundError,
+)
+from agentpool.sim.apiserver.resources import RESOURCES, ResourceType
+from agentpool.sim.apiserver.selectors import ObjectFilter
+
+KubeObject = dict[str, Any]
+
+DEFAULT_HISTORY = 10_000
+"""Events kept per resource type for watch replay; older resourceVersions get 410 Gone."""
+
+
+class EventType(enum.StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    rv: int
+    plural: str
+    type: EventType
+    obj: KubeObject
+    """The object after the change; for DELETED, the last state with the deletion's rv."""
+    old: KubeObject | None = None
+    """The object before the change (None for ADDED): selector transitions need it."""
+
+
+class Subscriber(Protocol):
+    def deliver(self, event: Event) -> None:
+        """Called under the store lock from any thread: enqueue only."""
+
+
+def _timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _body(obj: KubeObject, *, without_status: bool) -> dict[str, Any]:
+    """What ``generation`` tracks: everything but metadata (and status, when split off)."""
+    skip = {"metadata", "status"} if without_status else {"metadata"}
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+class Store:
+    """Objects of every served type, with events for watchers."""
+
+    def __init__(
+        self, types: Iterable[ResourceType] = RESOURCES, history_limit: int = DEFAULT_HISTORY
+    ) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[str, KubeObject]] = {rt.plural: {} for rt in types}
+        self._subscribers: dict[str, list[Subscriber]] = {plural: [] for plural in self._objects}
+        self._rv = 0
+        # Per resource type, as the apiserver's watch cache: a burst of status
+        # patches must not expire a node watcher's resourceVersion.
+        self._history: dict[str, deque[Event]] = {plural: deque() for plural in self._objects}
+        self._history_limit = history_limit
+        self._compacted_rv = dict.fromkeys(self._objects, 0)
+        """Per type, the highest resourceVersion whose event was dropped from the history."""
+
+    @property
+    def resource_version(self) -> int:
+        with self._lock:
+            return self._rv
+
+    def history_length(self, plural: str | None = None) -> int:
+        """Events kept for replay, of one type or of all."""
+        with self._lock:
+            if plural is not None:
+                return len(self._history[plural])
+            return sum(len(events) for events in self._history.values())
+
+    # -- reads -------------------------------------------------------------
+
+    def get(self, rt: ResourceType, name: str) -> KubeObject:
+        with self._lock:
+            return self._current(rt, name)
+
+    def list_objects(
+        self, rt: ResourceType, flt: ObjectFilter | None = None
+    ) -> tuple[list[KubeObject], int]:
+        """Matching objects sorted by name, and the resourceVersion they are current at."""
+        flt = flt or ObjectFilter()
+        with self._lock:
+            items = [obj for _, obj in sorted(self._objects[rt.plural].items()) if flt.matches(obj)]
+            return items, self._rv
+
+    def _current(self, rt: ResourceType, name: str) -> KubeObject:
+        try:
+            return self._objects[rt.plural][name]
+        except KeyError:
+            raise NotFoundError(rt.plural, rt.group, name) from None
+
+    # -- writes ------------------------------------------------------------
+
+    def create(self, rt: ResourceType, obj: KubeObject) -> KubeObject:
+        """Store a new object; ``obj`` becomes the store's (do not mutate it afterwards)."""
+        metadata = dict(obj.get("metadata") or {})
+        name = metadata.get("name")
+        if not name and metadata.get("generateName"):
+            name = f"{metadata['generateName']}{secrets.token_hex(3)[:5]}"
+        if not name or not isinstance(name, str):
+            raise ApiError(
+                422, "Invalid",
+                f"{rt.kind}: metadata.name: Required value: name or generateName is required",
+            )
+        new = dict(obj, kind=rt.kind, apiVersion=rt.api_version)
+        if rt.status_subresource:
+            # A CRD with a status subresource drops status on create, too.
+            new.pop("status", None)
+        with self._lock:
+            if name in self._objects[rt.plural]:
+                raise AlreadyExistsError(rt.plural, rt.group, name)
+            self._rv += 1
+            metadata.update(
+                name=name, uid=str(uuid.uuid4()), creationTimestamp=_timestamp(),
+                resourceVersion=str(self._rv), generation=1,
+            )
+            metadata.pop("deletionTimestamp", None)
+            new["metadata"] = metadata
+            self._objects[rt.plural][name] = new
+            self._emit(Event(self._rv, rt.plural, EventType.ADDED, new, None))
+            return new
+
+    def update(
+        self,
+        rt: ResourceType,
+        name: str,
+        compute: Callable[[KubeObject], KubeObject],
+        subresource: str | None = None,
+    ) -> KubeObject:
+        """Replace an object by ``compute(current)`` (a PUT body, or a patch applied).
+
+        ``compute`` runs under the lock, must not mutate its argument and must
+        be quick. A ``metadata.resourceVersion`` in what it returns is a
+        precondition: one other than the current version is a 409 ConflictError.
+        Writing an unchanged object is a no-op (no new version, no event),
+        as on a real apiserver.
+        """
+        with self._lock:
+            current = self._current(rt, name)
+            candidate = compute(current)
+            cand_meta = candidate.get("metadata") or {}
+            cur_meta = current["metadata"]
+            wanted_rv = cand_meta.get("resourceVersion")
+            if wanted_rv not in (None, "") and str(wanted_rv) != cur_meta["resourceVersion"]:
+                raise ConflictError(
+                    rt.plural, rt.group, name,
+                    "the object has been modified; please apply your changes to the latest "
+                    "version and try again",
+                )
+            if cand_meta.get("name", name) != name:
+                raise BadRequestError(
+                    f"the name of the object ({cand_meta.get('name')}) does not match the name "
+                    f"on the URL ({name})"
+                )
+            if subresource == "status":
+                # /status writes change only .status; everything else stays.
+                new = {k: v for k, v in current.items() if k != "status"}
+                if "status" in candidate:
+                    new["status"] = candidate["status"]
+                metadata = cur_meta
+            else:
+                new = dict(candidate)
+                if rt.status_subresource:
+                    new.pop("status", None)
+                    if "status" in current:
+                        new["status"] = current["status"]
+                metadata = dict(cand_meta)
+                # Identity and bookkeeping are the server's, whatever the body says.
+                for key in ("name", "uid", "creationTimestamp", "generation", "resourceVersion"):
+                    metadata[key] = cur_meta[key]
+            new["kind"], new["apiVersion"] = rt.kind, rt.api_version
+            new["metadata"] = metadata
+            if new == current:
+                return current
+            generation = cur_meta["generation"]
+            if _body(new, without_status=rt.status_subresource) != _body(
+                current, without_status=rt.status_subresource
+            ):
+                generation += 1
+            self._rv += 1
+            new["metadata"] = dict(metadata, resourceVersion=str(self._rv), generation=generation)
+            self._objects[rt.plural][name] = new
+            self._emit(Event(self._rv, rt.plural, EventType.MODIFIED, new, current))
+            return new
+
+    def delete(
+        self, rt: ResourceType, name: str, precondition_rv: str | None = None,
+        precondition_uid: str | None = None,
+    ) -> KubeObject:
+        """Remove an object; returns its last state stamped with the deletion's version."""
+        with self._lock:
+            current = self._current(rt, name)
+            meta = current["metadata"]
+            if precondition_uid and precondition_uid != meta["uid"]:
+                raise ConflictError(
+                    rt.plural, rt.group, name,
+                    f"Precondition failed: UID in precondition: {precondition_uid}, "
+                    f"UID in object meta: {meta['uid']}",
+                )
+            if precondition_rv and precondition_rv != meta["resourceVersion"]:
+                raise ConflictError(
+                    rt.plural, rt.group, name,
+                    f"Precondition failed: ResourceVersion in precondition: {precondition_rv}, "
+                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                )
+            self._rv += 1
+            gone = dict(current, metadata=dict(meta, resourceVersion=str(self._rv)))
+            del self._objects[rt.plural][name]
+            self._emit(Event(self._rv, rt.plural, EventType.DELETED, gone, current))
+            return gone
+
+    # -- watching ------------------------------------------------------------
+
+    def subscribe(self, rt: ResourceType, since: int | None, subscriber: Subscriber) -> list[Event]:
+        """Register a watcher; returns the events it must send before live ones.
+
+        ``since=None`` (the client gave no resourceVersion, or "0"): a synthetic
+        ADDED per current object. Otherwise: every kept event of this type
+        after ``since``; an older ``since`` than the history reaches is 410 Gone.
+        Snapshot and registration happen under one lock, so nothing falls
+        between the replay and the live stream.
+        """
+        with self._lock:
+            if since is None:
+                initial = [
+                    Event(int(obj["metadata"]["resourceVersion"]), rt.plural, EventType.ADDED, obj)
+                    for _, obj in sorted(self._objects[rt.plural].items())
+                ]
+            elif since < self._compacted_rv[rt.plural]:
+                oldest = self._compacted_rv[rt.plural] + 1
+                raise GoneError(f"too old resource version: {since} ({oldest})")
+            else:
+                initial = []
+                for event in reversed(self._history[rt.plural]):  # newest first: stop at `since`
+                    if event.rv <= since:
+                        break
+                    initial.append(event)
+                initial.reverse()
+            self._subscribers[rt.plural].append(subscriber)
+            return initial
+
+    def unsubscribe(self, rt: ResourceType, subscriber: Subscriber) -> None:
+        with self._lock:
+            subscribers = self._subscribers[rt.plural]
+            if subscriber in subscribers:
+                subscribers.remove(subscriber)
+
+    def _emit(self, event: Event) -> None:
+        """Record and fan out an event. Caller holds the lock."""
+        history = self._history[event.plural]
+        history.append(event)
+        while len(history) > self._history_limit:
+            self._compacted_rv[event.plural] = history.popleft().rv
+        for subscriber in self._subscribers[event.plural]:
+            subscriber.deliver(event)

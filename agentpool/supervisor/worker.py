@@ -1,0 +1,163 @@
+"""The body of a worker process: drive one node controller tick by tick.
+
+Runs in a child of the fork server. It never opens an API connection: its
+node's inputs arrive over the pipe, each tick's result goes back over it.
+It ticks at once when new inputs arrive and otherwise every reconcile
+interval. It exits cleanly (restoring host values) on SIGTERM, on a
+:class:`StopWorker` message, when the pipe closes, or when its parent dies
+(``PR_SET_PDEATHSIG``), so a SIGKILLed supervisor leaves no worker behind and
+no host throttled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import FrameType
+
+from agentpool.backends.sysfsio import Originals
+from agentpool.config import Settings
+from agentpool.controller.node import NodeController
+from agentpool.faults import Faults
+from agentpool.logs import setup_logging
+from agentpool.model import NodeInputs
+from agentpool.sharding import fnv32a
+from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+EXIT_CRASH = 70
+"""An unexpected exception escaped the controller (EX_SOFTWARE)."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
+
+
+def metrics_id(node: str) -> str:
+    """A stable, filename-safe stand-in for the pid in prometheus_client's file names.
+
+    Stable per node so that a restarted worker reuses its predecessor's files
+    (their number stays bounded however often workers die); the hash keeps
+    names unique after unsafe characters are replaced.
+    """
+    return f"n-{_UNSAFE.sub('_', node)[:80]}-{fnv32a(node):08x}"
+
+
+def _die_with_parent() -> None:
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class _StopFlag:
+    """Set from the signal handler; the loop checks it (handlers only record)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+def _use_node_metrics_files(node: str) -> None:
+    # Must run before the first metric value is created in this process.
+    from prometheus_client import values
+
+    ident = metrics_id(node)
+    # prometheus_client leaves this factory unannotated.
+    values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
+        process_identifier=lambda: ident
+    )
+
+
+def run_worker(
+    node: str,
+    settings: Settings,
+    conn: Connection,
+    journal: str | None,
+) -> None:
+    """Entry point of a worker process; never returns (exits with a status)."""
+    _die_with_parent()
+    stop = _StopFlag()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which stops us
+    setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}")
+    _use_node_metrics_files(node)
+    from agentpool.metrics import NodeMetrics
+
+    faults = Faults.from_env(node)
+    faults.at_start()
+    controller = NodeController(
+        settings, node, NodeMetrics(node), Originals(Path(journal) if journal else None)
+    )
+    code = 0
+    try:
+        _loop(controller, settings, conn, stop, faults)
+    except BaseException:  # report how we died, then exit non-zero; the supervisor restarts us
+        log.error("worker for node %s crashed:\n%s", node, traceback.format_exc())
+        code = EXIT_CRASH
+    problems = controller.restore()
+    for problem in problems:
+        log.error("node %s: could not restore host value: %s", node, problem)
+    # If the supervisor is gone the send fails; the host was restored all the same.
+    with contextlib.suppress(OSError, EOFError):
+        conn.send(Stopped(node, tuple(problems)))
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def _loop(
+    controller: NodeController,
+    settings: Settings,
+    conn: Connection,
+    stop: _StopFlag,
+    faults: Faults,
+) -> None:
+    interval = settings.reconcile_interval_s
+    next_tick = time.monotonic()
+    while not stop.requested():
+        wait = max(0.0, next_tick - time.monotonic())
+        try:
+            ready = conn.poll(wait)
+        except (OSError, EOFError):
+            return
+        if stop.requested():
+            return
+        if ready:
+            try:
+                message = conn.recv()
+            except (OSError, EOFError):
+                log.info("node %s: supervisor pipe closed, stopping", controller.node)
+                return
+            if isinstance(message, StopWorker):
+                return
+            if isinstance(message, NodeInputs):
+                controller.update(message)
+                next_tick = time.monotonic()  # act on a change at once
+            continue
+        started = time.monotonic()
+        faults.in_tick()
+        result = controller.tick()
+        duration = time.monotonic() - started
+        try:
+            conn.send(TickReport(controller.node, result, duration))
+        except (OSError, EOFError):
+            return
+        next_tick += interval
+        if next_tick <= time.monotonic():  # fell behind (a slow endpoint): do not burst
+            next_tick = time.monotonic() + interval
