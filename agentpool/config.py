@@ -71,6 +71,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("RESTORE_ON_EXIT", "true", "restore the host values found at start on graceful stop"),
     Option("SHUTDOWN_TIMEOUT", "20s", "supervisor: deadline for workers to stop before SIGKILL"),
     Option(
+        "HEARTBEAT_TIMEOUT",
+        None,
+        "supervisor: restart a worker silent this long; default 3 x RECONCILE_INTERVAL + 30s",
+    ),
+    Option("WATCH_TIMEOUT", "60s", "server-side timeout of each watch; reads time out 10s later"),
+    Option(
         "PROMETHEUS_MULTIPROC_DIR",
         None,
         "multiprocess metrics dir, wiped at start; default: a private temporary dir",
@@ -134,6 +140,10 @@ class Settings:
     """Restore changed host values on graceful stop."""
     shutdown_timeout_s: float = 20.0
     """How long the supervisor waits for workers to stop before SIGKILL."""
+    heartbeat_timeout_s: float = 90.0
+    """A worker that reports nothing for this long is killed and restarted."""
+    watch_timeout_s: float = 60.0
+    """Server-side watch timeout; a silent watch is noticed 10 s after it."""
     multiproc_dir: str | None = None
     """Prometheus multiprocess directory; None = a private temporary one."""
     log_format: LogFormat = LogFormat.TEXT
@@ -285,15 +295,20 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
         step_pct=_step_pct(get("DVFS_STEP_PCT")),
         min_freq_khz=_integer("DVFS_MIN_FREQ_KHZ", get("DVFS_MIN_FREQ_KHZ"), minimum=1),
     )
+    interval = _duration("RECONCILE_INTERVAL", get("RECONCILE_INTERVAL"), positive=True)
+    raw_heartbeat = (values.get("HEARTBEAT_TIMEOUT") or "").strip()
+    heartbeat = (
+        _duration("HEARTBEAT_TIMEOUT", raw_heartbeat, positive=True)
+        if raw_heartbeat
+        else 3 * interval + 30.0
+    )
     sysfs_root = get("SYSFS_ROOT").strip()
     if not sysfs_root:
         raise ConfigError("SYSFS_ROOT", sysfs_root, "expected a directory path")
     return Settings(
         mode=mode,
         node_name=node_name,
-        reconcile_interval_s=_duration(
-            "RECONCILE_INTERVAL", get("RECONCILE_INTERVAL"), positive=True
-        ),
+        reconcile_interval_s=interval,
         simulate_only=_boolean("SIMULATE_ONLY", get("SIMULATE_ONLY")),
         metrics_host=host,
         metrics_port=port,
@@ -306,6 +321,8 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
         dvfs=dvfs,
         restore_on_exit=_boolean("RESTORE_ON_EXIT", get("RESTORE_ON_EXIT")),
         shutdown_timeout_s=_duration("SHUTDOWN_TIMEOUT", get("SHUTDOWN_TIMEOUT"), positive=True),
+        heartbeat_timeout_s=heartbeat,
+        watch_timeout_s=_duration("WATCH_TIMEOUT", get("WATCH_TIMEOUT"), positive=True),
         multiproc_dir=(values.get("PROMETHEUS_MULTIPROC_DIR") or "").strip() or None,
         log_format=_enum("LOG_FORMAT", get("LOG_FORMAT"), LogFormat),
         log_level=level,

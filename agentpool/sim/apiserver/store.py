@@ -143,7 +143,9 @@ class Store:
                 422, "Invalid",
                 f"{rt.kind}: metadata.name: Required value: name or generateName is required",
             )
-        new = dict(obj, kind=rt.kind, apiVersion=rt.api_version)
+        # apiVersion and kind first, as the apiserver orders them (kubectl output reads so).
+        new: KubeObject = {"apiVersion": rt.api_version, "kind": rt.kind}
+        new.update((k, v) for k, v in obj.items() if k not in new)
         if rt.status_subresource:
             # A CRD with a status subresource drops status on create, too.
             new.pop("status", None)

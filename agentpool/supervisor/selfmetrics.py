@@ -1,0 +1,155 @@
+"""The supervisor's own ``agentpool_*`` series, built from its state at scrape time.
+
+They are not written to the multiprocess files: per-node series such as
+restarts must disappear with the node, which mmap files cannot do, and the
+supervisor already holds the numbers in memory. The main loop publishes a
+:class:`Snapshot` under a lock; the scrape thread reads the latest one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import psutil
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from agentpool.supervisor.workers import WorkerState
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    state: WorkerState
+    restarts: int
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    workers: dict[str, WorkerView] = field(default_factory=dict)
+    shard_id: int = 0
+    shards: int = 1
+    synced: bool = False
+
+
+class ApiCounters:
+    """Thread-safe counts of API requests and watch restarts (hooks of the kube layer)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, str, str]] = Counter()
+        self.watch_restarts: Counter[tuple[str, str]] = Counter()
+
+    def on_request(self, verb: str, resource: str, code: int) -> None:
+        with self._lock:
+            self.requests[(verb, resource, str(code) if code else "none")] += 1
+
+    def on_watch_restart(self, resource: str, reason: str) -> None:
+        with self._lock:
+            self.watch_restarts[(resource, reason)] += 1
+
+    def copy(self) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str], int]]:
+        with self._lock:
+            return dict(self.requests), dict(self.watch_restarts)
+
+
+class SupervisorCollector(Collector):
+    """Collector for the supervisor's series; psutil readings are cached briefly."""
+
+    def __init__(self, api: ApiCounters, process_cache_s: float = 5.0) -> None:
+        self._api = api
+        self._lock = threading.Lock()
+        self._snapshot = Snapshot()
+        self._procs: dict[int, psutil.Process] = {}
+        self._cache_s = process_cache_s
+        self._usage: dict[str, tuple[float, float]] = {}
+        self._usage_at = 0.0
+        self.last_scrape_s = 0.0
+
+    def publish(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._snapshot = snapshot
+
+    def _worker_usage(self, snap: Snapshot) -> dict[str, tuple[float, float]]:
+        now = time.monotonic()
+        if now - self._usage_at < self._cache_s:
+            return self._usage
+        usage: dict[str, tuple[float, float]] = {}
+        live: set[int] = set()
+        for node, view in snap.workers.items():
+            if view.pid is None or view.state in (WorkerState.BACKOFF,):
+                continue
+            live.add(view.pid)
+            try:
+                proc = self._procs.get(view.pid) or psutil.Process(view.pid)
+                self._procs[view.pid] = proc
+                with proc.oneshot():
+                    rss = float(proc.memory_info().rss)
+                    times = proc.cpu_times()
+                usage[node] = (rss, times.user + times.system)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        for pid in set(self._procs) - live:
+            del self._procs[pid]
+        self._usage, self._usage_at = usage, now
+        return usage
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            snap = self._snapshot
+        owned = GaugeMetricFamily("agentpool_owned_nodes", "Nodes this pod controls")
+        owned.add_metric([], len(snap.workers))
+        by_state = GaugeMetricFamily(
+            "agentpool_workers", "Worker processes by state", labels=["state"]
+        )
+        counts = Counter(view.state for view in snap.workers.values())
+        for state in WorkerState:
+            by_state.add_metric([state.value], counts.get(state, 0))
+        restarts = CounterMetricFamily(
+            "agentpool_worker_restarts", "Restarts of a node's worker", labels=["node"]
+        )
+        for node, view in sorted(snap.workers.items()):
+            restarts.add_metric([node], view.restarts)
+        shard = GaugeMetricFamily("agentpool_shard_id", "This pod's shard")
+        shard.add_metric([], snap.shard_id)
+        shards = GaugeMetricFamily("agentpool_shards", "Total number of shards")
+        shards.add_metric([], snap.shards)
+        synced = GaugeMetricFamily("agentpool_cache_synced", "1 once every informer has listed")
+        synced.add_metric([], 1 if snap.synced else 0)
+        requests, watch_restarts = self._api.copy()
+        api = CounterMetricFamily(
+            "agentpool_api_requests",
+            "Kubernetes API requests by verb, resource and HTTP code",
+            labels=["verb", "resource", "code"],
+        )
+        for (verb, resource, code), count in sorted(requests.items()):
+            api.add_metric([verb, resource, code], count)
+        watches = CounterMetricFamily(
+            "agentpool_watch_restarts",
+            "Watch streams restarted, by resource and reason",
+            labels=["resource", "reason"],
+        )
+        for (resource, reason), count in sorted(watch_restarts.items()):
+            watches.add_metric([resource, reason], count)
+        rss = GaugeMetricFamily(
+            "agentpool_worker_rss_bytes", "Resident memory of a node's worker", labels=["node"]
+        )
+        cpu = CounterMetricFamily(
+            "agentpool_worker_cpu_seconds", "CPU time of a node's worker", labels=["node"]
+        )
+        for node, (rss_bytes, cpu_s) in sorted(self._worker_usage(snap).items()):
+            rss.add_metric([node], rss_bytes)
+            cpu.add_metric([node], cpu_s)
+        scrape = GaugeMetricFamily(
+            "agentpool_metrics_scrape_duration_seconds", "Duration of the previous /metrics scrape"
+        )
+        scrape.add_metric([], self.last_scrape_s)
+        return [owned, by_state, restarts, shard, shards, synced, api, watches, rss, cpu, scrape]
