@@ -59,7 +59,7 @@ def settings_from(flags: dict[str, str | None]) -> Settings:
 @_settings_options
 @click.version_option(__version__, prog_name="agentpool")
 @click.pass_context
-def cli(ctx: click.Context, **flags: str | None) -> None:
+def cli(ctx: click.Context, /, **flags: str | None) -> None:
     """Joulie node power agent: a supervisor running one worker process per node.
 
     With no subcommand, runs the agent (daemonset or pool mode).

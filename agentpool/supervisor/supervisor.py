@@ -1,0 +1,446 @@
+"""The supervisor's main loop: watch the cluster, run one worker per owned node.
+
+Threads feed it (informers, signal wake-ups) through queues and a self-pipe;
+everything that changes worker state happens here, in one thread, so there
+are no locks around the worker table. Each turn of the loop:
+
+1. act on recorded signals (handlers only record them);
+2. apply informer events to the :class:`ClusterView`;
+3. read worker reports (tick results double as heartbeats);
+4. notice dead workers, decode how they died, schedule restarts with backoff;
+5. kill workers that went silent, SIGKILL workers that overstayed a stop;
+6. start/stop workers so that exactly the owned nodes have one, and send each
+   worker its node's inputs when they changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import time
+from collections.abc import Callable
+from multiprocessing import connection
+from multiprocessing.context import ForkServerContext
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.multiprocess import mark_process_dead
+
+from agentpool.config import Settings
+from agentpool.kube.informer import InformerEvent
+from agentpool.kube.status import StatusWriter
+from agentpool.model import Backend, Result, TickResult
+from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport
+from agentpool.supervisor.scope import ClusterView
+from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
+from agentpool.supervisor.worker import metrics_id
+from agentpool.supervisor.workers import (
+    StopReason,
+    WorkerHandle,
+    WorkerState,
+    describe_exit,
+    spawn,
+)
+
+log = logging.getLogger(__name__)
+
+LOOP_PERIOD_S = 0.5
+KILL_GRACE_S = 2.0
+"""A silent worker gets SIGTERM, then SIGKILL this much later."""
+MAX_STARTS_PER_TURN = 64
+"""Start workers in batches so reports keep flowing during a mass start."""
+
+
+class Supervisor:
+    """Owns the worker table. Only ``run()``'s thread touches it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        ctx: ForkServerContext,
+        view: ClusterView,
+        status: StatusWriter | None,
+        collector: SupervisorCollector,
+        multiproc_dir: str,
+        state_dir: str,
+        synced: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.ctx = ctx
+        self.view = view
+        self.status = status
+        self.collector = collector
+        self.multiproc_dir = multiproc_dir
+        self.state_dir = state_dir
+        self.synced = synced
+        self.clock = clock
+        self.workers: dict[str, WorkerHandle] = {}
+        self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
+        self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._dirty: set[str] = set()
+        self._scope_dirty = True
+        self._stopping = False
+        self.loop_heartbeat = clock()
+
+    # -- inputs from other threads -------------------------------------------------------------
+
+    def wake(self) -> None:
+        # A full pipe means the loop is already due to wake.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"\0")
+
+    def feed(self, event: InformerEvent) -> None:
+        """Informer sink (called from informer threads)."""
+        self.events.put(event)
+        self.wake()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.put(signum)  # only record it; the loop acts
+
+    def install_signal_handlers(self) -> None:
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        while not self._stopping:
+            self._turn()
+        return self._shutdown()
+
+    def _turn(self) -> None:
+        self._wait(LOOP_PERIOD_S)
+        now = self.clock()
+        self.loop_heartbeat = now
+        self._handle_signals()
+        if self._stopping:
+            return
+        self._apply_events()
+        self._read_reports(now)
+        self._reap(now)
+        self._check_heartbeats(now)
+        self._enforce_kill_deadlines(now)
+        if self._scope_dirty:
+            self._reconcile_scope(now)
+        self._restart_due(now)
+        self._send_inputs()
+        self._reap_orphans()
+        self._publish()
+
+    def _wait(self, timeout: float) -> None:
+        waitables: list[Any] = [self._wake_r]
+        for handle in self.workers.values():
+            if handle.conn is not None:
+                waitables.append(handle.conn)
+            if handle.process is not None:
+                waitables.append(handle.process.sentinel)
+        connection.wait(waitables, timeout)
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _handle_signals(self) -> None:
+        while True:
+            try:
+                signum = self.signals.get_nowait()
+            except queue.Empty:
+                return
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                log.info("received %s: stopping all workers", signal.Signals(signum).name)
+                self._stopping = True
+
+    def _apply_events(self) -> None:
+        changed = False
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+            self._dirty |= self.view.apply(event)
+            changed = True
+        if changed:
+            self._scope_dirty = True
+
+    # -- reports ---------------------------------------------------------------------------------
+
+    def _read_reports(self, now: float) -> None:
+        for handle in list(self.workers.values()):
+            conn = handle.conn
+            if conn is None:
+                continue
+            try:
+                while conn.poll(0):
+                    self._on_message(handle, conn.recv(), now)
+            except (EOFError, OSError):
+                handle.conn = None  # the process sentinel tells us how it ended
+                conn.close()
+
+    def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
+        handle.last_seen = now
+        if isinstance(message, TickReport):
+            if handle.state is WorkerState.STARTING:
+                handle.state = WorkerState.RUNNING
+                log.info("worker for node %s running (pid %s)", handle.node, handle.pid)
+            previous = handle.last_result
+            handle.last_result = message.result
+            if previous is None or previous.status_key() != message.result.status_key():
+                log.info(
+                    "node %s: %s %s: %s",
+                    handle.node,
+                    message.result.backend.value,
+                    message.result.result.value,
+                    message.result.message,
+                )
+            self._offer_status(handle.node, message.result)
+        elif isinstance(message, Stopped):
+            handle.restore_problems = message.problems
+
+    def _offer_status(self, node: str, result: TickResult, force: bool = False) -> None:
+        if self.status is None:
+            return
+        profile = self.view.telemetry_profile_name(node)
+        if profile is not None:
+            self.status.offer(profile, node, result, force=force)
+
+    # -- deaths, heartbeats, stops ---------------------------------------------------------------
+
+    def _reap(self, now: float) -> None:
+        for node, handle in list(self.workers.items()):
+            process = handle.process
+            if process is None or process.exitcode is None:
+                continue
+            self._read_reports(now)  # a Stopped message may still be in the pipe
+            how = describe_exit(process.exitcode)
+            pid = process.pid
+            process.close()
+            handle.process = None
+            if handle.conn is not None:
+                handle.conn.close()
+                handle.conn = None
+            ident = metrics_id(node)
+            mark_process_dead(ident, self.multiproc_dir)  # type: ignore[no-untyped-call]
+            reason = handle.stop_reason
+            if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
+                log.info("worker for node %s (pid %s) stopped: %s", node, pid, how)
+                if reason is StopReason.SCOPE:
+                    self._forget(node)
+                    self._scope_dirty = True  # it may have come back meanwhile
+                continue
+            delay = handle.policy.on_death(handle.started_at, now)
+            handle.state = WorkerState.BACKOFF
+            handle.restart_at = now + delay
+            cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
+            log.error(
+                "worker for node %s (pid %s) %s: %s; restart %d in %.1fs",
+                node,
+                pid,
+                cause,
+                how,
+                handle.policy.restarts + 1,
+                delay,
+            )
+            self._offer_status(
+                node,
+                TickResult(
+                    Backend.NONE,
+                    Result.ERROR,
+                    f"controller restarting: worker {cause} ({how}); "
+                    f"restart {handle.policy.restarts + 1} in {delay:.0f}s",
+                ),
+            )
+
+    def _forget(self, node: str) -> None:
+        """A node left this pod's scope: drop its worker entry and every metrics file."""
+        self.workers.pop(node, None)
+        ident = metrics_id(node)
+        for name in os.listdir(self.multiproc_dir):
+            if name.endswith(f"_{ident}.db"):
+                Path(self.multiproc_dir, name).unlink(missing_ok=True)
+        Path(self.state_dir, f"{ident}.json").unlink(missing_ok=True)
+
+    def _check_heartbeats(self, now: float) -> None:
+        limit = self.settings.heartbeat_timeout_s
+        for handle in self.workers.values():
+            if handle.state not in (WorkerState.STARTING, WorkerState.RUNNING):
+                continue
+            if now - handle.last_seen > limit and handle.process is not None:
+                log.error(
+                    "worker for node %s (pid %s) silent for %.0fs: terminating",
+                    handle.node,
+                    handle.pid,
+                    now - handle.last_seen,
+                )
+                self._stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
+
+    def _stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
+        handle.state = WorkerState.STOPPING
+        handle.stop_reason = reason
+        handle.kill_at = now + grace
+        if handle.conn is not None:
+            with contextlib.suppress(OSError, EOFError):
+                handle.conn.send(StopWorker())
+        if handle.process is not None and handle.process.exitcode is None:
+            handle.process.terminate()
+
+    def _enforce_kill_deadlines(self, now: float) -> None:
+        for handle in self.workers.values():
+            process = handle.process
+            if handle.kill_at is None or process is None or process.exitcode is not None:
+                continue
+            if now >= handle.kill_at:
+                log.warning(
+                    "worker for node %s (pid %s) ignored SIGTERM: SIGKILL", handle.node, handle.pid
+                )
+                process.kill()
+                handle.kill_at = None
+
+    # -- scope -----------------------------------------------------------------------------------
+
+    def _reconcile_scope(self, now: float) -> None:
+        self._scope_dirty = False
+        owned = self.view.owned()
+        for node, handle in list(self.workers.items()):
+            if node in owned or handle.stop_reason is StopReason.SCOPE:
+                continue
+            if handle.process is None:  # in backoff: nothing runs, just forget it
+                log.info("node %s left this pod's scope (its worker was in backoff)", node)
+                self._forget(node)
+                continue
+            log.info("node %s left this pod's scope: stopping its worker", node)
+            self._stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
+        # A node still stopping from an earlier scope loss keeps its handle until the
+        # worker is gone; _reap then marks the scope dirty and it starts again here.
+        for count, node in enumerate(sorted(owned - self.workers.keys())):
+            if count >= MAX_STARTS_PER_TURN:
+                self._scope_dirty = True  # the rest next turn, so reports keep flowing
+                break
+            handle = WorkerHandle(node)
+            self.workers[node] = handle
+            self._start(handle, now)
+
+    def _start(self, handle: WorkerHandle, now: float) -> None:
+        journal = str(Path(self.state_dir, f"{metrics_id(handle.node)}.json"))
+        spawn(self.ctx, handle, self.settings, journal, now)
+        self._dirty.add(handle.node)
+
+    def _restart_due(self, now: float) -> None:
+        for handle in self.workers.values():
+            due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
+            if due and handle.process is None:
+                handle.policy.on_restart()
+                log.info(
+                    "restarting worker for node %s (restart %d)",
+                    handle.node,
+                    handle.policy.restarts,
+                )
+                self._start(handle, now)
+
+    def _send_inputs(self) -> None:
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, set()
+        for node in dirty:
+            handle = self.workers.get(node)
+            if handle is None or handle.conn is None or handle.state is WorkerState.STOPPING:
+                continue
+            inputs = self.view.inputs_for(node)
+            if inputs == handle.last_sent:
+                continue
+            try:
+                handle.conn.send(inputs)
+                handle.last_sent = inputs
+            except (OSError, EOFError):
+                self._dirty.add(node)  # retried after the restart
+
+    def _reap_orphans(self) -> None:
+        """As PID 1 we inherit orphans; reap them, but never a child multiprocessing owns."""
+        if os.getpid() != 1:
+            return
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            if info.si_pid in _multiprocessing_helpers():
+                return  # its owner reaps it; a dead fork server is noticed when spawning
+            os.waitpid(info.si_pid, 0)
+            log.info("reaped orphan pid %d", info.si_pid)
+
+    def _publish(self) -> None:
+        s = self.settings
+        self.collector.publish(
+            Snapshot(
+                workers={
+                    node: WorkerView(h.state, h.policy.restarts, h.pid)
+                    for node, h in self.workers.items()
+                },
+                shard_id=s.pool_shard_id,
+                shards=max(1, s.pool_shards),
+                synced=self.synced(),
+            )
+        )
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    def _shutdown(self) -> int:
+        now = self.clock()
+        deadline = now + self.settings.shutdown_timeout_s
+        for handle in self.workers.values():
+            if handle.process is not None and handle.process.exitcode is None:
+                self._stop(handle, StopReason.SHUTDOWN, now, self.settings.shutdown_timeout_s)
+            else:
+                handle.stop_reason = StopReason.SHUTDOWN
+        while any(h.process is not None for h in self.workers.values()):
+            now = self.clock()
+            if now >= deadline:
+                for handle in self.workers.values():
+                    if handle.process is not None and handle.process.exitcode is None:
+                        log.error("worker for node %s did not stop in time: SIGKILL", handle.node)
+                        handle.process.kill()
+                        handle.process.join(2)
+                self._reap(self.clock())
+                break
+            self._wait(min(LOOP_PERIOD_S, deadline - now))
+            self._read_reports(now)
+            self._reap(now)
+        for node, handle in self.workers.items():
+            if handle.restore_problems:
+                result = TickResult(
+                    Backend.NONE,
+                    Result.ERROR,
+                    "agent stopped; could not restore: " + "; ".join(handle.restore_problems),
+                )
+            elif self.settings.restore_on_exit and not self.settings.simulate_only:
+                result = TickResult(
+                    Backend.NONE, Result.NONE, "agent stopped; host limits restored"
+                )
+            else:
+                result = TickResult(Backend.NONE, Result.NONE, "agent stopped; limits left as set")
+            self._offer_status(node, result, force=True)
+        if self.status is not None:
+            self.status.flush(timeout=min(5.0, max(1.0, deadline - self.clock())))
+        log.info("all workers stopped")
+        return 0
+
+
+def _multiprocessing_helpers() -> set[int]:
+    """Pids of the fork server and resource tracker (private attributes, read defensively)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    pids = {
+        getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None),
+        getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
+    }
+    return {p for p in pids if isinstance(p, int)}
