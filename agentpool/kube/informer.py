@@ -10,6 +10,7 @@ keeps serving the last known state meanwhile.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,10 +106,7 @@ class Informer:
         with self._lock:
             response = self._response
         if response is not None:
-            try:
-                response.close()  # unblocks a read in the informer thread
-            except Exception:  # closing a dying socket may fail any way it likes
-                log.debug("closing the %s watch raised", self.resource, exc_info=True)
+            _abort(response)
         self._thread.join(timeout)
 
     def _sleep(self, seconds: float) -> None:
@@ -139,7 +137,7 @@ class Informer:
         with self._lock:
             self._response = response
         if self._stop.is_set():
-            response.close()
+            _abort(response)
 
     def _list_and_watch(self) -> None:
         """Watch from the last resourceVersion, relisting first when there is none.
@@ -183,3 +181,18 @@ class Informer:
                     self.sink(Change(self.resource, kind, obj))
                 # BOOKMARK: only the resourceVersion moves on.
             # Otherwise the server ended the stream (timeoutSeconds): watch again from rv.
+
+
+def _abort(response: Any) -> None:
+    """Unblock a thread reading ``response`` by shutting its socket down.
+
+    ``close()`` from another thread would wait for the reader's buffer lock
+    and so hang with it; ``shutdown()`` makes the blocked read return at once.
+    """
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed: the reader is unblocked either way
