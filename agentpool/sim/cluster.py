@@ -1,0 +1,253 @@
+"""A whole simulated cluster on 127.0.0.1: API emulator, power simulator, agent processes.
+
+What the integration tests, the benchmark and the demo share: seed N managed
+nodes with their NodePowerProfiles and TelemetryProfiles (controls pointing
+at the power simulator, or host controls over per-node sysfs trees), then run
+the real ``agentpool`` command against it as a subprocess, exactly as a pod
+would run it, with ``KUBECONFIG`` pointing at the emulator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentpool.sim.apiserver import ApiEmulator
+from agentpool.sim.powersim import PowerSim
+
+MANAGED = "joulie.io/managed"
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A port that was free a moment ago (the agent binds it right after)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy; TimeoutError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"condition not met within {timeout:g}s")
+        time.sleep(interval)
+
+
+def power_profile(node: str, cap: float | None, profile: str = "eco") -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": node, "profile": profile, "policy": {"name": "sim"}}
+    if cap is not None:
+        spec["cpu"] = {"packagePowerCapWatts": cap}
+    return {
+        "apiVersion": "joulie.io/v1alpha1",
+        "kind": "NodePowerProfile",
+        "metadata": {"name": node},
+        "spec": spec,
+    }
+
+
+def telemetry_profile(
+    node: str, sim: PowerSim | None, mode: str = "auto", timeout_s: float = 2.0
+) -> dict[str, Any]:
+    """HTTP source and control at the power simulator, or host ones when ``sim`` is None."""
+    if sim is None:
+        sources: dict[str, Any] = {"cpu": {"type": "host"}}
+        controls: dict[str, Any] = {"cpu": {"type": "host"}}
+    else:
+        sources = {
+            "cpu": {
+                "type": "http",
+                "http": {"endpoint": sim.telemetry_endpoint, "timeoutSeconds": timeout_s},
+            }
+        }
+        controls = {
+            "cpu": {
+                "type": "http",
+                "http": {
+                    "endpoint": sim.control_endpoint,
+                    "timeoutSeconds": timeout_s,
+                    "mode": mode,
+                },
+            }
+        }
+    return {
+        "apiVersion": "joulie.io/v1alpha1",
+        "kind": "TelemetryProfile",
+        "metadata": {"name": node},
+        "spec": {
+            "target": {"scope": "node", "nodeName": node},
+            "sources": sources,
+            "controls": controls,
+        },
+    }
+
+
+class AgentProcess:
+    """One ``agentpool`` supervisor subprocess and its metrics address."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
+        self.port = port
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        self.process = subprocess.Popen(
+            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
+        try:
+            url = f"http://127.0.0.1:{self.port}{path}"
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metrics(self) -> str:
+        return self.get("/metrics")[1]
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"agent exited with {self.process.returncode}:\n{self.logs()}")
+            with contextlib.suppress(OSError):
+                return self.get("/readyz", timeout=1.0)[0] == 200
+            return False
+
+        wait_until(ready, timeout)
+
+    def logs(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit status (SIGKILL after ``timeout``)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._log.close()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the supervisor only (its workers must notice by themselves)."""
+        self.process.kill()
+        self.process.wait(5)
+
+
+class SimCluster:
+    """Emulated API + power simulator + helpers to seed nodes and run agents."""
+
+    def __init__(self, workdir: str | os.PathLike[str] | None = None, seed: int = 0) -> None:
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="agentpool-sim-")
+        self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
+        self.api = ApiEmulator()
+        self.power = PowerSim(seed=seed)
+        self.agents: list[AgentProcess] = []
+
+    def __enter__(self) -> SimCluster:
+        self.api.start()
+        self.power.start()
+        self.kubeconfig = self.api.write_kubeconfig(self.workdir / "kubeconfig")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for agent in self.agents:
+            agent.terminate(timeout=10)
+        self.api.stop()
+        self.power.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def add_node(
+        self,
+        name: str,
+        managed: bool = True,
+        cap: float | None = 120.0,
+        profile: str = "eco",
+        http: bool = True,
+        labels: Mapping[str, str] | None = None,
+        mode: str = "auto",
+    ) -> None:
+        node_labels = dict(labels or {})
+        if managed:
+            node_labels[MANAGED] = "true"
+        self.api.create("nodes", {"metadata": {"name": name, "labels": node_labels}})
+        if cap is not None or profile:
+            self.api.create("nodepowerprofiles", power_profile(name, cap, profile))
+        self.api.create(
+            "telemetryprofiles", telemetry_profile(name, self.power if http else None, mode)
+        )
+
+    def set_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        self.api.patch("nodes", name, {"metadata": {"labels": dict(labels)}})
+
+    def set_cap(self, name: str, cap: float, profile: str | None = None) -> None:
+        spec: dict[str, Any] = {"cpu": {"packagePowerCapWatts": cap}}
+        if profile is not None:
+            spec["profile"] = profile
+        self.api.patch("nodepowerprofiles", name, {"spec": spec})
+
+    def status(self, name: str) -> dict[str, Any]:
+        obj = self.api.get("telemetryprofiles", name)
+        cpu: dict[str, Any] = ((obj.get("status") or {}).get("control") or {}).get("cpu") or {}
+        return cpu
+
+    def start_agent(
+        self,
+        env: Mapping[str, str] | None = None,
+        args: list[str] | None = None,
+        name: str = "agent",
+    ) -> AgentProcess:
+        port = free_port()
+        full_env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("POOL_", "AGENT_", "NODE_"))
+        }
+        full_env.update(
+            {
+                "KUBECONFIG": str(self.kubeconfig),
+                "AGENT_MODE": "pool",
+                "METRICS_ADDR": f"127.0.0.1:{port}",
+                "RECONCILE_INTERVAL": "1s",
+                "SHUTDOWN_TIMEOUT": "10s",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        full_env.update(env or {})
+        argv = [sys.executable, "-m", "agentpool", *(args or [])]
+        agent = AgentProcess(argv, full_env, port, self.workdir / f"{name}-{len(self.agents)}.log")
+        self.agents.append(agent)
+        return agent
+
+    def controlled_nodes(self, since: float = 0.0) -> Iterator[str]:
+        """Nodes the power simulator received a control request for (monotonic ``since``)."""
+        seen: set[str] = set()
+        for request in self.power.requests(kind="control"):
+            if request.node and request.monotonic >= since and request.node not in seen:
+                seen.add(request.node)
+                yield request.node
