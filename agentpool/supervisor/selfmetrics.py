@@ -118,6 +118,14 @@ class SupervisorCollector(Collector):
         )
         for node, view in sorted(snap.workers.items()):
             restarts.add_metric([node], view.restarts)
+        # The pid lets an operator (and the demo) find a node's worker process;
+        # a worker in backoff has no live process, so it has no series.
+        pids = GaugeMetricFamily(
+            "agentpool_worker_pid", "Process id of a node's live worker", labels=["node"]
+        )
+        for node, view in sorted(snap.workers.items()):
+            if view.pid is not None and view.state is not WorkerState.BACKOFF:
+                pids.add_metric([node], view.pid)
         shard = GaugeMetricFamily("agentpool_shard_id", "This pod's shard")
         shard.add_metric([], snap.shard_id)
         shards = GaugeMetricFamily("agentpool_shards", "Total number of shards")
@@ -152,4 +160,6 @@ class SupervisorCollector(Collector):
             "agentpool_metrics_scrape_duration_seconds", "Duration of the previous /metrics scrape"
         )
         scrape.add_metric([], self.last_scrape_s)
-        return [owned, by_state, restarts, shard, shards, synced, api, watches, rss, cpu, scrape]
+        return [
+            owned, by_state, restarts, pids, shard, shards, synced, api, watches, rss, cpu, scrape
+        ]
