@@ -72,7 +72,7 @@ class StatusWriter:
         self._api = api
         self._heartbeat_s = heartbeat_s
         self._clock = clock
-        self._backoff = tenacity.wait_exponential_jitter(initial=0.5, max=max_backoff_s)
+        self._backoff = tenacity.wait_exponential_jitter(multiplier=0.5, max=max_backoff_s)
         self._written: dict[str, _Written] = {}
         self._pending: dict[str, _Pending] = {}
         self._cond = threading.Condition()

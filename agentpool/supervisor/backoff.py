@@ -36,7 +36,7 @@ class RestartPolicy:
 
     def __post_init__(self) -> None:
         self._wait = tenacity.wait_exponential_jitter(
-            initial=self.initial_s, max=self.max_s, exp_base=2, jitter=self.jitter_s
+            multiplier=self.initial_s, max=self.max_s, exp_base=2, jitter=self.jitter_s
         )
 
     def on_death(self, started_at: float, died_at: float) -> float:

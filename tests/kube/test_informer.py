@@ -1,0 +1,139 @@
+"""The informer against the API emulator, through the real kubernetes client."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentpool.kube.api import KubeApi, Resource, load_client
+from agentpool.kube.informer import Change, Informer, InformerEvent, Snapshot
+from agentpool.sim.apiserver import ApiEmulator
+from agentpool.sim.cluster import wait_until
+
+
+@pytest.fixture
+def api(api_emulator: ApiEmulator) -> Iterator[KubeApi]:
+    assert api_emulator.kubeconfig is not None
+    client = KubeApi(load_client(str(api_emulator.kubeconfig)))
+    yield client
+    client.close()
+
+
+def node(name: str, managed: bool = True) -> dict[str, object]:
+    labels = {"joulie.io/managed": "true"} if managed else {}
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
+        self.seen: list[InformerEvent] = []
+
+    def __call__(self, event: InformerEvent) -> None:
+        self.events.put(event)
+
+    def next(self, timeout: float = 5.0) -> InformerEvent:
+        event = self.events.get(timeout=timeout)
+        self.seen.append(event)
+        return event
+
+
+def test_snapshot_then_changes_with_selector(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    api_emulator.create("nodes", node("a"))
+    api_emulator.create("nodes", node("b", managed=False))
+    sink = Sink()
+    informer = Informer(api, Resource.NODES, sink, label_selector="joulie.io/managed=true")
+    informer.start()
+    try:
+        first = sink.next()
+        assert isinstance(first, Snapshot)
+        assert [i["metadata"]["name"] for i in first.items] == ["a"]
+        api_emulator.patch("nodes", "b", {"metadata": {"labels": {"joulie.io/managed": "true"}}})
+        change = sink.next()
+        assert isinstance(change, Change)
+        assert (change.kind, change.obj["metadata"]["name"]) == ("ADDED", "b")
+        api_emulator.patch("nodes", "a", {"metadata": {"labels": {"joulie.io/managed": None}}})
+        change = sink.next()
+        assert isinstance(change, Change)
+        assert (change.kind, change.obj["metadata"]["name"]) == ("DELETED", "a")
+        assert informer.synced.is_set()
+    finally:
+        informer.stop()
+
+
+def test_gone_relists_and_counts_a_watch_restart(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    api_emulator.create("nodes", node("a"))
+    restarts: list[tuple[Resource, str]] = []
+    sink = Sink()
+    api_emulator.inject(verb="watch", resource="nodes", fault="410", times=1)
+    informer = Informer(
+        api, Resource.NODES, sink, on_watch_restart=lambda r, why: restarts.append((r, why))
+    )
+    informer.start()
+    try:
+        assert isinstance(sink.next(), Snapshot)
+        second = sink.next()
+        assert isinstance(second, Snapshot), "410 Gone must trigger a full relist"
+        assert restarts == [(Resource.NODES, "gone")]
+        counts = api_emulator.request_counts()
+        assert counts[("list", "nodes")] == 2
+    finally:
+        informer.stop()
+
+
+def test_server_errors_back_off_then_recover(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    api_emulator.create("nodes", node("a"))
+    api_emulator.inject(verb="list", resource="nodes", fault="500", times=2)
+    sink = Sink()
+    informer = Informer(api, Resource.NODES, sink, max_backoff_s=0.5)
+    informer.start()
+    try:
+        snapshot = sink.next(timeout=10)
+        assert isinstance(snapshot, Snapshot)
+        assert api_emulator.request_counts()[("list", "nodes")] == 3
+        assert informer.healthy.is_set()
+    finally:
+        informer.stop()
+
+
+def test_a_silent_watch_is_noticed_by_the_read_timeout(
+    api_emulator: ApiEmulator, api: KubeApi
+) -> None:
+    # The watch hangs with the connection open and never answers; the client's read
+    # timeout (server timeout + 10 s would be long, so use a 1 s server timeout) ends it.
+    api_emulator.create("nodes", node("a"))
+    api_emulator.inject(verb="watch", resource="nodes", fault="hang", times=1)
+    sink = Sink()
+    informer = Informer(api, Resource.NODES, sink, watch_timeout_s=1.0, max_backoff_s=0.2)
+    informer.start()
+    try:
+        assert isinstance(sink.next(), Snapshot)
+        wait_until(lambda: api_emulator.request_counts().get(("watch", "nodes"), 0) >= 2, 20)
+        api_emulator.create("nodes", node("late"))
+        change = sink.next(timeout=10)
+        assert isinstance(change, Change)
+        assert change.obj["metadata"]["name"] == "late"
+    finally:
+        informer.stop()
+
+
+def test_stop_returns_promptly_with_a_watch_open(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    sink = Sink()
+    informer = Informer(api, Resource.NODES, sink, watch_timeout_s=300)
+    informer.start()
+    sink.next()
+    wait_until(lambda: api_emulator.open_watches() == 1, 5)
+    started = time.monotonic()
+    informer.stop(timeout=5)
+    assert time.monotonic() - started < 2.0
+
+
+def test_unknown_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+    from agentpool.errors import KubeError
+
+    with pytest.raises(KubeError, match="cannot load Kubernetes configuration"):
+        load_client(str(tmp_path / "missing"))
