@@ -160,7 +160,9 @@ class KubeApi:
             "timeout_seconds": int(max(1, timeout_s)),
             "allow_watch_bookmarks": True,
             "_preload_content": False,
-            "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s + 10.0),
+            # Long enough that a quiet but healthy stream is not cut, short enough to notice a
+            # silent one soon after the server should have ended it.
+            "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s + min(10.0, timeout_s)),
         }
         if label_selector:
             kwargs["label_selector"] = label_selector

@@ -44,9 +44,7 @@ WRITER = textwrap.dedent(
 
 def write(directory: Path, node: str, errors: int, policy: str = "eco") -> None:
     env = {"PROMETHEUS_MULTIPROC_DIR": str(directory), "PATH": "/usr/bin:/bin"}
-    subprocess.run(
-        [sys.executable, "-c", WRITER, node, str(errors), policy], env=env, check=True
-    )
+    subprocess.run([sys.executable, "-c", WRITER, node, str(errors), policy], env=env, check=True)
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -94,7 +92,9 @@ def test_nan_gauges_are_tombstones(tmp_path: Path) -> None:
     write(tmp_path, "node-a", errors=0, policy="performance")
     fast = samples(registry_with(FastMultiProcessCollector(str(tmp_path))))
     caps = {k: v for k, v in fast.items() if k[0] == "joulie_policy_cap_watts"}
-    assert caps == {("joulie_policy_cap_watts", (("node", "node-a"), ("policy", "performance"))): 200.0}
+    assert caps == {
+        ("joulie_policy_cap_watts", (("node", "node-a"), ("policy", "performance"))): 200.0
+    }
     stock = samples(registry_with(MultiProcessCollector(None, path=str(tmp_path))))
     stale = ("joulie_policy_cap_watts", (("node", "node-a"), ("policy", "eco")))
     assert math.isnan(stock[stale]), "the stock collector would export the stale series as NaN"

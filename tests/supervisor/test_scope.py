@@ -15,7 +15,9 @@ def node(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels, "resourceVersion": "1"}}
 
 
-def npp(name: str, target: str, cap: float, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+def npp(
+    name: str, target: str, cap: float, created: str = "2026-01-01T00:00:00Z"
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "creationTimestamp": created, "resourceVersion": "9"},
         "spec": {"nodeName": target, "profile": "eco", "cpu": {"packagePowerCapWatts": cap}},
