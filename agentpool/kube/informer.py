@@ -90,7 +90,9 @@ class Informer:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"informer-{resource}", daemon=True)
         self._retrying = tenacity.Retrying(
-            wait=_WaitRetryAfter(tenacity.wait_exponential_jitter(multiplier=0.5, max=max_backoff_s)),
+            wait=_WaitRetryAfter(
+                tenacity.wait_exponential_jitter(multiplier=0.5, max=max_backoff_s)
+            ),
             retry=tenacity.retry_if_exception_type(KubeTemporaryError),
             stop=tenacity.stop_when_event_set(self._stop),
             sleep=self._sleep,

@@ -187,4 +187,3 @@ class StatusWriter:
             self._written[profile] = _Written(
                 entry.result.status_key(), self._clock(), frozenset(entry.result.observed)
             )
-
