@@ -60,7 +60,12 @@ def status_body(result: TickResult, stale_keys: frozenset[str] = frozenset()) ->
 
 
 class StatusWriter:
-    """Coalescing, retrying status writer. ``offer`` is thread safe and never blocks."""
+    """Coalescing, retrying status writer. ``offer`` is thread safe and never blocks.
+
+    ``clock`` only decides when a heartbeat is due (tests move it); retry
+    delays and flush deadlines are real time, because the writer thread
+    really sleeps through them.
+    """
 
     def __init__(
         self,
@@ -117,13 +122,13 @@ class StatusWriter:
 
     def flush(self, timeout: float) -> bool:
         """Wait until nothing is pending (or ``timeout``); True when all was written."""
-        deadline = self._clock() + timeout
+        deadline = time.monotonic() + timeout
         with self._cond:
             for entry in self._pending.values():
                 entry.not_before = 0.0  # shutdown: no more backoff
             self._cond.notify()
             while self._pending or self._busy:
-                left = deadline - self._clock()
+                left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cond.wait(min(left, 0.1))
@@ -138,7 +143,7 @@ class StatusWriter:
     def _next_batch(self) -> list[tuple[str, _Pending]] | None:
         with self._cond:
             while not self._stop:
-                now = self._clock()
+                now = time.monotonic()
                 ready = [(p, e) for p, e in self._pending.items() if e.not_before <= now]
                 if ready:
                     for profile, _ in ready:
@@ -173,10 +178,10 @@ class StatusWriter:
             with self._cond:
                 newer = self._pending.get(profile)
                 if newer is None:
-                    entry.not_before = self._clock() + delay
+                    entry.not_before = time.monotonic() + delay
                     self._pending[profile] = entry
                 else:
-                    newer.attempt, newer.not_before = entry.attempt, self._clock() + delay
+                    newer.attempt, newer.not_before = entry.attempt, time.monotonic() + delay
             return
         except KubeError as exc:
             self.failures += 1

@@ -1,0 +1,118 @@
+"""The coalescing status writer against the API emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentpool.kube.api import KubeApi, load_client
+from agentpool.kube.status import StatusWriter
+from agentpool.model import Backend, Result, TickResult
+from agentpool.sim.apiserver import ApiEmulator
+from agentpool.sim.cluster import telemetry_profile, wait_until
+
+PATCHES = ("patch", "telemetryprofiles/status")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def writer(api_emulator: ApiEmulator, clock: Clock) -> Iterator[StatusWriter]:
+    assert api_emulator.kubeconfig is not None
+    api = KubeApi(load_client(str(api_emulator.kubeconfig)))
+    api_emulator.create("telemetryprofiles", telemetry_profile("node-a", None))
+    w = StatusWriter(api, heartbeat_s=60.0, clock=clock, max_backoff_s=0.2)
+    w.start()
+    yield w
+    w.stop()
+    api.close()
+
+
+def cpu_status(emu: ApiEmulator) -> dict[str, Any]:
+    status: dict[str, Any] = emu.get("telemetryprofiles", "node-a").get("status") or {}
+    return dict(status.get("control", {}).get("cpu", {}))
+
+
+def applied(message: str = "RAPL PL1 120 W", **observed: Any) -> TickResult:
+    return TickResult(Backend.RAPL, Result.APPLIED, message, dict(observed))
+
+
+def test_writes_only_on_change_or_heartbeat(
+    api_emulator: ApiEmulator, writer: StatusWriter, clock: Clock
+) -> None:
+    assert writer.offer("node-a", "node-a", applied(powerWatts=100))
+    assert writer.flush(5)
+    assert not writer.offer("node-a", "node-a", applied(powerWatts=101)), "same status key"
+    clock.now += 30
+    assert not writer.offer("node-a", "node-a", applied(powerWatts=102))
+    assert writer.offer("node-a", "node-a", applied("RAPL PL1 90 W"))
+    assert writer.flush(5)
+    clock.now += 61
+    assert writer.offer("node-a", "node-a", applied("RAPL PL1 90 W")), "heartbeat due"
+    assert writer.flush(5)
+    assert api_emulator.request_counts()[PATCHES] == 3
+    status = cpu_status(api_emulator)
+    assert (status["backend"], status["result"], status["message"]) == (
+        "rapl",
+        "applied",
+        "RAPL PL1 90 W",
+    )
+    assert status["updatedAt"].endswith("Z")
+
+
+def test_failures_retry_and_the_last_result_wins(
+    api_emulator: ApiEmulator, writer: StatusWriter
+) -> None:
+    api_emulator.inject(verb="patch", resource="telemetryprofiles", subresource="status", times=2)
+    writer.offer("node-a", "node-a", applied("first"))
+    wait_until(lambda: writer.failures >= 1, 5)
+    writer.offer("node-a", "node-a", applied("second"))
+    wait_until(lambda: cpu_status(api_emulator).get("message") == "second", 10)
+    assert writer.flush(5)
+    assert cpu_status(api_emulator)["message"] == "second"
+    # 2 failed attempts, then exactly one successful write; "first" was never written.
+    assert api_emulator.request_counts()[PATCHES] == 3
+    assert writer.writes == 1
+
+
+def test_a_missing_profile_is_not_retried(api_emulator: ApiEmulator, writer: StatusWriter) -> None:
+    writer.offer("no-such-profile", "node-x", applied())
+    assert writer.flush(5)
+    assert writer.failures == 1
+    assert api_emulator.request_counts()[PATCHES] == 1
+
+
+def test_observed_keys_that_went_away_are_removed(
+    api_emulator: ApiEmulator, writer: StatusWriter
+) -> None:
+    writer.offer("node-a", "node-a", TickResult(Backend.DVFS, Result.APPLIED, "a", {"t": 10}))
+    assert writer.flush(5)
+    writer.offer("node-a", "node-a", TickResult(Backend.RAPL, Result.APPLIED, "b", {"cap": 9}))
+    assert writer.flush(5)
+    assert cpu_status(api_emulator)["observed"] == {"cap": 9}
+
+
+def test_only_the_status_subresource_is_written(
+    api_emulator: ApiEmulator, writer: StatusWriter
+) -> None:
+    before = api_emulator.get("telemetryprofiles", "node-a")
+    writer.offer("node-a", "node-a", applied())
+    assert writer.flush(5)
+    after = api_emulator.get("telemetryprofiles", "node-a")
+    assert after["spec"] == before["spec"]
+    counts = api_emulator.request_counts()
+    assert counts.get(("update", "telemetryprofiles"), 0) == 0
+    assert counts.get(("patch", "telemetryprofiles"), 0) == 0
