@@ -1,0 +1,144 @@
+"""Worker and supervisor lifecycle with real processes and signals."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from pathlib import Path
+
+from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.sysfs import build_nodes, read_int
+
+from .agents import alive, restarts, worker_pids
+
+
+def test_a_killed_worker_is_restarted_and_the_others_untouched() -> None:
+    with SimCluster() as cluster:
+        for name in ("a", "b", "c"):
+            cluster.add_node(name)
+        agent = cluster.start_agent()
+        agent.wait_ready()
+        before = wait_until(lambda: p if len(p := worker_pids(agent)) == 3 else None, 20)
+        os.kill(before["a"], signal.SIGKILL)
+        after = wait_until(
+            lambda: p if (p := worker_pids(agent)).get("a", before["a"]) != before["a"] else None,
+            20,
+        )
+        assert after["b"] == before["b"]
+        assert after["c"] == before["c"]
+        assert restarts(agent, "a") == 1.0
+        assert restarts(agent, "b") == 0.0
+        assert "killed by SIGKILL" in agent.logs()
+        assert agent.terminate() == 0
+
+
+def test_a_crash_looping_worker_backs_off_and_does_not_delay_the_others() -> None:
+    with SimCluster() as cluster:
+        for name in ("bad", "good"):
+            cluster.add_node(name)
+        agent = cluster.start_agent({"AGENTPOOL_FAULTS": "crash-at-start:bad"})
+        agent.wait_ready()
+        wait_until(lambda: cluster.status("good").get("result") == "applied", 20)
+        wait_until(lambda: restarts(agent, "bad") >= 2, 20)
+        status = cluster.status("bad")
+        assert status["result"] == "error"
+        assert status["message"].startswith(
+            "controller restarting: worker died (exited with code 1)"
+        )
+        log = agent.logs()
+        # Growing delays: ~1 s, then ~2 s (with up to 0.5 s jitter each).
+        delays = [
+            float(line.rsplit(" in ", 1)[1].rstrip("s"))
+            for line in log.splitlines()
+            if "worker for node bad" in line and "died" in line
+        ]
+        assert len(delays) >= 2
+        assert delays[1] > delays[0]
+        # The healthy node kept ticking every second all along.
+        ticks = [r.monotonic for r in cluster.power.requests(node="good", kind="control")]
+        assert len(ticks) >= 3
+        assert max(b - a for a, b in itertools.pairwise(ticks)) < 2.5
+        assert agent.terminate() == 0
+
+
+def test_a_hung_worker_is_killed_by_the_heartbeat_and_restarted() -> None:
+    with SimCluster() as cluster:
+        cluster.add_node("stuck")
+        agent = cluster.start_agent(
+            {
+                "AGENTPOOL_FAULTS": "hang-in-tick:stuck",
+                "HEARTBEAT_TIMEOUT": "2s",
+                "SHUTDOWN_TIMEOUT": "2s",
+            }
+        )
+        agent.wait_ready()
+        wait_until(lambda: restarts(agent, "stuck") >= 1, 30)
+        log = agent.logs()
+        assert "worker for node stuck" in log
+        assert "silent for" in log
+        assert "unresponsive, killed" in log
+        assert agent.terminate() == 0
+
+
+def host_cluster(cluster: SimCluster, nodes: list[str]) -> tuple[str, dict[str, list[Path]]]:
+    """Nodes with host controls over their own sysfs tree; returns (SYSFS_ROOT, limit files)."""
+    template = str(cluster.workdir / "sys" / "{node}")
+    trees = build_nodes(template, nodes)
+    for name in nodes:
+        cluster.add_node(name, cap=100, http=False)
+    return template, {n: [z.pl1.limit_file for z in t.packages] for n, t in trees.items()}
+
+
+def test_sigterm_stops_everything_and_restores_host_values() -> None:
+    with SimCluster() as cluster:
+        template, limits = host_cluster(cluster, ["h0", "h1"])
+        originals = {p: read_int(p) for files in limits.values() for p in files}
+        agent = cluster.start_agent({"SYSFS_ROOT": template})
+        agent.wait_ready()
+        # 100 W over two packages: 50 W each on PL1.
+        wait_until(
+            lambda: all(read_int(p) == 50_000_000 for files in limits.values() for p in files), 20
+        )
+        pids = worker_pids(agent)
+        started = time.monotonic()
+        assert agent.terminate(timeout=20) == 0
+        assert time.monotonic() - started < 10
+        assert {p: read_int(p) for p in originals} == originals
+        assert not any(alive(pid) for pid in pids.values())
+        for name in ("h0", "h1"):
+            assert cluster.status(name)["message"] == "agent stopped; host limits restored"
+
+
+def test_a_sigkilled_supervisor_leaves_no_worker_and_no_throttled_host() -> None:
+    with SimCluster() as cluster:
+        template, limits = host_cluster(cluster, ["h0", "h1"])
+        originals = {p: read_int(p) for files in limits.values() for p in files}
+        agent = cluster.start_agent({"SYSFS_ROOT": template})
+        agent.wait_ready()
+        pids = wait_until(lambda: p if len(p := worker_pids(agent)) == 2 else None, 20)
+        wait_until(
+            lambda: all(read_int(p) == 50_000_000 for files in limits.values() for p in files), 20
+        )
+        agent.kill()
+        killed_at = time.monotonic()
+        wait_until(lambda: not any(alive(pid) for pid in pids.values()), 5)
+        assert time.monotonic() - killed_at < 2.0
+        # Each worker restored its node on the way out (parent-death signal).
+        assert {p: read_int(p) for p in originals} == originals
+
+
+def test_daemonset_mode_controls_exactly_its_own_node() -> None:
+    with SimCluster() as cluster:
+        for name in ("worker-0", "worker-1", "worker-2"):
+            cluster.add_node(name, managed=name != "worker-1")
+        agent = cluster.start_agent({"AGENT_MODE": "daemonset", "NODE_NAME": "worker-1"})
+        agent.wait_ready()
+        wait_until(lambda: cluster.status("worker-1").get("result") == "applied", 20)
+        assert set(worker_pids(agent)) == {"worker-1"}
+        assert set(cluster.controlled_nodes()) == {"worker-1"}
+        # Only that node is watched: a change elsewhere is not even seen.
+        counts = cluster.api.request_counts()
+        assert counts[("list", "nodes")] == 1
+        assert agent.terminate() == 0
