@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from agentpool import __version__
 from agentpool.config import OPTIONS, Settings, load_settings
+from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError
 from agentpool.sharding import shard_of
 
@@ -95,6 +97,80 @@ def owner(nodes: tuple[str, ...], shards: int | None) -> None:
             sys.exit(CONFIG_EXIT)
     for node in nodes:
         click.echo(f"{node}\t{shard_of(node, shards)}")
+
+
+def _seconds_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A positive duration in seconds: a bare number, or Go-style (``20s``, ``1m30s``)."""
+    if value is None:
+        return None
+    text = value.strip()
+    # A bare number means seconds, as people type it on a command line.
+    if text.replace(".", "", 1).isdigit():
+        text += "s"
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected seconds or a duration like 2s") from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r}: must be positive")
+    return seconds
+
+
+@cli.command()
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=3),
+    default=20,
+    show_default=True,
+    help="managed KWOK-style nodes (plus 2 unmanaged ones)",
+)
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="pool shards: one agentpool process each",
+)
+@click.option(
+    "--duration",
+    default=None,
+    metavar="SECONDS",
+    callback=_seconds_option,
+    help="stop after this long (15, 90s, 2m); default: run until Ctrl-C",
+)
+@click.option(
+    "--interval",
+    default="2s",
+    show_default=True,
+    metavar="DURATION",
+    callback=_seconds_option,
+    help="RECONCILE_INTERVAL of the agents",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="seeds loads and noise")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="keep the kubeconfig and agent logs here; default: a temporary directory",
+)
+def demo(
+    nodes: int,
+    shards: int,
+    duration: float | None,
+    interval: float,
+    seed: int,
+    workdir: Path | None,
+) -> None:
+    """Run a simulated cluster and the real pool supervisor against it, and watch it work.
+
+    Exits 0 when everything it demonstrates was seen to work (with --duration)
+    and every agent stopped cleanly.
+    """
+    # Imported here: the demo needs the simulation kit (the 'sim' extra).
+    from agentpool.demo import DemoOptions, run_demo
+
+    options = DemoOptions(nodes, shards, duration, interval or 2.0, seed, workdir)
+    sys.exit(run_demo(options))
 
 
 def main() -> None:

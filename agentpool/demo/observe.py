@@ -1,0 +1,152 @@
+"""What the demo sees: one row per node, gathered only from the outside.
+
+Everything here is read the way an operator would read it: desired state and
+status from the (emulated) API, worker pids and restarts from each shard's
+merged ``/metrics``, power from the power simulator. Nothing is asked of the
+agent that a real cluster would not expose.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentpool.sim.cluster import MANAGED, AgentProcess, SimCluster
+
+SCRAPE_TIMEOUT_S = 2.0
+
+
+@dataclass
+class ShardMetrics:
+    """The per-node series of one shard's ``/metrics`` the demo displays."""
+
+    up: bool = False
+    """The last scrape answered."""
+    pids: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    caps: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """node -> (policy, watts) from ``joulie_policy_cap_watts``: what the worker enforces."""
+
+
+def parse_metrics(text: str) -> ShardMetrics:
+    metrics = ShardMetrics(up=True)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            node = sample.labels.get("node")
+            if node is None:
+                continue
+            if sample.name == "agentpool_worker_pid":
+                metrics.pids[node] = int(sample.value)
+            elif sample.name == "agentpool_worker_restarts_total":
+                metrics.restarts[node] = int(sample.value)
+            elif sample.name == "joulie_policy_cap_watts" and sample.value > 0:
+                metrics.caps[node] = (sample.labels.get("policy", ""), float(sample.value))
+    return metrics
+
+
+def scrape(agent: AgentProcess) -> ShardMetrics:
+    """One shard's metrics; a shard that does not answer reads as down, not as an error."""
+    try:
+        with urllib.request.urlopen(agent.metrics_url, timeout=SCRAPE_TIMEOUT_S) as response:
+            return parse_metrics(response.read().decode())
+    except (OSError, urllib.error.URLError, ValueError):
+        return ShardMetrics()
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One line of the table."""
+
+    node: str
+    managed: bool
+    """The node carries ``joulie.io/managed=true`` right now."""
+    profile: str | None
+    cap: float | None
+    """Desired cap (NodePowerProfile)."""
+    shard: int | None
+    """The shard whose supervisor runs this node's worker; None without a worker."""
+    pid: int | None
+    restarts: int | None
+    enforced: tuple[str, float] | None
+    """(policy, watts) the worker reports enforcing."""
+    backend: str
+    result: str
+    message: str
+    sim_cap: float | None
+    """The RAPL cap the power simulator last accepted for this node."""
+    throttle_pct: float
+    power_w: float
+    """What the node draws now, from the power simulator."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    """Seconds since the demo started."""
+    rows: list[NodeRow]
+    shards: list[ShardMetrics]
+
+    def row(self, node: str) -> NodeRow:
+        for row in self.rows:
+            if row.node == node:
+                return row
+        raise KeyError(node)
+
+
+def _cpu_status(obj: dict[str, Any]) -> dict[str, Any]:
+    cpu: dict[str, Any] = ((obj.get("status") or {}).get("control") or {}).get("cpu") or {}
+    return cpu
+
+
+def observe(
+    cluster: SimCluster, agents: list[AgentProcess], nodes: list[str], at: float
+) -> Snapshot:
+    shards = [scrape(agent) for agent in agents]
+    rows = []
+    for node in nodes:
+        labels = cluster.api.get("nodes", node).get("metadata", {}).get("labels") or {}
+        spec = cluster.api.get("nodepowerprofiles", node).get("spec") or {}
+        cap = (spec.get("cpu") or {}).get("packagePowerCapWatts")
+        status = _cpu_status(cluster.api.get("telemetryprofiles", node))
+        shard = next((i for i, m in enumerate(shards) if node in m.pids), None)
+        restarts = next((m.restarts[node] for m in shards if node in m.restarts), None)
+        enforced = next((m.caps[node] for m in shards if node in m.caps), None)
+        power = cluster.power.state(node)
+        rows.append(
+            NodeRow(
+                node=node,
+                managed=labels.get(MANAGED) == "true",
+                profile=spec.get("profile"),
+                cap=float(cap) if cap is not None else None,
+                shard=shard,
+                pid=shards[shard].pids[node] if shard is not None else None,
+                restarts=restarts,
+                enforced=enforced,
+                backend=str(status.get("backend", "")),
+                result=str(status.get("result", "")),
+                message=str(status.get("message", "")),
+                sim_cap=power.cap_watts,
+                throttle_pct=power.throttle_pct,
+                power_w=(
+                    power.last_power_watts
+                    if power.last_power_watts is not None
+                    else power.expected_power_watts
+                ),
+            )
+        )
+    return Snapshot(at, rows, shards)
+
+
+def cap_applied(row: NodeRow) -> bool:
+    """The worker enforces the desired cap and the status says it worked."""
+    return (
+        row.cap is not None
+        and row.pid is not None
+        and row.result == "applied"
+        and row.enforced is not None
+        and row.enforced == (row.profile, row.cap)
+    )

@@ -1,0 +1,151 @@
+"""The demo's cluster: which nodes exist, what they want, how they draw power.
+
+This module owns the seeding of a :class:`~agentpool.sim.cluster.SimCluster`
+(KWOK-style nodes, NodePowerProfiles, TelemetryProfiles pointing at the power
+simulator) and the environment the shard agents get. It configures the agent
+only through its documented variables, exactly as a StatefulSet would; the
+agent must never learn that it runs in a demo.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+
+from agentpool.durations import format_duration
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.powermodel import RAPL_ACTION
+
+MANAGED_PREFIX = "kwok-node-"
+UNMANAGED_PREFIX = "kwok-spare-"
+UNMANAGED_COUNT = 2
+RAPL_LOCKED_MESSAGE = "RAPL locked by firmware (simulated)"
+NOISE_WATTS = 1.5
+"""Telemetry noise, so the DVFS nodes' readings move like real ones."""
+LOAD_RANGE = (0.35, 0.95)
+LOAD_STEP = 0.08
+"""Largest change of a node's load per workload drift step."""
+
+
+class Profile(enum.StrEnum):
+    ECO = "eco"
+    """Low cap: the operator wants energy saved."""
+    PERFORMANCE = "performance"
+    """High cap: the operator wants speed."""
+
+    @property
+    def cap_watts(self) -> float:
+        return CAPS[self]
+
+
+CAPS: dict[Profile, float] = {Profile.ECO: 120.0, Profile.PERFORMANCE: 200.0}
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One simulated node as the demo seeds it."""
+
+    name: str
+    managed: bool
+    """Carries ``joulie.io/managed=true`` at start."""
+    profile: Profile
+    load: float
+    """Initial utilisation in the power simulator."""
+    rapl_locked: bool
+    """The simulator refuses RAPL for this node, so the agent falls back to DVFS."""
+    vendor: str
+    """NFD CPU vendor label, as Node Feature Discovery would set it."""
+
+    @property
+    def cap(self) -> float:
+        return self.profile.cap_watts
+
+
+def plan_nodes(count: int, seed: int) -> list[NodePlan]:
+    """``count`` managed nodes and a couple of unmanaged ones, reproducible from ``seed``.
+
+    Odd nodes run ``performance``, even ones ``eco``; every fourth node (2, 6,
+    10...) has RAPL locked, so the table shows the DVFS fallback throttling an
+    eco node whose load is above its cap.
+    """
+    rng = random.Random(seed)
+    plans = [
+        NodePlan(
+            name=f"{MANAGED_PREFIX}{i}",
+            managed=True,
+            profile=Profile.PERFORMANCE if i % 2 else Profile.ECO,
+            load=round(rng.uniform(0.5, 0.9), 2),
+            rapl_locked=i % 4 == 2,
+            vendor="GenuineIntel" if i % 3 else "AuthenticAMD",
+        )
+        for i in range(count)
+    ]
+    plans += [
+        NodePlan(
+            name=f"{UNMANAGED_PREFIX}{i}",
+            managed=False,
+            profile=Profile.ECO,
+            load=round(rng.uniform(0.5, 0.9), 2),
+            rapl_locked=False,
+            vendor="GenuineIntel",
+        )
+        for i in range(UNMANAGED_COUNT)
+    ]
+    return plans
+
+
+def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
+    """Create every node in the power simulator and the API emulator."""
+    for plan in plans:
+        cluster.power.add_node(plan.name, load=plan.load, noise_watts=NOISE_WATTS)
+        if plan.rapl_locked:
+            cluster.power.set_behaviour(
+                plan.name, "blocked", RAPL_LOCKED_MESSAGE, action=RAPL_ACTION
+            )
+        cluster.add_node(
+            plan.name,
+            managed=plan.managed,
+            cap=plan.cap,
+            profile=plan.profile.value,
+            labels={
+                "type": "kwok",
+                "kubernetes.io/hostname": plan.name,
+                "feature.node.kubernetes.io/cpu-vendor": plan.vendor,
+            },
+        )
+
+
+def agent_env(shard: int, shards: int, interval_s: float) -> dict[str, str]:
+    """What the StatefulSet would pass to replica ``shard`` (plus the demo's tempo).
+
+    The DVFS cooldown defaults to 20 s, tuned for a 20 s reconcile interval;
+    the demo reconciles faster, so it scales the cooldown with the interval
+    to let the throttle move while someone is watching.
+    """
+    return {
+        "AGENT_MODE": "pool",
+        "POOL_SHARDS": str(shards),
+        "POOL_SHARD_ID": str(shard),
+        "POD_NAME": f"joulie-agent-pool-{shard}",
+        "RECONCILE_INTERVAL": format_duration(interval_s),
+        "DVFS_COOLDOWN": format_duration(2 * interval_s),
+        "SHUTDOWN_TIMEOUT": "10s",
+    }
+
+
+class Workload:
+    """Drifts node loads a little at a time, so power and throttle keep moving."""
+
+    def __init__(self, cluster: SimCluster, plans: list[NodePlan], seed: int) -> None:
+        self._cluster = cluster
+        self._loads = {plan.name: plan.load for plan in plans}
+        # A separate stream from the plan's, so drift does not change the layout.
+        self._rng = random.Random(seed + 1)
+
+    def step(self) -> None:
+        low, high = LOAD_RANGE
+        for node, load in self._loads.items():
+            load = min(high, max(low, load + self._rng.uniform(-LOAD_STEP, LOAD_STEP)))
+            self._loads[node] = round(load, 2)
+            self._cluster.power.set_load(node, self._loads[node])
