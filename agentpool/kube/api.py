@@ -54,7 +54,8 @@ def _wrap(exc: Exception, what: str) -> KubeError:
     if isinstance(exc, ApiException):
         status = int(exc.status or 0)
         reason = f"{what}: HTTP {status} {exc.reason}"
-        if status == 429 or status >= 500:
+        # 409: a conflicting write (another writer got there first) is worth a retry too.
+        if status in (409, 429) or status >= 500:
             retry_after = (exc.headers or {}).get("Retry-After") if exc.headers else None
             try:
                 delay = float(retry_after) if retry_after else 1.0

@@ -127,28 +127,33 @@ class Informer:
         self.on_watch_restart(self.resource, "error")
 
     def _run(self) -> None:
-        try:
-            self._retrying(self._list_and_watch)
-        except KubeError as exc:
-            if not self._stop.is_set():
-                log.error("%s informer stopped: %s", self.resource, exc)
-        except tenacity.RetryError:
-            pass  # stopped while backing off
+        # One retrying call per watch session, so the backoff starts afresh after
+        # every session that worked instead of growing over the informer's life.
+        while not self._stop.is_set():
+            try:
+                self._retrying(self._session)
+            except KubeError as exc:
+                if not self._stop.is_set():
+                    log.error("%s informer stopped: %s", self.resource, exc)
+                return
+            except tenacity.RetryError:
+                return  # stopped while backing off
 
     def _remember(self, response: Any) -> None:
+        self.healthy.set()  # the server answered the watch: reachable, even if quiet
         with self._lock:
             self._response = response
         if self._stop.is_set():
             _abort(response)
 
-    def _list_and_watch(self) -> None:
-        """Watch from the last resourceVersion, relisting first when there is none.
+    def _session(self) -> None:
+        """Relist if needed, then one watch stream until the server ends it or 410.
 
-        Returns only when stopped. After a dropped connection the watch
-        resumes from where it was; only 410 Gone (history lost) forces a
-        relist, so a flaky network does not cost a full LIST each time.
+        The watch resumes from the last resourceVersion after a dropped
+        connection; only 410 Gone (history lost) forces a relist, so a flaky
+        network does not cost a full LIST each time.
         """
-        while not self._stop.is_set():
+        if not self._stop.is_set():
             if self._rv is None:
                 listing = self.api.list(self.resource, self.label_selector, self.field_selector)
                 self.healthy.set()
@@ -182,7 +187,7 @@ class Informer:
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self.sink(Change(self.resource, kind, obj))
                 # BOOKMARK: only the resourceVersion moves on.
-            # Otherwise the server ended the stream (timeoutSeconds): watch again from rv.
+            # Otherwise the server ended the stream (timeoutSeconds): _run watches again.
 
 
 def _abort(response: Any) -> None:
