@@ -11,6 +11,15 @@ are no locks around the worker table. Each turn of the loop:
 5. kill workers that went silent, SIGKILL workers that overstayed a stop;
 6. start/stop workers so that exactly the owned nodes have one, and send each
    worker its node's inputs when they changed.
+
+Why an epoll selector that lives as long as the loop: with 1,000 workers
+reporting every 10 s the loop wakes ~100 times a second. Building a poll set
+of 2,000 descriptors per wake-up and asking every worker's pipe and process
+whether it is ready made each turn O(workers) and cost a third of a core.
+Each worker's pipe and exit sentinel are registered once, when it starts, and
+unregistered before they are closed, so a turn touches only the workers that
+have something to say. The scans over every worker (heartbeats, kill
+deadlines, due restarts, the metrics snapshot) run once per ``LOOP_PERIOD_S``.
 """
 
 from __future__ import annotations
@@ -19,10 +28,10 @@ import contextlib
 import logging
 import os
 import queue
+import selectors
 import signal
 import time
 from collections.abc import Callable
-from multiprocessing import connection
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
@@ -48,6 +57,7 @@ from agentpool.supervisor.workers import (
 log = logging.getLogger(__name__)
 
 LOOP_PERIOD_S = 0.5
+"""Longest sleep of the loop, and the period of the scans over every worker."""
 KILL_GRACE_S = 2.0
 """A silent worker gets SIGTERM, then SIGKILL this much later."""
 MAX_STARTS_PER_TURN = 64
@@ -84,6 +94,15 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._readable: set[str] = set()
+        """Nodes whose worker pipe has data or hit EOF since the last read."""
+        self._exited: set[str] = set()
+        """Nodes whose worker's exit sentinel fired since the last reap."""
+        self._next_scan = 0.0
+        self._changed = True
+        """A worker started, stopped, died or began running: publish a fresh snapshot."""
         self._dirty: set[str] = set()
         self._scope_dirty = True
         self._stopping = False
@@ -117,7 +136,8 @@ class Supervisor:
         return self._shutdown()
 
     def _turn(self) -> None:
-        self._wait(LOOP_PERIOD_S)
+        busy = self._scope_dirty or not self.events.empty()
+        self._wait(0.0 if busy else max(0.0, min(LOOP_PERIOD_S, self._next_scan - self.clock())))
         now = self.clock()
         self.loop_heartbeat = now
         self._handle_signals()
@@ -126,28 +146,65 @@ class Supervisor:
         self._apply_events()
         self._read_reports(now)
         self._reap(now)
-        self._check_heartbeats(now)
-        self._enforce_kill_deadlines(now)
+        scan = now >= self._next_scan
+        if scan:
+            self._next_scan = now + LOOP_PERIOD_S
+            self._check_heartbeats(now)
+            self._enforce_kill_deadlines(now)
         if self._scope_dirty:
             self._reconcile_scope(now)
-        self._restart_due(now)
+        if scan:
+            self._restart_due(now)
         self._send_inputs()
-        self._reap_orphans()
-        self._publish()
+        if scan:
+            self._reap_orphans()
+        if scan or self._changed:
+            self._publish()
 
     def _wait(self, timeout: float) -> None:
-        waitables: list[Any] = [self._wake_r]
-        for handle in self.workers.values():
-            if handle.conn is not None:
-                waitables.append(handle.conn)
-            if handle.process is not None:
-                waitables.append(handle.process.sentinel)
-        connection.wait(waitables, timeout)
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:
+                self._drain_wake_pipe()
+                continue
+            node, what = key.data
+            (self._readable if what == "conn" else self._exited).add(node)
+
+    def _drain_wake_pipe(self) -> None:
         try:
             while os.read(self._wake_r, 4096):
                 pass
         except BlockingIOError:
             pass
+
+    # -- descriptors: registered with the selector while open ------------------------------------
+
+    def _register(self, fd: int, data: tuple[str, str]) -> None:
+        try:
+            self._selector.register(fd, selectors.EVENT_READ, data)
+        except KeyError:  # a stale entry for a reused number: replace it
+            self._selector.modify(fd, selectors.EVENT_READ, data)
+
+    def _unregister(self, fd: int) -> None:
+        try:
+            self._selector.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass  # never registered, or already gone
+
+    def _watch(self, handle: WorkerHandle) -> None:
+        """Register a freshly spawned worker's pipe and exit sentinel."""
+        if handle.conn is not None:
+            self._register(handle.conn.fileno(), (handle.node, "conn"))
+        if handle.process is not None:
+            self._register(handle.process.sentinel, (handle.node, "exit"))
+
+    def _close_conn(self, handle: WorkerHandle) -> None:
+        conn, handle.conn = handle.conn, None
+        self._readable.discard(handle.node)
+        if conn is None:
+            return
+        with contextlib.suppress(OSError):
+            self._unregister(conn.fileno())
+        conn.close()
 
     def _handle_signals(self) -> None:
         while True:
@@ -174,22 +231,28 @@ class Supervisor:
     # -- reports ---------------------------------------------------------------------------------
 
     def _read_reports(self, now: float) -> None:
-        for handle in list(self.workers.values()):
-            conn = handle.conn
-            if conn is None:
-                continue
-            try:
-                while conn.poll(0):
-                    self._on_message(handle, conn.recv(), now)
-            except (EOFError, OSError):
-                handle.conn = None  # the process sentinel tells us how it ended
-                conn.close()
+        ready, self._readable = self._readable, set()
+        for node in ready:
+            handle = self.workers.get(node)
+            if handle is not None:
+                self._read_from(handle, now)
+
+    def _read_from(self, handle: WorkerHandle, now: float) -> None:
+        conn = handle.conn
+        if conn is None:
+            return
+        try:
+            while conn.poll(0):
+                self._on_message(handle, conn.recv(), now)
+        except (EOFError, OSError):
+            self._close_conn(handle)  # the process sentinel tells us how it ended
 
     def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
         handle.last_seen = now
         if isinstance(message, TickReport):
             if handle.state is WorkerState.STARTING:
                 handle.state = WorkerState.RUNNING
+                self._changed = True
                 log.info("worker for node %s running (pid %s)", handle.node, handle.pid)
             previous = handle.last_result
             handle.last_result = message.result
@@ -215,18 +278,22 @@ class Supervisor:
     # -- deaths, heartbeats, stops ---------------------------------------------------------------
 
     def _reap(self, now: float) -> None:
-        for node, handle in list(self.workers.items()):
-            process = handle.process
-            if process is None or process.exitcode is None:
+        exited, self._exited = self._exited, set()
+        for node in exited:
+            handle = self.workers.get(node)
+            process = handle.process if handle is not None else None
+            if handle is None or process is None:
                 continue
-            self._read_reports(now)  # a Stopped message may still be in the pipe
+            if process.exitcode is None:  # not gone after all: wait for the next wake-up
+                continue
+            self._read_from(handle, now)  # a Stopped message may still be in the pipe
             how = describe_exit(process.exitcode)
             pid = process.pid
+            self._unregister(process.sentinel)
             process.close()
             handle.process = None
-            if handle.conn is not None:
-                handle.conn.close()
-                handle.conn = None
+            self._changed = True
+            self._close_conn(handle)
             ident = metrics_id(node)
             mark_process_dead(ident, self.multiproc_dir)  # type: ignore[no-untyped-call]
             reason = handle.stop_reason
@@ -262,6 +329,7 @@ class Supervisor:
     def _forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and every metrics file."""
         self.workers.pop(node, None)
+        self._changed = True
         ident = metrics_id(node)
         for name in os.listdir(self.multiproc_dir):
             if name.endswith(f"_{ident}.db"):
@@ -284,6 +352,7 @@ class Supervisor:
 
     def _stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
         handle.state = WorkerState.STOPPING
+        self._changed = True
         handle.stop_reason = reason
         handle.kill_at = now + grace
         if handle.conn is not None:
@@ -331,6 +400,8 @@ class Supervisor:
     def _start(self, handle: WorkerHandle, now: float) -> None:
         journal = str(Path(self.state_dir, f"{metrics_id(handle.node)}.json"))
         spawn(self.ctx, handle, self.settings, journal, now)
+        self._watch(handle)
+        self._changed = True
         self._dirty.add(handle.node)
 
     def _restart_due(self, now: float) -> None:
@@ -379,6 +450,7 @@ class Supervisor:
             log.info("reaped orphan pid %d", info.si_pid)
 
     def _publish(self) -> None:
+        self._changed = False
         s = self.settings
         self.collector.publish(
             Snapshot(
@@ -410,9 +482,12 @@ class Supervisor:
                         log.error("worker for node %s did not stop in time: SIGKILL", handle.node)
                         handle.process.kill()
                         handle.process.join(2)
+                    if handle.process is not None:
+                        self._exited.add(handle.node)
                 self._reap(self.clock())
                 break
             self._wait(min(LOOP_PERIOD_S, deadline - now))
+            now = self.clock()
             self._read_reports(now)
             self._reap(now)
         for node, handle in self.workers.items():
