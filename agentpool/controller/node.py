@@ -69,6 +69,11 @@ class NodeController:
         """(endpoint, pct) last posted over HTTP, so RAPL recovery can release it."""
 
     def update(self, inputs: NodeInputs) -> None:
+        if (
+            inputs.power_profile_note
+            and inputs.power_profile_note != self.inputs.power_profile_note
+        ):
+            log.warning("node %s: %s", self.node, inputs.power_profile_note)
         self.inputs = inputs
 
     def tick(self) -> TickResult:
@@ -77,6 +82,12 @@ class NodeController:
             result = self._reconcile()
         except AgentError as exc:
             result = TickResult(Backend.NONE, Result.ERROR, str(exc))
+        note = self.inputs.power_profile_note
+        if note and result.result is not Result.ERROR:
+            # Several profiles target this node: say which one won, where operators look.
+            result = TickResult(
+                result.backend, result.result, f"{result.message} [{note}]", result.observed
+            )
         if result.result is Result.ERROR:
             self.metrics.count_error()
         if result.backend is not Backend.DVFS or result.result is Result.ERROR:
@@ -135,7 +146,7 @@ class NodeController:
                 observed,
             )
         if routing.control is ControlType.HTTP:
-            return self._http_control(cap, routing, observed)
+            return self._http_control(cap, routing, observed, sample)
         return self._host_control(cap, routing, hardware, sample, observed)
 
     def _policy(self) -> PowerPolicy | None:
@@ -168,7 +179,13 @@ class NodeController:
 
     # -- HTTP control --------------------------------------------------------------------------
 
-    def _http_control(self, cap: float, routing: Routing, observed: dict[str, Any]) -> TickResult:
+    def _http_control(
+        self,
+        cap: float,
+        routing: Routing,
+        observed: dict[str, Any],
+        sample: EnergySample | None,
+    ) -> TickResult:
         endpoint = routing.control_http
         assert endpoint is not None
         reason = "HTTP control mode is dvfs"
@@ -182,7 +199,9 @@ class NodeController:
             if routing.mode is ControlMode.RAPL:
                 return TickResult(Backend.RAPL, answer.result, answer.message, observed)
             reason = f"RAPL {answer.result.value}: {answer.message}"
-        return self._dvfs_tick(cap, routing, observed, reason)
+        # Pass this tick's host energy sample on: sampling the meter a second time at the
+        # same instant yields no power, so HTTP control with host telemetry never saw any.
+        return self._dvfs_tick(cap, routing, observed, reason, sample)
 
     def _release_http_throttle(self, cap: float) -> None:
         if self._http_throttle is None or self._http_throttle[1] == 0:

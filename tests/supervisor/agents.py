@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.sim.cluster import AgentProcess
+from agentpool.sim.cluster import AgentProcess, SimCluster
+from agentpool.sim.sysfs import SysfsTree, build_nodes, intel_2socket
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -48,3 +51,25 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def host_cluster(
+    cluster: SimCluster,
+    nodes: list[str],
+    builder: Callable[..., SysfsTree] = intel_2socket,
+    cap: float = 100,
+) -> tuple[str, dict[str, SysfsTree]]:
+    """Nodes with host controls over their own sysfs tree; returns (SYSFS_ROOT, trees).
+
+    Keep the trees referenced while the agent runs: locked (read-only) limit
+    files live only as long as their tree is open.
+    """
+    template = str(cluster.workdir / "sys" / "{node}")
+    trees = build_nodes(template, nodes, builder)
+    for name in nodes:
+        cluster.add_node(name, cap=cap, http=False)
+    return template, trees
+
+
+def pl1_files(trees: dict[str, SysfsTree]) -> list[Path]:
+    return [z.pl1.limit_file for t in trees.values() for z in t.packages if z.pl1 is not None]

@@ -6,12 +6,11 @@ import itertools
 import os
 import signal
 import time
-from pathlib import Path
 
 from agentpool.sim.cluster import SimCluster, wait_until
-from agentpool.sim.sysfs import build_nodes, read_int
+from agentpool.sim.sysfs import read_int
 
-from .agents import alive, restarts, worker_pids
+from .agents import alive, host_cluster, pl1_files, restarts, worker_pids
 
 
 def test_a_killed_worker_is_restarted_and_the_others_untouched() -> None:
@@ -82,25 +81,14 @@ def test_a_hung_worker_is_killed_by_the_heartbeat_and_restarted() -> None:
         assert agent.terminate() == 0
 
 
-def host_cluster(cluster: SimCluster, nodes: list[str]) -> tuple[str, dict[str, list[Path]]]:
-    """Nodes with host controls over their own sysfs tree; returns (SYSFS_ROOT, limit files)."""
-    template = str(cluster.workdir / "sys" / "{node}")
-    trees = build_nodes(template, nodes)
-    for name in nodes:
-        cluster.add_node(name, cap=100, http=False)
-    return template, {n: [z.pl1.limit_file for z in t.packages] for n, t in trees.items()}
-
-
 def test_sigterm_stops_everything_and_restores_host_values() -> None:
     with SimCluster() as cluster:
-        template, limits = host_cluster(cluster, ["h0", "h1"])
-        originals = {p: read_int(p) for files in limits.values() for p in files}
+        template, trees = host_cluster(cluster, ["h0", "h1"])
+        originals = {p: read_int(p) for p in pl1_files(trees)}
         agent = cluster.start_agent({"SYSFS_ROOT": template})
         agent.wait_ready()
         # 100 W over two packages: 50 W each on PL1.
-        wait_until(
-            lambda: all(read_int(p) == 50_000_000 for files in limits.values() for p in files), 20
-        )
+        wait_until(lambda: all(read_int(p) == 50_000_000 for p in originals), 20)
         pids = worker_pids(agent)
         started = time.monotonic()
         assert agent.terminate(timeout=20) == 0
@@ -113,14 +101,12 @@ def test_sigterm_stops_everything_and_restores_host_values() -> None:
 
 def test_a_sigkilled_supervisor_leaves_no_worker_and_no_throttled_host() -> None:
     with SimCluster() as cluster:
-        template, limits = host_cluster(cluster, ["h0", "h1"])
-        originals = {p: read_int(p) for files in limits.values() for p in files}
+        template, trees = host_cluster(cluster, ["h0", "h1"])
+        originals = {p: read_int(p) for p in pl1_files(trees)}
         agent = cluster.start_agent({"SYSFS_ROOT": template})
         agent.wait_ready()
         pids = wait_until(lambda: p if len(p := worker_pids(agent)) == 2 else None, 20)
-        wait_until(
-            lambda: all(read_int(p) == 50_000_000 for files in limits.values() for p in files), 20
-        )
+        wait_until(lambda: all(read_int(p) == 50_000_000 for p in originals), 20)
         agent.kill()
         killed_at = time.monotonic()
         wait_until(lambda: not any(alive(pid) for pid in pids.values()), 5)
