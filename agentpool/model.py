@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 
 class Profile(enum.StrEnum):
@@ -79,7 +80,9 @@ class HttpEndpoint:
     timeout_s: float = 2.0
 
     def url(self, node: str) -> str:
-        return self.template.replace("{node}", node)
+        # Percent-encoded: a node name is a path segment, and http.client refuses
+        # non-ASCII in a request line (DNS-1123 names pass through unchanged).
+        return self.template.replace("{node}", quote(node, safe=""))
 
 
 @dataclass(frozen=True)

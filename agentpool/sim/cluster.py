@@ -197,7 +197,7 @@ class SimCluster:
         if managed:
             node_labels[MANAGED] = "true"
         self.api.create("nodes", {"metadata": {"name": name, "labels": node_labels}})
-        if cap is not None or profile:
+        if profile:  # profile="" seeds the node without a NodePowerProfile
             self.api.create("nodepowerprofiles", power_profile(name, cap, profile))
         self.api.create(
             "telemetryprofiles", telemetry_profile(name, self.power if http else None, mode)
