@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -135,9 +136,12 @@ class _Run:
             "managed nodes",
             f"timeline: {len(confirmed)}/{len(self.moments)} moments confirmed",
         ]
-        lines += [
-            f"  {'ok ' if m.phase is Phase.CONFIRMED else 'NOT'} {m.title}" for m in self.moments
-        ]
+        marks = {
+            Phase.CONFIRMED: "ok           ",
+            Phase.PERFORMED: "NOT CONFIRMED",
+            Phase.WAITING: "not reached  ",
+        }
+        lines += [f"  {marks[m.phase]} {m.title}" for m in self.moments]
         # Ctrl-C before the script ran is the user's choice; with --duration
         # everything must have been seen to work.
         if not interrupted and self.pending():
@@ -146,14 +150,24 @@ class _Run:
 
 
 def _stop_agents(agents: list[AgentProcess], view: View) -> list[int]:
-    """SIGTERM all at once (they shut down in parallel), then collect each status."""
+    """SIGTERM each agent exactly once (all at once, so they stop in parallel), then wait.
+
+    Exactly once: as in Kubernetes, a second SIGTERM is not part of the
+    contract, and the supervisor may already have restored default handlers.
+    """
+    began = time.monotonic()
     for agent in agents:
         if agent.process.poll() is None:
             agent.process.send_signal(signal.SIGTERM)
     codes = []
     for shard, agent in enumerate(agents):
-        began = time.monotonic()
-        code = agent.terminate(timeout=STOP_TIMEOUT_S)
+        try:
+            agent.process.wait(max(0.1, began + STOP_TIMEOUT_S - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            view.message(f"shard {shard} agent did not stop within {STOP_TIMEOUT_S:g}s: SIGKILL")
+            agent.process.kill()
+            agent.process.wait()
+        code = agent.terminate()  # only closes its log now: the process has exited
         codes.append(code)
         view.message(
             f"shard {shard} agent (pid {agent.pid}) exited with status {code} "
@@ -163,7 +177,8 @@ def _stop_agents(agents: list[AgentProcess], view: View) -> list[int]:
 
 
 def _log_tail(agent: AgentProcess) -> str:
-    lines = agent.logs().splitlines()[-LOG_TAIL_LINES:]
+    # Read the file itself: the agent's handle on it is closed once it stopped.
+    lines = agent.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
     return "\n".join("    " + line for line in lines)
 
 
