@@ -138,7 +138,8 @@ class AgentProcess:
         wait_until(ready, timeout)
 
     def logs(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def terminate(self, timeout: float = 30.0) -> int:
