@@ -60,9 +60,8 @@ class DemoOptions:
 class _Run:
     """State of one demo run, so the loop's pieces stay small."""
 
-    def __init__(self, opts: DemoOptions, out: TextIO) -> None:
+    def __init__(self, opts: DemoOptions) -> None:
         self.opts = opts
-        self.out = out
         self.plans = plan_nodes(opts.nodes, opts.seed)
         self.nodes = [plan.name for plan in self.plans]
         self.moments: list[Moment] = script(self.plans, opts.duration_s)
@@ -183,7 +182,7 @@ def _log_tail(agent: AgentProcess) -> str:
 
 
 def _run(opts: DemoOptions, signals: queue.SimpleQueue[int], out: TextIO) -> int:
-    run = _Run(opts, out)
+    run = _Run(opts)
     if opts.workdir is not None:
         opts.workdir.mkdir(parents=True, exist_ok=True)
     with SimCluster(workdir=opts.workdir, seed=opts.seed) as cluster:
@@ -213,8 +212,9 @@ def _run(opts: DemoOptions, signals: queue.SimpleQueue[int], out: TextIO) -> int
         for line in run.summary(interrupted):
             view.message(line)
         for shard, code in enumerate(codes):
-            if code != 0:
-                run.failures.append(f"shard {shard} agent exited with status {code}")
+            failure = f"shard {shard} agent exited with status {code}"
+            if code != 0 and failure not in run.failures:
+                run.failures.append(failure)
         if run.failures:
             for failure in run.failures:
                 view.message(f"FAILED: {failure}")
