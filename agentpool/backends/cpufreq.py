@@ -14,7 +14,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentpool.backends.sysfsio import Originals, read_int, read_text, try_read_int, write_int
+from agentpool.backends.sysfsio import (
+    Originals,
+    read_int,
+    read_text,
+    try_read_int,
+    undo_apply,
+    write_int,
+)
 from agentpool.errors import SysfsError
 
 log = logging.getLogger(__name__)
@@ -119,6 +126,7 @@ class CpufreqHost:
         policies = self.policies()
         count = math.ceil(len(policies) * throttle_pct / 100)
         written: list[tuple[Path, int]] = []
+        fresh: list[Path] = []
         result: dict[str, int] = {}
         try:
             for position, policy in enumerate(policies):
@@ -126,7 +134,8 @@ class CpufreqHost:
                 original = self._original(policy)
                 want = self.throttled_freq(policy) if position < count else original
                 if current != want:
-                    self._originals.remember(policy.max_file, current)
+                    if self._originals.remember(policy.max_file, current):
+                        fresh.append(policy.max_file)
                     write_int(policy.max_file, want)
                     written.append((policy.max_file, current))
                     got = read_int(policy.max_file)
@@ -134,11 +143,7 @@ class CpufreqHost:
                         raise SysfsError(str(policy.max_file), f"wrote {want}, read back {got}")
                 result[policy.path.name] = want
         except SysfsError:
-            for path, previous in reversed(written):
-                try:
-                    write_int(path, previous)
-                except SysfsError as exc:
-                    log.error("could not roll back %s to %d: %s", path, previous, exc)
+            undo_apply(self._originals, written, fresh)
             raise
         return result
 

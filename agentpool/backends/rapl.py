@@ -23,7 +23,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentpool.backends.sysfsio import Originals, read_int, read_text, try_read_int, write_int
+from agentpool.backends.sysfsio import (
+    Originals,
+    read_int,
+    read_text,
+    try_read_int,
+    undo_apply,
+    write_int,
+)
 from agentpool.errors import RaplUnavailableError, SysfsError
 
 log = logging.getLogger(__name__)
@@ -130,6 +137,7 @@ class RaplHost:
             raise RaplUnavailableError("no RAPL package zone with a PL1 limit")
         per_zone = int(cap_watts / len(zones) * 1_000_000)
         written: list[tuple[Path, int]] = []
+        fresh: list[Path] = []
         applied: dict[str, int] = {}
         try:
             for zone in zones:
@@ -141,7 +149,8 @@ class RaplHost:
                         want = min(want, ceiling)
                 current = read_int(zone.limit_file)
                 if not stuck(want, current):
-                    self._originals.remember(zone.limit_file, current)
+                    if self._originals.remember(zone.limit_file, current):
+                        fresh.append(zone.limit_file)
                     write_int(zone.limit_file, want)
                     written.append((zone.limit_file, current))
                     got = read_int(zone.limit_file)
@@ -152,18 +161,11 @@ class RaplHost:
                         )
                 applied[zone.label] = want
         except (SysfsError, RaplUnavailableError) as exc:
-            self._rollback(written)
+            undo_apply(self._originals, written, fresh)
             if isinstance(exc, RaplUnavailableError):
                 raise
             raise RaplUnavailableError(str(exc)) from exc
         return applied
-
-    def _rollback(self, written: list[tuple[Path, int]]) -> None:
-        for path, previous in reversed(written):
-            try:
-                write_int(path, previous)
-            except SysfsError as exc:
-                log.error("could not roll back %s to %d: %s", path, previous, exc)
 
     def restore(self) -> list[str]:
         """Put back every limit this agent changed; returns the problems, if any."""

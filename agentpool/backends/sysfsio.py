@@ -8,11 +8,14 @@ against. Every OSError becomes :class:`SysfsError` naming the path.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 
 from agentpool.errors import SysfsError
+
+log = logging.getLogger(__name__)
 
 
 def read_text(path: Path) -> str:
@@ -66,12 +69,14 @@ class Originals:
             except (OSError, ValueError, AttributeError):
                 self._values = {}  # a torn journal is ignored; current values become originals
 
-    def remember(self, path: Path, current: int) -> None:
+    def remember(self, path: Path, current: int) -> bool:
+        """Record ``current`` as the original unless one is known; True if it was new."""
         key = str(path)
         if key in self._values:
-            return
+            return False
         self._values[key] = current
         self._save()
+        return True
 
     def get(self, path: Path) -> int | None:
         return self._values.get(str(path))
@@ -96,3 +101,22 @@ class Originals:
         with os.fdopen(fd, "w") as handle:
             json.dump(self._values, handle)
         os.replace(tmp, self._journal)
+
+
+def undo_apply(originals: Originals, written: list[tuple[Path, int]], fresh: list[Path]) -> None:
+    """Undo a failed multi-file apply: put back what it wrote, newest first, and drop the
+    journal entries it added (``fresh``) for files that are back at their original value.
+
+    Without the second part, a file whose write was refused (a locked RAPL limit) stayed
+    in the journal although it never changed, and every restore() then failed on it.
+    """
+    not_undone: set[Path] = set()
+    for path, previous in reversed(written):
+        try:
+            write_int(path, previous)
+        except SysfsError as exc:
+            log.error("could not roll back %s to %d: %s", path, previous, exc)
+            not_undone.add(path)
+    for path in fresh:
+        if path not in not_undone:
+            originals.forget(path)
