@@ -1,0 +1,576 @@
+"""NodeController end to end (CONTRACT section 4): raw CR JSON in, TickResult and host files out.
+
+Real sysfs-shaped trees (agentpool.sim.sysfs), energy counters moved by
+LiveSysfs, and the PowerSim HTTP server on 127.0.0.1. The only stand-in is the
+clock: the controller takes ``clock=`` so simulated seconds pass between ticks
+without sleeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backends.sysfs_helpers import changes, settings_of, snapshot
+from prometheus_client import CollectorRegistry
+
+from agentpool.config import DvfsSettings, Settings
+from agentpool.controller.node import NO_BACKEND, NodeController
+from agentpool.metrics import NodeMetrics
+from agentpool.model import Backend, NodeInputs, Result, TickResult
+from agentpool.sim.powermodel import DVFS_ACTION, RAPL_ACTION, NodeConfig, RequestKind
+from agentpool.sim.powersim import PowerSim
+from agentpool.sim.sysfs import (
+    intel_2socket,
+    no_rapl,
+    read_only_rapl,
+)
+from agentpool.sim.sysfs_live import LiveModel, LiveSysfs
+
+NODE = "worker-0"
+VENDOR = "feature.node.kubernetes.io/cpu-vendor"
+INTEL = {VENDOR: "GenuineIntel", "joulie.io/managed": "true"}
+PKG = "devices/virtual/powercap/intel-rapl/intel-rapl:{n}/constraint_0_power_limit_uw"
+PL1 = [PKG.format(n=0), PKG.format(n=1)]
+SMAX = "devices/system/cpu/cpufreq/policy{i}/scaling_max_freq"
+
+
+class Clock:
+    """Simulated monotonic seconds, advanced by the test (stands in for time.monotonic)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def npp(cap: Any = 120, profile: str = "eco", node: str = NODE) -> dict[str, Any]:
+    """A NodePowerProfile as the API server returns it."""
+    spec: dict[str, Any] = {"nodeName": node, "profile": profile, "policy": {"name": "sample"}}
+    if cap is not None:
+        spec["cpu"] = {"packagePowerCapWatts": cap}
+    return {
+        "apiVersion": "joulie.io/v1alpha1",
+        "kind": "NodePowerProfile",
+        "metadata": {"name": f"{node}-{profile}", "resourceVersion": "7"},
+        "spec": spec,
+    }
+
+
+def tp(
+    control: str | None = None, mode: str = "auto", telemetry: str | None = None
+) -> dict[str, Any]:
+    """A TelemetryProfile; endpoints given mean type http, otherwise host."""
+    spec: dict[str, Any] = {"target": {"scope": "node", "nodeName": NODE}}
+    if telemetry is not None:
+        spec["sources"] = {
+            "cpu": {"type": "http", "http": {"endpoint": telemetry, "timeoutSeconds": 10}}
+        }
+    if control is not None:
+        spec["controls"] = {
+            "cpu": {
+                "type": "http",
+                "http": {"endpoint": control, "timeoutSeconds": 10, "mode": mode},
+            }
+        }
+    return {"kind": "TelemetryProfile", "metadata": {"name": f"{NODE}-tp"}, "spec": spec}
+
+
+class Harness:
+    def __init__(self, tmp: Path, **settings: Any) -> None:
+        self.registry = CollectorRegistry()
+        self.clock = Clock()
+        self.settings = Settings(node_name=NODE, sysfs_root=str(tmp / "{node}"), **settings)
+        self.root = tmp / NODE
+        self.controller = NodeController(
+            self.settings, NODE, NodeMetrics(NODE, registry=self.registry), clock=self.clock
+        )
+
+    def set(self, labels: dict[str, str] | None = None, **inputs: Any) -> None:
+        self.controller.update(
+            NodeInputs(NODE, labels=INTEL if labels is None else labels, **inputs)
+        )
+
+    def tick(self, seconds: float = 0.0, live: LiveSysfs | None = None) -> TickResult:
+        if seconds:
+            if live is not None:
+                live.step(seconds)
+            self.clock.now += seconds
+        return self.controller.tick()
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, {"node": NODE, **labels})
+
+    def backend_mode(self) -> dict[str, float | None]:
+        return {m: self.metric("joulie_backend_mode", mode=m) for m in ("none", "rapl", "dvfs")}
+
+
+@pytest.fixture
+def sim() -> Iterator[PowerSim]:
+    # load 1.0: 260 W at full clock; throttling removes up to 70 % of the 200 W dynamic part.
+    quiet = NodeConfig(idle_watts=60.0, max_watts=260.0, load=1.0, noise_watts=0.0)
+    with PowerSim(defaults=quiet) as s:
+        yield s
+
+
+# -- host RAPL ----------------------------------------------------------------------------------
+
+
+def test_host_rapl_on_intel_then_restore(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set(power_profile=npp(120))
+        result = h.tick()
+        assert result == TickResult(
+            Backend.RAPL,
+            Result.APPLIED,
+            "RAPL PL1 120 W over 2 package zone(s) (intel-rapl:0, intel-rapl:1)",
+            {
+                "capWatts": 120.0,
+                "profile": "eco",
+                "raplLimitsUw": {"intel-rapl:0": 60_000_000, "intel-rapl:1": 60_000_000},
+            },
+        )
+        assert changes(before, snapshot(tree.root)) == {PL1[0]: "60000000\n", PL1[1]: "60000000\n"}
+        assert h.backend_mode() == {"none": 0.0, "rapl": 1.0, "dvfs": 0.0}
+        assert h.metric("joulie_policy_cap_watts", policy="eco") == 120.0
+
+        # A new cap (float in the JSON) is split again; restore puts back the originals.
+        h.set(power_profile=npp(250.5))
+        assert h.tick(20).result is Result.APPLIED
+        assert changes(before, snapshot(tree.root)) == {
+            PL1[0]: "125250000\n",
+            PL1[1]: "125250000\n",
+        }
+        assert h.controller.restore() == []
+        assert snapshot(tree.root) == before
+
+
+def test_no_power_profile_means_nothing_to_enforce(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set()
+        assert h.tick() == TickResult(
+            Backend.NONE, Result.NONE, "nothing to enforce: no NodePowerProfile targets this node"
+        )
+        h.set(power_profile=npp(None, "performance"))
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.NONE, Result.NONE)
+        assert result.message == (
+            "nothing to enforce: NodePowerProfile 'worker-0-performance' sets no "
+            "cpu.packagePowerCapWatts"
+        )
+        assert snapshot(tree.root) == before
+        assert h.backend_mode() == {"none": 1.0, "rapl": 0.0, "dvfs": 0.0}
+
+
+def test_read_only_rapl_falls_back_to_dvfs_without_writing_rapl(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with read_only_rapl(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set(power_profile=npp(120))
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.DVFS, Result.APPLIED)
+        assert result.message.startswith("DVFS throttle 0% for cap 120 W; RAPL unavailable: ")
+        assert "constraint_0_power_limit_uw" in result.message
+        # First tick: the energy meter only primes, DVFS holds at 0, nothing is written.
+        assert result.observed["throttlePct"] == 0
+        assert result.observed["observedPowerWatts"] is None
+        assert snapshot(tree.root) == before
+        assert h.backend_mode() == {"none": 0.0, "rapl": 0.0, "dvfs": 1.0}
+
+
+def test_node_known_to_have_no_rapl_skips_it(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set(labels={VENDOR: "ARM"}, power_profile=npp(120))
+        result = h.tick()
+        assert result.backend is Backend.DVFS
+        assert result.message == "DVFS throttle 0% for cap 120 W; CPU vendor ARM has no RAPL"
+        assert snapshot(tree.root) == before  # the writable RAPL files were not touched
+
+
+def test_no_rapl_and_no_cpufreq_is_blocked(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with no_rapl(h.root, cpufreq=None) as tree:
+        before = snapshot(tree.root)
+        h.set(power_profile=npp(120))
+        result = h.tick()
+        assert result == TickResult(
+            Backend.NONE, Result.BLOCKED, NO_BACKEND, {"capWatts": 120.0, "profile": "eco"}
+        )
+        assert result.message == (
+            "RAPL unavailable, no cpufreq host control, and no HTTP control backend"
+        )
+        assert snapshot(tree.root) == before
+
+
+@pytest.mark.parametrize(
+    ("profile", "field"),
+    [
+        (npp(0), "spec.cpu.packagePowerCapWatts"),
+        (npp(-5), "spec.cpu.packagePowerCapWatts"),
+        (npp("120W"), "spec.cpu.packagePowerCapWatts"),
+        (npp(120, profile="turbo"), "spec.profile"),
+    ],
+)
+def test_malformed_power_profile_is_an_error_naming_the_field(
+    tmp_path: Path, profile: dict[str, Any], field: str
+) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set(power_profile=profile)
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.NONE, Result.ERROR)
+        assert f": {field}: " in result.message
+        assert result.message.startswith("NodePowerProfile ")
+        assert snapshot(tree.root) == before
+        assert h.metric("joulie_reconcile_errors_total") == 1.0
+        h.tick(20)
+        assert h.metric("joulie_reconcile_errors_total") == 2.0
+
+
+def test_malformed_power_profile_after_a_good_one_writes_nothing_more(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        h.set(power_profile=npp(120))
+        h.tick()
+        applied = snapshot(tree.root)
+        h.set(power_profile=npp(0))
+        assert h.tick(20).result is Result.ERROR
+        assert snapshot(tree.root) == applied
+        # The cap series is tombstoned: no cap is being enforced by this profile any more.
+        value = h.metric("joulie_policy_cap_watts", policy="eco")
+        assert value is not None
+        assert value != value  # NaN
+
+
+def test_malformed_telemetry_profile_is_an_error_naming_the_field(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        bad = tp(control="http://127.0.0.1:9/c", mode="turbo")
+        h.set(power_profile=npp(120), telemetry_profile=bad)
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.NONE, Result.ERROR)
+        assert "spec.controls.cpu.http.mode" in result.message
+        assert snapshot(tree.root) == before
+
+
+def test_simulate_only_writes_nothing(tmp_path: Path) -> None:
+    h = Harness(tmp_path, simulate_only=True)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set(power_profile=npp(120))
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.NONE, Result.APPLIED)
+        assert result.message == (
+            "simulate-only: would cap CPU packages at 120 W via RAPL PL1 on intel-rapl:0, "
+            "intel-rapl:1; nothing written"
+        )
+        assert snapshot(tree.root) == before
+        assert h.controller.restore() == []
+        assert snapshot(tree.root) == before
+
+
+def test_simulate_only_sends_no_control_request(tmp_path: Path, sim: PowerSim) -> None:
+    h = Harness(tmp_path, simulate_only=True)
+    h.set(power_profile=npp(120), telemetry_profile=tp(control=sim.control_endpoint))
+    result = h.tick()
+    assert result.result is Result.APPLIED
+    assert result.message.startswith("simulate-only: ")
+    assert f"HTTP control {sim.url}/control/{NODE} (mode auto)" in result.message
+    assert sim.requests(kind=RequestKind.CONTROL) == []
+
+
+def test_simulate_only_plans_dvfs_where_rapl_is_locked(tmp_path: Path) -> None:
+    h = Harness(tmp_path, simulate_only=True)
+    with no_rapl(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set(power_profile=npp(120))
+        assert "via DVFS on 4 cpufreq policies" in h.tick().message
+        assert snapshot(tree.root) == before
+
+
+def test_controls_type_none_is_blocked(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        profile = tp()
+        profile["spec"]["controls"] = {"cpu": {"type": "none"}}
+        h.set(power_profile=npp(120), telemetry_profile=profile)
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.NONE, Result.BLOCKED)
+        assert snapshot(tree.root) == before
+
+
+# -- HTTP control -------------------------------------------------------------------------------
+
+
+def control_bodies(sim: PowerSim) -> list[tuple[str, float, int]]:
+    return [
+        (r.body["action"], r.body["capWatts"], r.body["throttlePct"])
+        for r in sim.requests(NODE, RequestKind.CONTROL)
+    ]
+
+
+def test_http_control_auto_applies_rapl(tmp_path: Path, sim: PowerSim) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        before = snapshot(tree.root)
+        h.set(
+            power_profile=npp(120),
+            telemetry_profile=tp(control=sim.control_endpoint, telemetry=sim.telemetry_endpoint),
+        )
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
+        assert result.message == "RAPL cap set to 120 W"
+        assert result.observed["capWatts"] == 120.0
+        assert control_bodies(sim) == [(RAPL_ACTION, 120.0, -1)]
+        assert sim.state(NODE).cap_watts == 120.0
+        assert snapshot(tree.root) == before  # HTTP control touches no host file
+        assert h.backend_mode() == {"none": 0.0, "rapl": 1.0, "dvfs": 0.0}
+
+
+def test_http_control_mode_dvfs(tmp_path: Path, sim: PowerSim) -> None:
+    h = Harness(tmp_path)
+    h.set(
+        power_profile=npp(120),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="dvfs", telemetry=sim.telemetry_endpoint
+        ),
+    )
+    results = [h.tick(20 if i else 0) for i in range(4)]
+    # 260 W vs 130 W upper: above at once; trip 2 -> 10 %, cooldown, then the EMA
+    # (alpha 0.3) of 246 W, still above: 20 %.
+    assert [r.observed["throttlePct"] for r in results] == [0, 10, 10, 20]
+    assert control_bodies(sim) == [(DVFS_ACTION, 120.0, p) for p in (0, 10, 10, 20)]
+    assert all(r.backend is Backend.DVFS and r.result is Result.APPLIED for r in results)
+    assert results[0].message == "DVFS throttle 0% for cap 120 W; HTTP control mode is dvfs"
+    assert results[2].observed["observedPowerWatts"] == 246.0
+    assert results[2].observed["emaPowerWatts"] == pytest.approx(0.3 * 246 + 0.7 * 260, abs=1e-3)
+    assert sim.state(NODE).throttle_pct == 20.0
+    assert h.metric("joulie_dvfs_actions_total", action="throttle_up") == 2.0
+    assert h.metric("joulie_dvfs_throttle_pct") == 20.0
+
+
+def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
+    tmp_path: Path, sim: PowerSim
+) -> None:
+    sim.set_behaviour(NODE, "blocked", "RAPL locked by BIOS", action=RAPL_ACTION)
+    h = Harness(tmp_path)
+    h.set(
+        power_profile=npp(120),
+        telemetry_profile=tp(control=sim.control_endpoint, telemetry=sim.telemetry_endpoint),
+    )
+    first, second = h.tick(), h.tick(20)
+    assert (first.backend, first.result) == (Backend.DVFS, Result.APPLIED)
+    assert first.message == "DVFS throttle 0% for cap 120 W; RAPL blocked: RAPL locked by BIOS"
+    assert second.observed["throttlePct"] == 10
+    assert control_bodies(sim) == [
+        (RAPL_ACTION, 120.0, -1),
+        (DVFS_ACTION, 120.0, 0),
+        (RAPL_ACTION, 120.0, -1),
+        (DVFS_ACTION, 120.0, 10),
+    ]
+    assert h.backend_mode() == {"none": 0.0, "rapl": 0.0, "dvfs": 1.0}
+    # The endpoint takes RAPL again: the throttle DVFS had set is given back.
+    sim.set_behaviour(NODE, "applied")
+    sim.clear_requests()
+    third = h.tick(20)
+    assert (third.backend, third.result) == (Backend.RAPL, Result.APPLIED)
+    assert control_bodies(sim) == [(RAPL_ACTION, 120.0, -1), (DVFS_ACTION, 120.0, 0)]
+    assert sim.state(NODE).throttle_pct == 0.0
+    assert h.backend_mode() == {"none": 0.0, "rapl": 1.0, "dvfs": 0.0}
+
+
+def test_http_mode_rapl_reports_the_block_without_dvfs(tmp_path: Path, sim: PowerSim) -> None:
+    sim.set_behaviour(NODE, "blocked", "locked", action=RAPL_ACTION)
+    h = Harness(tmp_path)
+    h.set(power_profile=npp(120), telemetry_profile=tp(control=sim.control_endpoint, mode="rapl"))
+    result = h.tick()
+    assert (result.backend, result.result, result.message) == (
+        Backend.RAPL,
+        Result.BLOCKED,
+        "locked",
+    )
+    assert control_bodies(sim) == [(RAPL_ACTION, 120.0, -1)]
+
+
+def test_http_control_failure_is_a_tick_error(tmp_path: Path, sim: PowerSim) -> None:
+    sim.set_fault(NODE, "5xx", endpoint="control", status=503)
+    h = Harness(tmp_path)
+    h.set(power_profile=npp(120), telemetry_profile=tp(control=sim.control_endpoint))
+    result = h.tick()
+    assert result.result is Result.ERROR
+    assert "HTTP 503" in result.message
+    assert h.metric("joulie_reconcile_errors_total") == 1.0
+
+
+def test_http_telemetry_failure_in_dvfs_is_a_tick_error(tmp_path: Path, sim: PowerSim) -> None:
+    sim.set_fault(NODE, "garbage", endpoint="telemetry")
+    h = Harness(tmp_path)
+    h.set(
+        power_profile=npp(120),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="dvfs", telemetry=sim.telemetry_endpoint
+        ),
+    )
+    result = h.tick()
+    assert (result.backend, result.result) == (Backend.DVFS, Result.ERROR)
+    assert result.message.startswith("telemetry: ")
+    assert sim.requests(NODE, RequestKind.CONTROL) == []  # no reading, no action posted
+
+
+def test_http_control_with_host_telemetry_sees_host_power(tmp_path: Path, sim: PowerSim) -> None:
+    # Regression: the host energy sample of the tick must reach the DVFS controller;
+    # sampling the meter twice at one instant gave "no reading" forever.
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        live = LiveSysfs(tree, LiveModel(demand_watts=120.0))
+        h.set(
+            power_profile=npp(150), telemetry_profile=tp(control=sim.control_endpoint, mode="dvfs")
+        )
+        first = h.tick()
+        assert first.observed["observedPowerWatts"] is None  # priming sample
+        second = h.tick(10, live)
+        assert second.observed["observedPowerWatts"] == pytest.approx(240.0)
+        third = h.tick(10, live)
+        assert third.observed["throttlePct"] == 10  # 240 W > 160 W twice
+        assert control_bodies(sim)[-1] == (DVFS_ACTION, 150.0, 10)
+
+
+# -- host DVFS end to end -----------------------------------------------------------------------
+
+
+def test_host_dvfs_end_to_end_then_rapl_comes_back(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with read_only_rapl(h.root) as tree:
+        live = LiveSysfs(tree, LiveModel(demand_watts=120.0, idle_watts=25.0))
+        before = settings_of(tree.root)
+        h.set(power_profile=npp(150))  # 240 W drawn vs 150 W cap: upper 160, lower 135
+        trajectory = []
+        for i in range(9):
+            result = h.tick(10 if i else 0, live)
+            assert (result.backend, result.result) == (Backend.DVFS, Result.APPLIED)
+            throttled = [
+                (tree.root / SMAX.format(i=p)).read_text() == "1500000\n" for p in range(4)
+            ]
+            trajectory.append((result.observed["throttlePct"], sum(throttled)))
+        # Trip 2 at 10 s ticks with a 20 s cooldown: a 10 % step every third tick; 10 %
+        # and 20 % of four policies both throttle one (ceil), 30 % throttles two.
+        assert trajectory == [
+            (0, 0),
+            (0, 0),
+            (10, 1),
+            (10, 1),
+            (10, 1),
+            (20, 1),
+            (20, 1),
+            (20, 1),
+            (30, 2),
+        ]
+        assert changes(before, settings_of(tree.root)).keys() >= {
+            SMAX.format(i=0),
+            SMAX.format(i=1),
+        }
+        for p in (0, 1):
+            assert (tree.root / SMAX.format(i=p)).read_text() == "1500000\n"
+        for p in (2, 3):
+            assert (tree.root / SMAX.format(i=p)).read_text() == "3500000\n"
+        assert h.metric("joulie_dvfs_throttle_pct") == 30.0
+        assert h.metric("joulie_dvfs_actions_total", action="throttle_up") == 3.0
+        assert h.metric("joulie_dvfs_cpu_max_freq_khz", cpu="cpu0") == 1_500_000
+        assert h.metric("joulie_dvfs_cpu_max_freq_khz", cpu="cpu6") == 3_500_000
+        # Measured over the last 10 s, when 20 % (one policy of four) was in force:
+        # 2 x (25 + 95 x (3 + 1.5/3.5)/4) W.
+        assert h.metric("joulie_rapl_package_total_power_watts") == pytest.approx(212.857, abs=1e-3)
+
+        # The BIOS lock goes away (say, after a firmware update): the limit files take writes.
+        for path, value in tree.locked.items():
+            path.unlink()  # the symlink to the sealed file
+            path.write_text(f"{value}\n")
+        result = h.tick(10, live)
+        assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
+        # RAPL enforces now, so the CPUs get their original scaling_max_freq back.
+        assert changes(before, settings_of(tree.root)) == {
+            PL1[0]: "75000000\n",
+            PL1[1]: "75000000\n",
+        }
+        assert h.backend_mode() == {"none": 0.0, "rapl": 1.0, "dvfs": 0.0}
+        assert h.controller.restore() == []
+        assert settings_of(tree.root) == before
+
+
+def test_restore_puts_back_every_changed_file(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with read_only_rapl(h.root) as tree:
+        live = LiveSysfs(tree, LiveModel(demand_watts=200.0))
+        before = settings_of(tree.root)
+        h.set(power_profile=npp(100))
+        for i in range(6):
+            h.tick(10 if i else 0, live)
+        assert changes(before, settings_of(tree.root))  # something was throttled
+        assert h.controller.restore() == []
+        assert settings_of(tree.root) == before
+
+
+def test_restore_on_exit_false_leaves_the_host_as_it_is(tmp_path: Path) -> None:
+    h = Harness(tmp_path, restore_on_exit=False)
+    with intel_2socket(h.root) as tree:
+        h.set(power_profile=npp(100))
+        h.tick()
+        applied = snapshot(tree.root)
+        assert h.controller.restore() == []
+        assert snapshot(tree.root) == applied
+
+
+def test_no_host_power_reading_holds(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with no_rapl(h.root) as tree:
+        before = settings_of(tree.root)
+        live = LiveSysfs(tree)  # no powercap: the host reports no package power at all
+        h.set(power_profile=npp(100))
+        for i in range(5):
+            result = h.tick(10 if i else 0, live)
+            assert result.backend is Backend.DVFS
+            assert result.observed["observedPowerWatts"] is None
+            assert result.observed["throttlePct"] == 0
+        assert settings_of(tree.root) == before
+
+
+def test_dvfs_tunables_come_from_settings(tmp_path: Path) -> None:
+    dvfs = DvfsSettings(trip_count=1, cooldown_s=0, step_pct=50, min_freq_khz=2_000_000)
+    h = Harness(tmp_path, dvfs=dvfs)
+    with intel_2socket(h.root) as tree:
+        live = LiveSysfs(tree, LiveModel(demand_watts=120.0))
+        h.set(labels={VENDOR: "ARM"}, power_profile=npp(100))  # known non-RAPL: DVFS only
+        h.tick()
+        result = h.tick(10, live)
+        assert result.observed["throttlePct"] == 50  # one trip, a 50 % step
+        assert [(tree.root / SMAX.format(i=p)).read_text() for p in range(4)] == [
+            "2000000\n",
+            "2000000\n",
+            "3500000\n",
+            "3500000\n",
+        ]
+
+
+def test_sysfs_root_template_gives_each_node_its_own_tree(tmp_path: Path) -> None:
+    with (
+        intel_2socket(tmp_path / "worker-0") as mine,
+        intel_2socket(tmp_path / "worker-1") as other,
+    ):
+        untouched = snapshot(other.root)
+        h = Harness(tmp_path)
+        h.set(power_profile=npp(100))
+        assert h.tick().backend is Backend.RAPL
+        assert (mine.root / PL1[0]).read_text() == "50000000\n"
+        assert snapshot(other.root) == untouched
