@@ -1,0 +1,138 @@
+"""The command line: the acceptance commands through a real ``python -m agentpool`` process,
+and every configuration error through click's in-process runner (same code, faster)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+from test_config import ERRORS
+
+from agentpool.cli import cli
+from agentpool.config import OPTIONS
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any agent variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in {o.env for o in OPTIONS}}
+    env.update(extra)
+    return env
+
+
+def run_agentpool(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentpool", *args],
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_agent_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # CliRunner only overrides the variables it is given: drop any the test runner inherited.
+    for opt in OPTIONS:
+        monkeypatch.delenv(opt.env, raising=False)
+    return
+
+
+def test_owner_acceptance() -> None:
+    done = run_agentpool("owner", "kwok-node-17", "--shards", "7")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "kwok-node-17\t4\n"
+
+
+def test_owner_many_nodes_and_pool_shards_from_env() -> None:
+    done = run_agentpool("owner", "kwok-node-17", "a", "foobar", POOL_SHARDS="7")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == [
+        "kwok-node-17\t4",
+        f"a\t{0xE40C292C % 7}",
+        f"foobar\t{0xBF9CF968 % 7}",
+    ]
+
+
+def test_owner_default_is_one_shard() -> None:
+    result = CliRunner().invoke(cli, ["owner", "kwok-node-17"])
+    assert result.exit_code == 0
+    assert result.output == "kwok-node-17\t0\n"
+
+
+def test_owner_bad_pool_shards_env_exits_2() -> None:
+    result = CliRunner().invoke(cli, ["owner", "x"], env={"POOL_SHARDS": "many"})
+    assert result.exit_code == 2
+    assert "POOL_SHARDS='many'" in result.output
+
+
+def test_owner_needs_a_node_and_positive_shards() -> None:
+    assert CliRunner().invoke(cli, ["owner"]).exit_code == 2
+    assert CliRunner().invoke(cli, ["owner", "x", "--shards", "0"]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "value"),
+    [
+        ({"AGENT_MODE": "bogus"}, "AGENT_MODE", "bogus"),
+        ({"POOL_SHARDS": "2", "POOL_SHARD_ID": "5", "AGENT_MODE": "pool"}, "POOL_SHARD_ID", "5"),
+    ],
+)
+def test_bad_configuration_exits_2_naming_the_variable(
+    env: dict[str, str], variable: str, value: str
+) -> None:
+    done = run_agentpool(**env)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert f"{variable}={value!r}" in done.stderr
+    assert done.stderr.startswith("agentpool: configuration error: ")
+
+
+@pytest.mark.parametrize(("raw", "variable", "value"), ERRORS, ids=[e[1] for e in ERRORS])
+def test_every_configuration_error_exits_2(raw: dict[str, str], variable: str, value: str) -> None:
+    result = CliRunner().invoke(cli, [], env=raw)
+    assert result.exit_code == 2, result.output
+    assert f"configuration error: {variable}=" in result.output
+    assert value.strip() in result.output
+
+
+def test_flags_win_over_the_environment() -> None:
+    result = CliRunner().invoke(cli, ["--agent-mode", "bogus"], env={"AGENT_MODE": "pool"})
+    assert result.exit_code == 2
+    assert "AGENT_MODE='bogus'" in result.output
+    result = CliRunner().invoke(
+        cli,
+        ["--agent-mode", "pool", "--pool-shards", "2", "--pool-shard-id", "9"],
+        env={"AGENT_MODE": "bogus", "POOL_SHARD_ID": "0"},
+    )
+    assert result.exit_code == 2
+    assert "POOL_SHARD_ID='9'" in result.output
+
+
+def test_boolean_flag_value_is_validated() -> None:
+    result = CliRunner().invoke(cli, ["--simulate-only", "sometimes"], env={"NODE_NAME": "n"})
+    assert result.exit_code == 2
+    assert "SIMULATE_ONLY='sometimes'" in result.output
+
+
+def test_help_lists_every_option_with_its_env_var_and_default() -> None:
+    done = run_agentpool("--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # undo click's line wrapping
+    for opt in OPTIONS:
+        assert opt.flag in text, opt.flag
+        assert f"[env {opt.env};" in text, opt.env
+        if opt.default is not None:
+            assert f"[env {opt.env}; default {opt.default}]" in text.replace("- ", "-"), opt.env
+    assert "owner" in text
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("agentpool, version ")

@@ -1,0 +1,212 @@
+"""Settings from raw flag/env values (CONTRACT section 2): defaults, parsing, every error."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from agentpool.config import (
+    OPTIONS,
+    AgentMode,
+    DvfsSettings,
+    LogFormat,
+    Settings,
+    defaults,
+    load_settings,
+)
+from agentpool.errors import ConfigError
+
+POOL = {"AGENT_MODE": "pool"}
+DAEMON = {"NODE_NAME": "worker-0"}
+
+CONTRACT_DEFAULTS = {
+    "AGENT_MODE": "daemonset",
+    "RECONCILE_INTERVAL": "20s",
+    "SIMULATE_ONLY": "false",
+    "METRICS_ADDR": ":8080",
+    "POOL_NODE_SELECTOR": "joulie.io/managed=true",
+    "POOL_SHARDS": "1",
+    "SYSFS_ROOT": "/host-sys",
+    "DVFS_EMA_ALPHA": "0.30",
+    "DVFS_HIGH_MARGIN_W": "10",
+    "DVFS_LOW_MARGIN_W": "15",
+    "DVFS_TRIP_COUNT": "2",
+    "DVFS_COOLDOWN": "20s",
+    "DVFS_STEP_PCT": "10",
+    "DVFS_MIN_FREQ_KHZ": "1500000",
+    "RESTORE_ON_EXIT": "true",
+}
+
+
+def test_option_table_has_the_contract_variables_and_defaults() -> None:
+    table = defaults()
+    for env, default in CONTRACT_DEFAULTS.items():
+        assert table[env] == default, env
+    for env in ("NODE_NAME", "POOL_SHARD_ID", "POD_NAME", "KUBECONFIG"):
+        assert table[env] is None, env
+    assert len({o.env for o in OPTIONS}) == len(OPTIONS)
+    assert len({o.flag for o in OPTIONS}) == len(OPTIONS)
+    assert next(o for o in OPTIONS if o.env == "DVFS_MIN_FREQ_KHZ").flag == "--dvfs-min-freq-khz"
+
+
+def test_defaults_build_the_documented_settings() -> None:
+    s = load_settings(DAEMON)
+    assert s == Settings(node_name="worker-0")
+    assert s.mode is AgentMode.DAEMONSET
+    assert s.reconcile_interval_s == 20.0
+    assert s.simulate_only is False
+    assert (s.metrics_host, s.metrics_port) == ("", 8080)
+    assert s.pool_node_selector == "joulie.io/managed=true"
+    assert (s.pool_shards, s.pool_shard_id) == (1, 0)
+    assert s.sysfs_root == "/host-sys"
+    assert s.dvfs == DvfsSettings(0.30, 10.0, 15.0, 2, 20.0, 10, 1_500_000)
+    assert s.restore_on_exit is True
+    assert s.heartbeat_timeout_s == 3 * 20.0 + 30.0
+    assert s.log_format is LogFormat.TEXT
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.node_name = "other"  # type: ignore[misc]
+
+
+def test_every_value_parses() -> None:
+    s = load_settings(
+        {
+            "AGENT_MODE": " POOL ",
+            "RECONCILE_INTERVAL": "1m30s",
+            "SIMULATE_ONLY": "yes",
+            "METRICS_ADDR": "[::1]:9090",
+            "POOL_NODE_SELECTOR": "joulie.io/managed=true,tier in (a,b)",
+            "POOL_SHARDS": "4",
+            "POOL_SHARD_ID": "3",
+            "SYSFS_ROOT": "/tmp/sys/{node}",
+            "KUBECONFIG": "/etc/kube.conf",
+            "DVFS_EMA_ALPHA": "1",
+            "DVFS_HIGH_MARGIN_W": "0",
+            "DVFS_LOW_MARGIN_W": "2.5",
+            "DVFS_TRIP_COUNT": "1",
+            "DVFS_COOLDOWN": "0",
+            "DVFS_STEP_PCT": "100",
+            "DVFS_MIN_FREQ_KHZ": "800000",
+            "RESTORE_ON_EXIT": "off",
+            "HEARTBEAT_TIMEOUT": "45s",
+            "LOG_FORMAT": "JSON",
+            "LOG_LEVEL": "Debug",
+        }
+    )
+    assert s.mode is AgentMode.POOL
+    assert s.reconcile_interval_s == 90.0
+    assert s.simulate_only is True
+    assert (s.metrics_host, s.metrics_port) == ("::1", 9090)
+    assert (s.pool_shards, s.pool_shard_id) == (4, 3)
+    assert s.sysfs_root_for("worker-7") == "/tmp/sys/worker-7"
+    assert s.kubeconfig == "/etc/kube.conf"
+    assert s.dvfs == DvfsSettings(1.0, 0.0, 2.5, 1, 0.0, 100, 800_000)
+    assert s.restore_on_exit is False
+    assert s.heartbeat_timeout_s == 45.0
+    assert s.log_format is LogFormat.JSON
+    assert s.log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    ("raw", "shard_id"),
+    [
+        ({"POOL_SHARDS": "4", "POD_NAME": "joulie-agent-pool-3"}, 3),
+        ({"POOL_SHARDS": "4", "POD_NAME": "joulie-agent-pool-0"}, 0),
+        # An explicit POOL_SHARD_ID wins over the ordinal.
+        ({"POOL_SHARDS": "4", "POD_NAME": "joulie-agent-pool-3", "POOL_SHARD_ID": "1"}, 1),
+        ({"POOL_SHARDS": "1"}, 0),
+        ({"POOL_SHARDS": "0"}, 0),
+        ({"POOL_SHARDS": "4", "POD_NAME": "joulie-agent-pool-2", "POOL_SHARD_ID": ""}, 2),
+    ],
+)
+def test_shard_id_from_pool_shard_id_or_pod_ordinal(raw: dict[str, str], shard_id: int) -> None:
+    assert load_settings({**POOL, **raw}).pool_shard_id == shard_id
+
+
+def test_none_values_take_the_default() -> None:
+    raw: dict[str, str | None] = {opt.env: None for opt in OPTIONS}
+    raw["NODE_NAME"] = "n"
+    assert load_settings(raw) == Settings(node_name="n")
+
+
+# Every configuration error: (raw values, variable named, bad value named).
+ERRORS: list[tuple[dict[str, str], str, str]] = [
+    ({"AGENT_MODE": "bogus"}, "AGENT_MODE", "bogus"),
+    ({"AGENT_MODE": ""}, "AGENT_MODE", ""),
+    ({}, "NODE_NAME", ""),
+    ({"NODE_NAME": "  "}, "NODE_NAME", "  "),
+    ({**POOL, "RECONCILE_INTERVAL": "soon"}, "RECONCILE_INTERVAL", "soon"),
+    ({**POOL, "RECONCILE_INTERVAL": "20"}, "RECONCILE_INTERVAL", "20"),
+    ({**POOL, "RECONCILE_INTERVAL": "-5s"}, "RECONCILE_INTERVAL", "-5s"),
+    ({**POOL, "RECONCILE_INTERVAL": "0s"}, "RECONCILE_INTERVAL", "0s"),
+    ({**POOL, "SIMULATE_ONLY": "maybe"}, "SIMULATE_ONLY", "maybe"),
+    ({**POOL, "METRICS_ADDR": "8080"}, "METRICS_ADDR", "8080"),
+    ({**POOL, "METRICS_ADDR": ":http"}, "METRICS_ADDR", ":http"),
+    ({**POOL, "METRICS_ADDR": ":70000"}, "METRICS_ADDR", ":70000"),
+    ({**POOL, "METRICS_ADDR": ":-1"}, "METRICS_ADDR", ":-1"),
+    ({**POOL, "POOL_NODE_SELECTOR": "tier in (a,b"}, "POOL_NODE_SELECTOR", "tier in (a,b"),
+    ({**POOL, "POOL_NODE_SELECTOR": "=x"}, "POOL_NODE_SELECTOR", "=x"),
+    ({**POOL, "POOL_SHARDS": "two"}, "POOL_SHARDS", "two"),
+    ({**POOL, "POOL_SHARDS": "-1"}, "POOL_SHARDS", "-1"),
+    ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "5"}, "POOL_SHARD_ID", "5"),
+    ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "2"}, "POOL_SHARD_ID", "2"),
+    ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "x"}, "POOL_SHARD_ID", "x"),
+    ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "-1"}, "POOL_SHARD_ID", "-1"),
+    ({**POOL, "POOL_SHARDS": "1", "POOL_SHARD_ID": "1"}, "POOL_SHARD_ID", "1"),
+    # No shard id at all with several shards: naming POOL_SHARD_ID says what to set.
+    ({**POOL, "POOL_SHARDS": "3"}, "POOL_SHARD_ID", ""),
+    ({**POOL, "POOL_SHARDS": "3", "POD_NAME": "agent"}, "POOL_SHARD_ID", ""),
+    (
+        {**POOL, "POOL_SHARDS": "2", "POD_NAME": "joulie-agent-pool-7"},
+        "POD_NAME",
+        "joulie-agent-pool-7",
+    ),
+    ({**POOL, "SYSFS_ROOT": " "}, "SYSFS_ROOT", ""),
+    ({**POOL, "DVFS_EMA_ALPHA": "0"}, "DVFS_EMA_ALPHA", "0"),
+    ({**POOL, "DVFS_EMA_ALPHA": "1.5"}, "DVFS_EMA_ALPHA", "1.5"),
+    ({**POOL, "DVFS_EMA_ALPHA": "nan"}, "DVFS_EMA_ALPHA", "nan"),
+    ({**POOL, "DVFS_EMA_ALPHA": "high"}, "DVFS_EMA_ALPHA", "high"),
+    ({**POOL, "DVFS_HIGH_MARGIN_W": "-1"}, "DVFS_HIGH_MARGIN_W", "-1"),
+    ({**POOL, "DVFS_HIGH_MARGIN_W": "10W"}, "DVFS_HIGH_MARGIN_W", "10W"),
+    ({**POOL, "DVFS_LOW_MARGIN_W": "-0.5"}, "DVFS_LOW_MARGIN_W", "-0.5"),
+    ({**POOL, "DVFS_LOW_MARGIN_W": "inf"}, "DVFS_LOW_MARGIN_W", "inf"),
+    ({**POOL, "DVFS_TRIP_COUNT": "0"}, "DVFS_TRIP_COUNT", "0"),
+    ({**POOL, "DVFS_TRIP_COUNT": "1.5"}, "DVFS_TRIP_COUNT", "1.5"),
+    ({**POOL, "DVFS_COOLDOWN": "-1s"}, "DVFS_COOLDOWN", "-1s"),
+    ({**POOL, "DVFS_COOLDOWN": "20"}, "DVFS_COOLDOWN", "20"),
+    ({**POOL, "DVFS_STEP_PCT": "0"}, "DVFS_STEP_PCT", "0"),
+    ({**POOL, "DVFS_STEP_PCT": "101"}, "DVFS_STEP_PCT", "101"),
+    ({**POOL, "DVFS_STEP_PCT": "ten"}, "DVFS_STEP_PCT", "ten"),
+    ({**POOL, "DVFS_MIN_FREQ_KHZ": "0"}, "DVFS_MIN_FREQ_KHZ", "0"),
+    ({**POOL, "DVFS_MIN_FREQ_KHZ": "1.5GHz"}, "DVFS_MIN_FREQ_KHZ", "1.5GHz"),
+    ({**POOL, "RESTORE_ON_EXIT": "perhaps"}, "RESTORE_ON_EXIT", "perhaps"),
+    ({**POOL, "SHUTDOWN_TIMEOUT": "0s"}, "SHUTDOWN_TIMEOUT", "0s"),
+    ({**POOL, "SHUTDOWN_TIMEOUT": "long"}, "SHUTDOWN_TIMEOUT", "long"),
+    ({**POOL, "HEARTBEAT_TIMEOUT": "0"}, "HEARTBEAT_TIMEOUT", "0"),
+    ({**POOL, "HEARTBEAT_TIMEOUT": "90"}, "HEARTBEAT_TIMEOUT", "90"),
+    ({**POOL, "WATCH_TIMEOUT": "-1m"}, "WATCH_TIMEOUT", "-1m"),
+    ({**POOL, "LOG_FORMAT": "xml"}, "LOG_FORMAT", "xml"),
+    ({**POOL, "LOG_LEVEL": "verbose"}, "LOG_LEVEL", "verbose"),
+]
+
+
+@pytest.mark.parametrize(("raw", "variable", "value"), ERRORS, ids=[e[1] for e in ERRORS])
+def test_every_configuration_error_names_variable_and_value(
+    raw: dict[str, str], variable: str, value: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(raw)
+    err = caught.value
+    assert err.variable == variable
+    assert str(err.value).strip() == value.strip()
+    message = str(err)
+    assert message.startswith(f"{variable}=")
+    assert repr(err.value) in message
+    assert "invalid: " in message
+    assert err.accepted
+
+
+def test_error_table_covers_every_validated_variable() -> None:
+    # Variables that are free text by nature (a path, a name) cannot be malformed.
+    free_text = {"KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR"}
+    assert {o.env for o in OPTIONS} - free_text == {variable for _, variable, _ in ERRORS}
