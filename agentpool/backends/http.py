@@ -13,6 +13,7 @@ misbehaving endpoint cannot balloon a worker's memory.
 from __future__ import annotations
 
 import json
+import math
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -79,7 +80,9 @@ def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
         value = payload["cpu"].get("packagePowerWatts")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # json.loads accepts NaN and Infinity; one such reading would poison the DVFS EMA
+    # for good (every comparison with NaN is false), so they are refused like any non-number.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise HttpBackendError(url, f"packagePowerWatts is not a number: {value!r}")
     return float(value)
 

@@ -153,6 +153,10 @@ def test_telemetry_payload_shapes(
         (200, b"[1, 2]", "not a JSON object"),
         (200, b'{"packagePowerWatts": "120W"}', "not a number"),
         (200, b'{"packagePowerWatts": true}', "not a number"),
+        # Python's json accepts these non-JSON literals; a NaN would poison the EMA for good.
+        (200, b'{"packagePowerWatts": NaN}', "not a number"),
+        (200, b'{"cpu": {"packagePowerWatts": Infinity}}', "not a number"),
+        (200, b'{"packagePowerWatts": -Infinity}', "not a number"),
     ],
 )
 def test_telemetry_errors(
