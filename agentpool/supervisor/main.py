@@ -12,6 +12,7 @@ import multiprocessing.forkserver
 import os
 import resource
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -151,4 +152,8 @@ def run(settings: Settings) -> int:
         api.close()
         if private:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+        # Interpreter shutdown resets Python-level handlers to the default, so a second
+        # SIGTERM or Ctrl-C now would kill us with -15 after a clean stop: ignore them.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return code

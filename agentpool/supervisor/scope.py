@@ -144,13 +144,19 @@ class ClusterView:
     # -- questions -------------------------------------------------------------------------------
 
     def in_scope(self, node: str) -> bool:
+        if not self.matches_selector(node):
+            return False
+        s = self.settings
+        return s.mode is AgentMode.DAEMONSET or owns(node, s.pool_shards, s.pool_shard_id)
+
+    def matches_selector(self, node: str) -> bool:
+        """Selected by this mode's scope, whichever shard owns it."""
         labels = self.labels.get(node)
         if labels is None:
             return False
-        s = self.settings
-        if s.mode is AgentMode.DAEMONSET:
-            return node == s.node_name
-        return self.selector.matches(labels) and owns(node, s.pool_shards, s.pool_shard_id)
+        if self.settings.mode is AgentMode.DAEMONSET:
+            return node == self.settings.node_name
+        return self.selector.matches(labels)
 
     def owned(self) -> set[str]:
         if self.settings.mode is AgentMode.DAEMONSET:

@@ -300,6 +300,7 @@ class Supervisor:
             if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
                 log.info("worker for node %s (pid %s) stopped: %s", node, pid, how)
                 if reason is StopReason.SCOPE:
+                    self._final_scope_status(handle)
                     self._forget(node)
                     self._scope_dirty = True  # it may have come back meanwhile
                 continue
@@ -325,6 +326,31 @@ class Supervisor:
                     f"restart {handle.policy.restarts + 1} in {delay:.0f}s",
                 ),
             )
+
+    def _final_scope_status(self, handle: WorkerHandle) -> None:
+        """Say why a node is no longer controlled, unless another pod now owns it.
+
+        A node that moved to another shard gets its status from its new owner;
+        writing ours too would race with it. A node that was deleted or stopped
+        matching the selector has no controller any more, and its status must
+        not keep claiming a cap is applied.
+        """
+        node = handle.node
+        if self.view.matches_selector(node):
+            return
+        restored = (
+            "host limits restored"
+            if self.settings.restore_on_exit and not handle.restore_problems
+            else "host limits left as set"
+        )
+        # A filtered watch reports a node that stops matching as DELETED, so the two
+        # causes cannot be told apart here.
+        why = "node deleted or no longer selected"
+        self._offer_status(
+            node,
+            TickResult(Backend.NONE, Result.NONE, f"not controlled: {why}; {restored}"),
+            force=True,
+        )
 
     def _forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and every metrics file."""

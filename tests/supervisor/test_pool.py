@@ -70,6 +70,12 @@ def test_nodes_enter_and_leave_scope() -> None:
         }
         assert gone == set()
         wait_until(lambda: cluster.status("outsider").get("result") == "applied", 10)
+        # Nodes nobody controls any more say so instead of claiming a cap is applied.
+        for name in ("a", "b"):
+            assert cluster.status(name)["message"] == (
+                "not controlled: node deleted or no longer selected; host limits restored"
+            )
+        assert cluster.status("a")["result"] == "none"
         log = agent.logs()
         assert "node a left this pod's scope" in log
         assert "node b left this pod's scope" in log
