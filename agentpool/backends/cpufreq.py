@@ -102,7 +102,9 @@ class CpufreqHost:
         self._policies: list[Policy] | None = None
 
     def policies(self) -> list[Policy]:
-        if self._policies is None:
+        # Cached once found; an empty result is not cached, so a cpufreq driver that
+        # loads after the agent started is picked up on a later tick.
+        if not self._policies:
             self._policies = discover_policies(self._root)
         return self._policies
 

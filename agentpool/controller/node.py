@@ -191,7 +191,9 @@ class NodeController:
         reason = "HTTP control mode is dvfs"
         if routing.mode is not ControlMode.DVFS:
             answer = http.post_control(endpoint, self.node, http.RAPL_ACTION, cap, -1)
-            observed.update(answer.state)
+            if answer.state:
+                # Kept apart so the endpoint cannot overwrite what the agent measured.
+                observed["controlState"] = answer.state
             if answer.result is Result.APPLIED:
                 self._release_http_throttle(cap)
                 self.dvfs.reset()
@@ -299,7 +301,9 @@ class NodeController:
                 routing.control_http, self.node, http.DVFS_ACTION, cap, state.throttle_pct
             )
             self._http_throttle = (routing.control_http.url(self.node), state.throttle_pct)
-            observed.update(answer.state)
+            if answer.state:
+                # Kept apart so the endpoint cannot overwrite what the agent measured.
+                observed["controlState"] = answer.state
             result, message = answer.result, answer.message
         else:
             self.cpufreq.apply(state.throttle_pct)
