@@ -425,7 +425,7 @@ class Supervisor:
 
     def _start(self, handle: WorkerHandle, now: float) -> None:
         journal = str(Path(self.state_dir, f"{metrics_id(handle.node)}.json"))
-        spawn(self.ctx, handle, self.settings, journal, now)
+        spawn(self.ctx, handle, self.settings, journal, now, self.view.inputs_for(handle.node))
         self._watch(handle)
         self._changed = True
         self._dirty.add(handle.node)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings
@@ -53,12 +53,21 @@ def metrics_id(node: str) -> str:
     return f"n-{_UNSAFE.sub('_', node)[:80]}-{fnv32a(node):08x}"
 
 
+def _find_prctl() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # libc is linked into the interpreter
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _find_prctl()
+"""Resolved once at import, i.e. in the fork server (preload), not in each of 1,000 workers:
+``ctypes.util.find_library`` runs ``ldconfig -p`` in a subprocess every time it is called."""
+
+
 def _die_with_parent() -> None:
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return
-    libc = ctypes.CDLL(libc_name, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class _StopFlag:
@@ -90,8 +99,14 @@ def run_worker(
     settings: Settings,
     conn: Connection,
     journal: str | None,
+    inputs: NodeInputs | None = None,
 ) -> None:
-    """Entry point of a worker process; never returns (exits with a status)."""
+    """Entry point of a worker process; never returns (exits with a status).
+
+    ``inputs`` are the node's inputs at spawn time, so the first tick already
+    enforces the profile instead of reporting "nothing to enforce" (and
+    costing a status write) while the first pipe message is on its way.
+    """
     _die_with_parent()
     stop = _StopFlag()
     signal.signal(signal.SIGTERM, stop)
@@ -105,6 +120,8 @@ def run_worker(
     controller = NodeController(
         settings, node, NodeMetrics(node), Originals(Path(journal) if journal else None)
     )
+    if inputs is not None:
+        controller.update(inputs)
     code = 0
     try:
         _loop(controller, settings, conn, stop, faults)
