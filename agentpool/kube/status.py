@@ -5,6 +5,14 @@ of the object. A node's status is written when backend/result/message
 change, or as a heartbeat at most once per ``heartbeat_s``; anything in
 between only replaces the pending entry, so a slow or failing API server
 costs one pending write per profile, never a queue, and the last result wins.
+
+The agent runs its writer with :data:`HEARTBEAT_S` (5 minutes, like the
+kubelet's ``nodeStatusReportFrequency``) and ``spread_heartbeats``: with a
+1-minute heartbeat and a 10 s reconcile interval, heartbeats alone were 0.17
+API requests per node per tick, where the budget at 1,000 nodes is 0.05.
+Spreading gives each profile's first heartbeat a fixed phase in the period
+(from a hash of its name), so 1,000 profiles written together at start-up
+do not heartbeat together forever after, in one burst of 1,000 PATCHes.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,11 +35,15 @@ from agentpool.retrying import wait_delay
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_S = 300.0
+"""The agent's status heartbeat: an unchanged status is rewritten this often."""
+
 
 @dataclass
 class _Written:
     key: tuple[str, str, str]
-    at: float
+    heartbeat_at: float
+    """When an unchanged status is due again."""
     observed_keys: frozenset[str]
 
 
@@ -73,9 +86,11 @@ class StatusWriter:
         heartbeat_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         max_backoff_s: float = 30.0,
+        spread_heartbeats: bool = False,
     ) -> None:
         self._api = api
         self._heartbeat_s = heartbeat_s
+        self._spread = spread_heartbeats
         self._clock = clock
         self._backoff = tenacity.wait_exponential_jitter(multiplier=0.5, max=max_backoff_s)
         self._written: dict[str, _Written] = {}
@@ -99,7 +114,7 @@ class StatusWriter:
                 force
                 or last is None
                 or last.key != result.status_key()
-                or now - last.at >= self._heartbeat_s
+                or now >= last.heartbeat_at
             )
             if not due:
                 return False
@@ -188,7 +203,11 @@ class StatusWriter:
             log.warning("status of %s (%s) not written: %s", entry.node, profile, exc)
             return
         self.writes += 1
+        now = self._clock()
+        period = self._heartbeat_s
+        if self._spread and last is None:  # first write: the first heartbeat gets its phase
+            period *= (zlib.crc32(profile.encode()) % 1000 + 1) / 1000
         with self._cond:
             self._written[profile] = _Written(
-                entry.result.status_key(), self._clock(), frozenset(entry.result.observed)
+                entry.result.status_key(), now + period, frozenset(entry.result.observed)
             )

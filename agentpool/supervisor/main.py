@@ -23,7 +23,7 @@ from agentpool.config import AgentMode, Settings
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Informer
-from agentpool.kube.status import StatusWriter
+from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.httpserver import AgentHttpServer
@@ -75,7 +75,7 @@ def run(settings: Settings) -> int:
         return EXIT_STARTUP
     view = ClusterView(settings)
     collector = SupervisorCollector(counters)
-    status = StatusWriter(api)
+    status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True)
     supervisor: Supervisor
     informers: list[Informer] = []
 
