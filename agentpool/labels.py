@@ -9,6 +9,10 @@ that does not match must never get a controller. Grammar (as the API server's
     !key           key does not exist
     key=value      key==value      key!=value
     key in (a,b)   key notin (a,b)
+    key>3          key<3        (integer comparisons, as the API server allows)
+
+The simulation kit's API emulator uses this same grammar, so agent and
+emulator cannot disagree about what a selector means.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class Op(enum.Enum):
     NOT_EQUALS = "!="
     IN = "in"
     NOT_IN = "notin"
+    GREATER = ">"
+    LESS = "<"
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,16 @@ class Requirement:
             return not present
         if self.op in (Op.EQUALS, Op.IN):
             return present and labels[self.key] in self.values
-        # != and notin also match objects without the key, as in Kubernetes.
-        return not present or labels[self.key] not in self.values
+        if self.op in (Op.NOT_EQUALS, Op.NOT_IN):
+            # != and notin also match objects without the key, as in Kubernetes.
+            return not present or labels[self.key] not in self.values
+        if not present:
+            return False
+        try:
+            actual, bound = int(labels[self.key]), int(next(iter(self.values)))
+        except ValueError:
+            return False
+        return actual > bound if self.op is Op.GREATER else actual < bound
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ _KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
 _VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
 _SET = re.compile(rf"^\s*(?P<key>{_KEY})\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)\s*$")
 _BINARY = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>==|=|!=)\s*(?P<value>{_VALUE})\s*$")
+_COMPARE = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>[<>])\s*(?P<value>-?\d+)\s*$")
 _EXISTS = re.compile(rf"^\s*(?P<neg>!?)\s*(?P<key>{_KEY})\s*$")
 _VALUE_ONLY = re.compile(rf"^{_VALUE}$")
 
@@ -104,12 +119,19 @@ def parse_selector(text: str) -> Selector:
             raise SelectorError(f"empty requirement in {text!r}")
         if match := _SET.match(part):
             values = [v.strip() for v in match.group("values").split(",")]
+            if values == [""]:
+                raise SelectorError(f"empty value set in {part.strip()!r}")
             if any(not _VALUE_ONLY.match(v) for v in values):
                 raise SelectorError(f"bad value in {part.strip()!r}")
             op = Op.IN if match.group("op") == "in" else Op.NOT_IN
             requirements.append(Requirement(match.group("key"), op, frozenset(values)))
         elif match := _BINARY.match(part):
             op = Op.NOT_EQUALS if match.group("op") == "!=" else Op.EQUALS
+            requirements.append(
+                Requirement(match.group("key"), op, frozenset({match.group("value")}))
+            )
+        elif match := _COMPARE.match(part):
+            op = Op.GREATER if match.group("op") == ">" else Op.LESS
             requirements.append(
                 Requirement(match.group("key"), op, frozenset({match.group("value")}))
             )

@@ -6,7 +6,12 @@ import pytest
 
 from agentpool.labels import Op, Requirement, SelectorError, parse_selector
 
-MANAGED = {"joulie.io/managed": "true", "tier": "gold", "kubernetes.io/hostname": "w1"}
+MANAGED = {
+    "joulie.io/managed": "true",
+    "tier": "gold",
+    "kubernetes.io/hostname": "w1",
+    "cores": "32",
+}
 
 
 def test_parse_every_operator() -> None:
@@ -45,6 +50,12 @@ def test_parse_every_operator() -> None:
         ("tier=", False),
         ("", True),
         ("   ", True),
+        # Integer comparisons, which the API server accepts too.
+        ("cores>8", True),
+        ("cores>64", False),
+        ("cores<64", True),
+        ("tier>1", False),  # not an integer: no match, as in Kubernetes
+        ("missing>1", False),
     ],
 )
 def test_matches(selector: str, matches: bool) -> None:
@@ -73,6 +84,8 @@ def test_empty_value_matches_an_empty_label_and_none_labels_are_empty() -> None:
         "a = (b)",
         "-a=b",
         "a b",
+        "a in ()",
+        "a>b",
     ],
 )
 def test_parse_errors(selector: str) -> None:
