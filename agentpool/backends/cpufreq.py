@@ -151,16 +151,7 @@ class CpufreqHost:
 
     def restore(self) -> list[str]:
         """Give every policy its original ``scaling_max_freq``; returns problems, if any."""
-        problems: list[str] = []
-        for path, value in self._originals.items():
-            if path.name != "scaling_max_freq":
-                continue
-            try:
-                write_int(path, value)
-                self._originals.forget(path)
-            except SysfsError as exc:
-                problems.append(str(exc))
-        return problems
+        return self._originals.restore(lambda path: path.name == "scaling_max_freq")
 
     def readings(self) -> list[FreqReading]:
         out: list[FreqReading] = []

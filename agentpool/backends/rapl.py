@@ -169,16 +169,7 @@ class RaplHost:
 
     def restore(self) -> list[str]:
         """Put back every limit this agent changed; returns the problems, if any."""
-        problems: list[str] = []
-        for path, value in self._originals.items():
-            if "powercap" not in str(path):
-                continue
-            try:
-                write_int(path, value)
-                self._originals.forget(path)
-            except SysfsError as exc:
-                problems.append(str(exc))
-        return problems
+        return self._originals.restore(lambda path: "powercap" in str(path))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from agentpool.errors import SysfsError
@@ -87,6 +88,23 @@ class Originals:
     def forget(self, path: Path) -> None:
         if self._values.pop(str(path), None) is not None:
             self._save()
+
+    def restore(self, select: Callable[[Path], bool]) -> list[str]:
+        """Write back the originals of the selected files; returns the problems, if any.
+
+        A file that could not be written keeps its journal entry, so a later
+        attempt (or a restarted worker) still knows the true original.
+        """
+        problems: list[str] = []
+        for path, value in self.items():
+            if not select(path):
+                continue
+            try:
+                write_int(path, value)
+                self.forget(path)
+            except SysfsError as exc:
+                problems.append(str(exc))
+        return problems
 
     def clear(self) -> None:
         self._values.clear()
