@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from agentpool.errors import ProfileError
@@ -22,6 +22,8 @@ from agentpool.model import (
     Routing,
     SourceType,
 )
+
+E = TypeVar("E", SourceType, ControlType, ControlMode)
 
 NPP = "NodePowerProfile"
 TP = "TelemetryProfile"
@@ -112,6 +114,17 @@ def _endpoint(
     return HttpEndpoint(endpoint, float(timeout)), http
 
 
+def _choice(block: Mapping[str, Any], key: str, default: E, name: str, path: str) -> E:
+    """An enum-valued field of a TelemetryProfile; a value outside the enum names the field."""
+    kind = type(default)
+    raw = block.get(key, default.value)
+    try:
+        return kind(raw)
+    except ValueError:
+        accepted = ", ".join(m.value for m in kind)
+        raise ProfileError(TP, name, path, f"{raw!r} is not one of {accepted}") from None
+
+
 def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
     name = _name(obj)
     spec = _mapping(obj, "spec", TP, name, "spec")
@@ -120,23 +133,8 @@ def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
     source_block = _mapping(sources, "cpu", TP, name, "spec.sources.cpu")
     control_block = _mapping(controls, "cpu", TP, name, "spec.controls.cpu")
 
-    raw_source = source_block.get("type", SourceType.HOST.value)
-    try:
-        source = SourceType(raw_source)
-    except ValueError:
-        accepted = ", ".join(t.value for t in SourceType)
-        raise ProfileError(
-            TP, name, "spec.sources.cpu.type", f"{raw_source!r} is not one of {accepted}"
-        ) from None
-    raw_control = control_block.get("type", ControlType.HOST.value)
-    try:
-        control = ControlType(raw_control)
-    except ValueError:
-        accepted = ", ".join(t.value for t in ControlType)
-        raise ProfileError(
-            TP, name, "spec.controls.cpu.type", f"{raw_control!r} is not one of {accepted}"
-        ) from None
-
+    source = _choice(source_block, "type", SourceType.HOST, name, "spec.sources.cpu.type")
+    control = _choice(control_block, "type", ControlType.HOST, name, "spec.controls.cpu.type")
     source_http = None
     if source is SourceType.HTTP:
         source_http, _ = _endpoint(source_block, name, "spec.sources.cpu")
@@ -144,14 +142,7 @@ def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
     mode = ControlMode.AUTO
     if control is ControlType.HTTP:
         control_http, http = _endpoint(control_block, name, "spec.controls.cpu")
-        raw_mode = http.get("mode", ControlMode.AUTO.value)
-        try:
-            mode = ControlMode(raw_mode)
-        except ValueError:
-            accepted = ", ".join(m.value for m in ControlMode)
-            raise ProfileError(
-                TP, name, "spec.controls.cpu.http.mode", f"{raw_mode!r} is not one of {accepted}"
-            ) from None
+        mode = _choice(http, "mode", ControlMode.AUTO, name, "spec.controls.cpu.http.mode")
     return Routing(
         source=source,
         source_http=source_http,
