@@ -27,7 +27,10 @@ class AgentHttpServer:
         healthy: Callable[[], bool],
         ready: Callable[[], bool],
         on_scrape: Callable[[float], None] | None = None,
+        render: Callable[[], bytes] | None = None,
     ) -> None:
+        """``render``, if given, writes part of ``/metrics`` directly (the workers' merged
+        multiprocess files, see ``FastMultiProcessCollector.render``); ``registry`` the rest."""
         scrape_lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,7 +50,7 @@ class AgentHttpServer:
                     # Collectors keep per-scrape caches and are not thread safe.
                     with scrape_lock:
                         started = time.monotonic()
-                        body = generate_latest(registry)
+                        body = (render() if render is not None else b"") + generate_latest(registry)
                         if on_scrape is not None:
                             on_scrape(time.monotonic() - started)
                     self._send(200, body, CONTENT_TYPE_LATEST)
