@@ -38,7 +38,6 @@ import struct
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import (
@@ -52,7 +51,9 @@ from prometheus_client.utils import floatToGoString
 
 _INT = struct.Struct("i")
 _DOUBLES = struct.Struct("dd")
-_FIRST_READ = 16384
+_FIRST_READ = 4096
+"""Bytes read first; files are preallocated far larger than their used part, which a
+worker's few series keep to 1-3 KiB, so a bigger read only copies zeros."""
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -84,6 +85,8 @@ class _FileCache:
     plan: list[_Step] = field(default_factory=list)
     """Parallel to ``entries``, extended by ``render()`` as entries appear."""
     metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
+    groups: dict[str, dict[str, dict[float, str]]] = field(default_factory=dict)
+    """Histogram metric -> ``_count`` line of a label group -> bound -> bucket line."""
     """Metric -> (kind, help) of the planned entries, in first-seen order."""
 
 
@@ -187,7 +190,7 @@ class FastMultiProcessCollector(Collector):
                 cache = self._files[name] = _FileCache(os.fstat(fd).st_ino, fd if keep else None)
                 opened = not keep
             # One read covers the used part of a worker's files (a few KiB) in the common case.
-            data = os.pread(fd, _FIRST_READ, 0)
+            data = os.pread(fd, max(_FIRST_READ, cache.parsed_to + 1024), 0)
             if len(data) < 4:
                 return None
             (used,) = _INT.unpack_from(data, 0)
@@ -196,7 +199,8 @@ class FastMultiProcessCollector(Collector):
             if opened:
                 os.close(fd)
         if cache.parsed_to > used:  # rewritten in place: start over
-            cache.parsed_to, cache.entries, cache.plan, cache.metrics = 8, [], [], {}
+            cache.parsed_to, cache.entries, cache.plan = 8, [], []
+            cache.metrics, cache.groups = {}, {}
         if cache.parsed_to < used:
             cache.parsed_to = _parse(data, cache.parsed_to, len(data), cache.entries)
         return cache, data
@@ -230,7 +234,8 @@ class FastMultiProcessCollector(Collector):
         meta: dict[str, tuple[str, str]] = {}
         values: dict[str, dict[str, float]] = {}
         stamps: dict[str, float] = {}
-        buckets: dict[str, dict[str, dict[float, list[Any]]]] = {}
+        groups: dict[str, dict[str, dict[float, str]]] = {}
+        bucket_counts: dict[str, float] = {}  # bucket line -> count (not yet cumulative)
         for name, inode in names.items():
             loaded = self._load(name, inode)
             if loaded is None:
@@ -243,29 +248,32 @@ class FastMultiProcessCollector(Collector):
                 for e in cache.entries[len(cache.plan) :]:
                     cache.plan.append(_plan_entry(kind, mode, parts[-1], e))
                     cache.metrics.setdefault(e.metric, (kind, e.help))
+                    op, _, _, line, group, bound = cache.plan[-1]
+                    if op == _BUCKET and group is not None:
+                        by_group = cache.groups.setdefault(e.metric, {})
+                        by_group.setdefault(group, {})[bound] = line
             for metric, info in cache.metrics.items():
                 if metric not in meta:
                     meta[metric] = info
                     values[metric] = {}
+            for metric, file_groups in cache.groups.items():
+                merged = groups.setdefault(metric, {})
+                for group, bounds in file_groups.items():
+                    known = merged.get(group)
+                    if known is None:
+                        merged[group] = bounds  # shared with the cache: copied before a merge
+                    elif known is not bounds:
+                        merged[group] = {**known, **bounds}
             # Entries are 8-byte aligned, so the values are doubles at fixed indexes.
             doubles = memoryview(data)[: len(data) - len(data) % 8].cast("d")
-            for op, index, metric, line, group, bound in cache.plan:
+            for op, index, metric, line, _group, _bound in cache.plan:
                 value = doubles[index]
+                if op == _BUCKET:
+                    bucket_counts[line] = bucket_counts.get(line, 0.0) + value
+                    continue
                 vals = values[metric]
                 if op == _SUM:
                     vals[line] = vals.get(line, 0.0) + value
-                elif op == _BUCKET:
-                    by_group = buckets.get(metric)
-                    if by_group is None:
-                        by_group = buckets[metric] = {}
-                    by_bound = by_group.get(group)  # type: ignore[arg-type]
-                    if by_bound is None:
-                        by_bound = by_group[group] = {}  # type: ignore[index]
-                    slot = by_bound.get(bound)
-                    if slot is None:
-                        by_bound[bound] = [line, value]
-                    else:
-                        slot[1] += value
                 elif value != value or op == _SKIP:
                     continue  # a NaN gauge is a tombstone
                 elif op == _GAUGE_SUM:
@@ -298,11 +306,11 @@ class FastMultiProcessCollector(Collector):
             out.append(f"# HELP {exposed} {doc}\n# TYPE {exposed} {kind}\n")
             for line, value in values[metric].items():
                 out.append(f"{line} {fmt(value)}\n")
-            for count_line, by_bound in buckets.get(metric, {}).items():
+            for count_line, by_bound in groups.get(metric, {}).items():
                 acc = 0.0
                 for bound in sorted(by_bound):
-                    line, count = by_bound[bound]
-                    acc += count
+                    line = by_bound[bound]
+                    acc += bucket_counts[line]
                     out.append(f"{line} {fmt(acc)}\n")
                 out.append(f"{count_line} {fmt(acc)}\n")
         return "".join(out).encode("utf-8")
