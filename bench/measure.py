@@ -1,0 +1,138 @@
+"""Measuring helpers for ``bench/scale.py``: the agent's process tree, CPU, memory, percentiles.
+
+The agent under test is a real ``agentpool`` process: a supervisor whose
+children are multiprocessing's fork server and resource tracker, and whose
+workers are children of the fork server. Everything here reads that tree
+from the outside with psutil, as an operator would.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+MIB = 1024 * 1024
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The agent's processes, found by walking down from the supervisor's pid."""
+
+    supervisor: psutil.Process
+    fork_server: psutil.Process | None
+    helpers: list[psutil.Process]
+    """Other direct children (the resource tracker)."""
+    workers: list[psutil.Process]
+
+    def all(self) -> list[psutil.Process]:
+        extra = [self.fork_server] if self.fork_server is not None else []
+        return [self.supervisor, *extra, *self.helpers, *self.workers]
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def process_tree(pid: int) -> Tree:
+    supervisor = psutil.Process(pid)
+    fork_server: psutil.Process | None = None
+    helpers: list[psutil.Process] = []
+    for child in supervisor.children():
+        if "forkserver" in _cmdline(child):
+            fork_server = child
+        else:
+            helpers.append(child)
+    workers: list[psutil.Process] = []
+    if fork_server is not None:
+        for worker in fork_server.children():
+            try:
+                if worker.status() != psutil.STATUS_ZOMBIE:
+                    workers.append(worker)
+            except psutil.Error:
+                continue
+    return Tree(supervisor, fork_server, helpers, workers)
+
+
+def cpu_seconds(procs: Iterable[psutil.Process]) -> dict[int, float]:
+    """User + system CPU seconds by pid (processes that vanished are left out)."""
+    out: dict[int, float] = {}
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out[proc.pid] = times.user + times.system
+    return out
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two readings by processes present in both."""
+    return sum(after[pid] - before[pid] for pid in before.keys() & after.keys())
+
+
+@dataclass(frozen=True)
+class Memory:
+    pss: list[float]
+    uss: list[float]
+
+
+def memory(procs: Iterable[psutil.Process]) -> Memory:
+    """PSS and USS in bytes (``memory_full_info`` reads /proc/<pid>/smaps_rollup)."""
+    pss: list[float] = []
+    uss: list[float] = []
+    for proc in procs:
+        try:
+            info = proc.memory_full_info()
+        except psutil.Error:
+            continue
+        pss.append(float(info.pss))
+        uss.append(float(info.uss))
+    return Memory(pss, uss)
+
+
+def machine() -> dict[str, str]:
+    import platform
+    import sys
+
+    total = psutil.virtual_memory().total
+    return {
+        "cores": str(psutil.cpu_count(logical=True)),
+        "memory": f"{total / (1024**3):.1f} GiB",
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown"

@@ -1,0 +1,54 @@
+"""The scale benchmark at N = 20, short intervals: every step runs, so it cannot rot.
+
+The full run is ``python bench/scale.py`` (N = 100 and 1,000; see bench/README.md).
+Goals are not asserted here either: only that the run completes and reports.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_scale_benchmark_smoke_run(tmp_path: Path) -> None:
+    report = tmp_path / "BENCHMARKS.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "scale.py"),
+            "--nodes",
+            "20",
+            "--interval",
+            "2",
+            "--changes",
+            "10",
+            "--scrapes",
+            "3",
+            "--restarts",
+            "20",
+            "--output",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = report.read_text()
+    assert "| quantity | goal (N=20) | N=20 | met |" in text
+    assert "- machine: " in text
+    assert "Python 3." in text
+    table = {
+        line.split("|")[1].strip(): line.split("|")[3].strip()
+        for line in text.splitlines()
+        if line.startswith("| ") and line.count("|") == 5
+    }
+    # Every step produced a number ('-' is what the table shows for a missing one).
+    for label, value in table.items():
+        assert value, label
+        assert "-" not in value.split(" / "), (label, value)
+    assert table["multiprocess files: at start / after 20 worker SIGKILLs"] == "60 / 60"
+    assert table["control ticks per node per interval (~1)"] not in ("0.00", "-")
