@@ -63,6 +63,7 @@ from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
 from agentpool.supervisor.collector import FastMultiProcessCollector
 
 ROOT = Path(__file__).resolve().parents[1]
+ANALYSIS = "## Analysis"
 RESOURCES = ("nodes", "nodepowerprofiles", "telemetryprofiles")
 _RUNNING = re.compile(r'^agentpool_workers\{state="running"\} (\S+)$', re.M)
 _PIDS = re.compile(r'^agentpool_worker_pid\{node="([^"]+)"\} (\S+)$', re.M)
@@ -663,7 +664,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(runs, opts))
     print(f"\n{len(runs)} runs in {wall:.0f}s on {psutil.cpu_count()} cores")
     if opts.output is not None:
-        opts.output.write_text(markdown(runs, opts, command.strip(), wall))
+        report = markdown(runs, opts, command.strip(), wall)
+        # A hand-written analysis below ANALYSIS survives reruns (it explains the numbers).
+        old = opts.output.read_text() if opts.output.exists() else ""
+        if ANALYSIS in old:
+            report += "\n" + old[old.index(ANALYSIS) :]
+        opts.output.write_text(report)
         print(f"wrote {opts.output}")
     return 1 if any(r.error for r in runs) else 0
 
