@@ -133,6 +133,7 @@ def run(settings: Settings) -> int:
         return EXIT_STARTUP
     supervisor.install_signal_handlers()
     server.start()
+    collector.start()
     status.start()
     for informer in informers:
         informer.start()
@@ -156,6 +157,7 @@ def run(settings: Settings) -> int:
         for informer in informers:
             informer.stop()
         status.stop()
+        collector.stop()
         server.stop()
         workers_metrics.close()
         api.close()
