@@ -178,5 +178,16 @@ class SupervisorCollector(Collector):
         )
         scrape.add_metric([], self.last_scrape_s)
         return [
-            owned, by_state, restarts, pids, shard, shards, synced, api, watches, rss, cpu, scrape
+            owned,
+            by_state,
+            restarts,
+            pids,
+            shard,
+            shards,
+            synced,
+            api,
+            watches,
+            rss,
+            cpu,
+            scrape,
         ]

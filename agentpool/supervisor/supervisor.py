@@ -42,6 +42,7 @@ from agentpool.config import Settings
 from agentpool.kube.informer import InformerEvent
 from agentpool.kube.status import StatusWriter
 from agentpool.model import Backend, Result, TickResult
+from agentpool.supervisor.orphans import reap_orphans
 from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
@@ -157,7 +158,7 @@ class Supervisor:
             self._restart_due(now)
         self._send_inputs()
         if scan:
-            self._reap_orphans()
+            reap_orphans()
         if scan or self._changed:
             self._publish()
 
@@ -459,22 +460,6 @@ class Supervisor:
             except (OSError, EOFError):
                 self._dirty.add(node)  # retried after the restart
 
-    def _reap_orphans(self) -> None:
-        """As PID 1 we inherit orphans; reap them, but never a child multiprocessing owns."""
-        if os.getpid() != 1:
-            return
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if info is None or info.si_pid == 0:
-                return
-            if info.si_pid in _multiprocessing_helpers():
-                return  # its owner reaps it; a dead fork server is noticed when spawning
-            os.waitpid(info.si_pid, 0)
-            log.info("reaped orphan pid %d", info.si_pid)
-
     def _publish(self) -> None:
         self._changed = False
         s = self.settings
@@ -534,14 +519,3 @@ class Supervisor:
             self.status.flush(timeout=min(5.0, max(1.0, deadline - self.clock())))
         log.info("all workers stopped")
         return 0
-
-
-def _multiprocessing_helpers() -> set[int]:
-    """Pids of the fork server and resource tracker (private attributes, read defensively)."""
-    from multiprocessing import forkserver, resource_tracker
-
-    pids = {
-        getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None),
-        getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
-    }
-    return {p for p in pids if isinstance(p, int)}
