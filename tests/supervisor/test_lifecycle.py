@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import psutil
+
 from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.sysfs import read_int
 
@@ -127,4 +129,29 @@ def test_daemonset_mode_controls_exactly_its_own_node() -> None:
         # Only that node is watched: a change elsewhere is not even seen.
         counts = cluster.api.request_counts()
         assert counts[("list", "nodes")] == 1
+        assert agent.terminate() == 0
+
+
+def test_a_dead_fork_server_is_replaced_and_every_worker_restarted() -> None:
+    with SimCluster() as cluster:
+        for name in ("a", "b"):
+            cluster.add_node(name)
+        agent = cluster.start_agent()
+        agent.wait_ready()
+        before = wait_until(lambda: p if len(p := worker_pids(agent)) == 2 else None, 20)
+        server = next(
+            c for c in psutil.Process(agent.pid).children() if "forkserver" in " ".join(c.cmdline())
+        )
+        server.kill()
+        # Its workers exit on the parent-death signal; new ones come from a new fork server.
+        after = wait_until(
+            lambda: (
+                p
+                if len(p := worker_pids(agent)) == 2 and not set(p.values()) & set(before.values())
+                else None
+            ),
+            30,
+        )
+        assert not any(alive(pid) for pid in before.values())
+        assert set(after) == {"a", "b"}
         assert agent.terminate() == 0
