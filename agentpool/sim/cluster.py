@@ -16,18 +16,18 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from agentpool.sim.apiserver import ApiEmulator
+from agentpool.sim.polling import wait_until
 from agentpool.sim.powersim import PowerSim
 
 MANAGED = "joulie.io/managed"
-T = TypeVar("T")
+__all__ = ["AgentProcess", "SimCluster", "free_port", "wait_until"]
 
 
 def free_port() -> int:
@@ -35,18 +35,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy; TimeoutError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"condition not met within {timeout:g}s")
-        time.sleep(interval)
 
 
 def power_profile(node: str, cap: float | None, profile: str = "eco") -> dict[str, Any]:

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from agentpool.sim.polling import wait_until
 from agentpool.sim.powermodel import (
     RAPL_ACTION,
     Behaviour,
@@ -84,9 +85,7 @@ class PowerSim:
         self._nodes: dict[str, NodeModel] = {}
         # Bounded so a long demo cannot grow without limit; 200k records is
         # over half an hour of 1,000 nodes polled every 10 s.
-        self._requests: collections.deque[RecordedRequest] = collections.deque(
-            maxlen=max_requests
-        )
+        self._requests: collections.deque[RecordedRequest] = collections.deque(maxlen=max_requests)
         self._request_count = 0
         # Loop-only: the events hung requests wait on, by node.
         self._hung: dict[str, set[asyncio.Event]] = collections.defaultdict(set)
@@ -126,9 +125,7 @@ class PowerSim:
 
     # -- tell-it API (any thread) -------------------------------------------
 
-    def add_node(
-        self, name: str, config: NodeConfig | None = None, **overrides: Any
-    ) -> NodeState:
+    def add_node(self, name: str, config: NodeConfig | None = None, **overrides: Any) -> NodeState:
         """Create a node; ``overrides`` are NodeConfig fields. Refuses duplicates."""
         cfg = config or self._defaults
         if overrides:
@@ -228,18 +225,9 @@ class PowerSim:
             self._requests.clear()
 
     @staticmethod
-    def wait_for(
-        predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.01
-    ) -> T:
+    def wait_for(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.01) -> T:
         """Poll ``predicate`` until it returns something truthy; return that, or raise."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"condition not met within {timeout} s")
-            time.sleep(interval)
+        return wait_until(predicate, timeout, interval)
 
     # -- HTTP side (server loop) ---------------------------------------------
 
@@ -296,7 +284,13 @@ class PowerSim:
                 status, payload = 200, {"status": "ok"}
             self._requests.append(
                 RecordedRequest(
-                    node, request.method, kind, request.path, body, monotonic, wall,
+                    node,
+                    request.method,
+                    kind,
+                    request.path,
+                    body,
+                    monotonic,
+                    wall,
                     fault.kind if fault else None,
                 )
             )
