@@ -116,6 +116,13 @@ def _seconds_option(ctx: click.Context, param: click.Parameter, value: str | Non
     return seconds
 
 
+def _duration_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """Like _seconds_option, but 0 means no end (None): run until Ctrl-C."""
+    if value is not None and value.strip() in ("0", "0s"):
+        return None
+    return _seconds_option(ctx, param, value)
+
+
 @cli.command()
 @click.option(
     "--nodes",
@@ -133,10 +140,11 @@ def _seconds_option(ctx: click.Context, param: click.Parameter, value: str | Non
 )
 @click.option(
     "--duration",
-    default=None,
+    default="60",
+    show_default=True,
     metavar="SECONDS",
-    callback=_seconds_option,
-    help="stop after this long (15, 90s, 2m); default: run until Ctrl-C",
+    callback=_duration_option,
+    help="stop after this long (15, 90s, 2m); 0 runs until Ctrl-C",
 )
 @click.option(
     "--interval",

@@ -99,7 +99,7 @@ def test_ctrl_c_stops_agents_and_workers_cleanly(tmp_path: Path) -> None:
     lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
     seen: list[str] = []
     with subprocess.Popen(
-        [*DEMO, "--nodes", "3", "--interval", "1s"],
+        [*DEMO, "--nodes", "3", "--interval", "1s", "--duration", "0"],
         cwd=tmp_path,
         env=_env(),
         stdin=subprocess.DEVNULL,
