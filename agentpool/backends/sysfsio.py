@@ -19,11 +19,18 @@ from agentpool.errors import SysfsError
 log = logging.getLogger(__name__)
 
 
+SYSFS_ATTR_MAX = 4096
+"""A sysfs attribute is at most one page; reading more would only follow a file that is
+not one (a device node such as /dev/zero behind a bad link never ends)."""
+
+
 def read_text(path: Path) -> str:
     try:
-        return path.read_text().strip()
+        with open(path, "rb") as handle:
+            data = handle.read(SYSFS_ATTR_MAX)
     except OSError as exc:
         raise SysfsError(str(path), f"read failed: {exc.strerror or exc}") from exc
+    return data.decode("utf-8", "replace").strip()
 
 
 def read_int(path: Path) -> int:

@@ -123,3 +123,20 @@ def test_a_restarted_worker_restores_the_true_originals() -> None:
         wait_until(lambda: sorted(p.name for p in metrics_dir.glob("*.db")) == files_before, 10)
         assert agent.terminate() == 0
         assert {p: read_int(p) for p in originals} == originals
+
+
+def test_limit_files_that_fail_on_write_or_read_forever_do_not_hang_the_node() -> None:
+    """Device nodes behind the limit links: reads never end, writes fail (ENOSPC)."""
+    with SimCluster() as cluster:
+        template, trees = host_cluster(cluster, ["full", "zero"])
+        for name, device in (("full", "/dev/full"), ("zero", "/dev/zero")):
+            for path in pl1_files({name: trees[name]}):
+                path.unlink()
+                path.symlink_to(device)
+        agent = cluster.start_agent({"SYSFS_ROOT": template})
+        agent.wait_ready()
+        for name in ("full", "zero"):
+            wait_until(lambda n=name: cluster.status(n).get("backend") == "dvfs", 20)
+            assert "RAPL unavailable" in cluster.status(name)["message"]
+        assert restarts(agent, "full") == restarts(agent, "zero") == 0.0
+        assert agent.terminate() == 0
