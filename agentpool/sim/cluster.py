@@ -211,7 +211,13 @@ class SimCluster:
         env: Mapping[str, str] | None = None,
         args: list[str] | None = None,
         name: str = "agent",
+        wrap: list[str] | None = None,
     ) -> AgentProcess:
+        """Run ``python -m agentpool ARGS`` against this cluster.
+
+        ``wrap`` is a command that gets the agent's command line appended, for
+        running it in another environment (a private mount namespace, say).
+        """
         port = free_port()
         full_env = {
             k: v for k, v in os.environ.items() if not k.startswith(("POOL_", "AGENT_", "NODE_"))
@@ -228,7 +234,7 @@ class SimCluster:
         )
         full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         full_env.update(env or {})
-        argv = [sys.executable, "-m", "agentpool", *(args or [])]
+        argv = [*(wrap or []), sys.executable, "-m", "agentpool", *(args or [])]
         agent = AgentProcess(argv, full_env, port, self.workdir / f"{name}-{len(self.agents)}.log")
         self.agents.append(agent)
         return agent

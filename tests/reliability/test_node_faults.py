@@ -12,13 +12,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from supervisor.agents import host_cluster, pl1_files, restarts, series, worker_pids
 
-from agentpool.sim.cluster import AgentProcess, SimCluster, free_port, wait_until
+from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.sysfs import no_rapl, read_int, read_only_rapl
 
 
@@ -163,26 +162,12 @@ def test_a_read_only_sysfs_mount_falls_back_without_writing_anything() -> None:
         template, trees = host_cluster(cluster, ["ro"])
         root = template.replace("{node}", "ro")
         before = {p: read_int(p) for p in pl1_files(trees)}
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "AGENT_MODE": "pool"}
-        port = free_port()
-        env.update(
-            {
-                "METRICS_ADDR": f"127.0.0.1:{port}",
-                "RECONCILE_INTERVAL": "1s",
-                "SYSFS_ROOT": template,
-            }
-        )
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         # A private mount namespace in which the node's /sys tree is mounted read-only,
-        # as a pod that mounts /sys without write access sees it.
-        script = (
-            f"mount --bind {root} {root} && mount -o remount,bind,ro {root} && "
-            f"exec {sys.executable} -m agentpool"
+        # as a pod that mounts /sys without write access sees it; "$@" is the agent.
+        script = f'mount --bind {root} {root} && mount -o remount,bind,ro {root} && exec "$@"'
+        agent = cluster.start_agent(
+            {"SYSFS_ROOT": template}, wrap=["unshare", "-m", "sh", "-c", script, "sh"]
         )
-        agent = AgentProcess(
-            ["unshare", "-m", "sh", "-c", script], env, port, cluster.workdir / "ro.log"
-        )
-        cluster.agents.append(agent)
         agent.wait_ready()
         wait_until(lambda: cluster.status("ro").get("backend") == "dvfs", 20)
         assert "Read-only file system" in cluster.status("ro")["message"]
