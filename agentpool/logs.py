@@ -28,9 +28,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-def setup_logging(fmt: LogFormat, level: str, role: str = "supervisor") -> None:
-    """Configure the root logger; ``role`` tags text lines (supervisor or worker pid)."""
+class _NodeField(logging.Filter):
+    """Give every record of a worker process its node (JSON logs then carry ``node``)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self.node = node
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "node", None) is None:
+            record.node = self.node
+        return True
+
+
+def setup_logging(
+    fmt: LogFormat, level: str, role: str = "supervisor", node: str | None = None
+) -> None:
+    """Configure the root logger; ``role`` tags text lines, ``node`` a worker's records."""
     handler = logging.StreamHandler(sys.stderr)
+    if node is not None:
+        handler.addFilter(_NodeField(node))
     if fmt is LogFormat.JSON:
         handler.setFormatter(JsonFormatter())
     else:

@@ -65,6 +65,12 @@ MAX_STARTS_PER_TURN = 64
 """Start workers in batches so reports keep flowing during a mass start."""
 
 
+def _node_log(level: int, node: str, message: str, *args: object) -> None:
+    """Log an event of one node: the node is the message's first argument and, in JSON
+    logs, a ``node`` field to filter on."""
+    log.log(level, message, node, *args, extra={"node": node})
+
+
 class Supervisor:
     """Owns the worker table. Only ``run()``'s thread touches it."""
 
@@ -254,13 +260,16 @@ class Supervisor:
             if handle.state is WorkerState.STARTING:
                 handle.state = WorkerState.RUNNING
                 self._changed = True
-                log.info("worker for node %s running (pid %s)", handle.node, handle.pid)
+                _node_log(
+                    logging.INFO, handle.node, "worker for node %s running (pid %s)", handle.pid
+                )
             previous = handle.last_result
             handle.last_result = message.result
             if previous is None or previous.status_key() != message.result.status_key():
-                log.info(
-                    "node %s: %s %s: %s",
+                _node_log(
+                    logging.INFO,
                     handle.node,
+                    "node %s: %s %s: %s",
                     message.result.backend.value,
                     message.result.result.value,
                     message.result.message,
@@ -299,7 +308,7 @@ class Supervisor:
             mark_process_dead(ident, self.multiproc_dir)  # type: ignore[no-untyped-call]
             reason = handle.stop_reason
             if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
-                log.info("worker for node %s (pid %s) stopped: %s", node, pid, how)
+                _node_log(logging.INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
                 if reason is StopReason.SCOPE:
                     self._final_scope_status(handle)
                     self._forget(node)
@@ -309,9 +318,10 @@ class Supervisor:
             handle.state = WorkerState.BACKOFF
             handle.restart_at = now + delay
             cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
-            log.error(
-                "worker for node %s (pid %s) %s: %s; restart %d in %.1fs",
+            _node_log(
+                logging.ERROR,
                 node,
+                "worker for node %s (pid %s) %s: %s; restart %d in %.1fs",
                 pid,
                 cause,
                 how,
@@ -369,9 +379,10 @@ class Supervisor:
             if handle.state not in (WorkerState.STARTING, WorkerState.RUNNING):
                 continue
             if now - handle.last_seen > limit and handle.process is not None:
-                log.error(
-                    "worker for node %s (pid %s) silent for %.0fs: terminating",
+                _node_log(
+                    logging.ERROR,
                     handle.node,
+                    "worker for node %s (pid %s) silent for %.0fs: terminating",
                     handle.pid,
                     now - handle.last_seen,
                 )
@@ -394,8 +405,11 @@ class Supervisor:
             if handle.kill_at is None or process is None or process.exitcode is not None:
                 continue
             if now >= handle.kill_at:
-                log.warning(
-                    "worker for node %s (pid %s) ignored SIGTERM: SIGKILL", handle.node, handle.pid
+                _node_log(
+                    logging.WARNING,
+                    handle.node,
+                    "worker for node %s (pid %s) ignored SIGTERM: SIGKILL",
+                    handle.pid,
                 )
                 process.kill()
                 handle.kill_at = None
@@ -409,10 +423,12 @@ class Supervisor:
             if node in owned or handle.stop_reason is StopReason.SCOPE:
                 continue
             if handle.process is None:  # in backoff: nothing runs, just forget it
-                log.info("node %s left this pod's scope (its worker was in backoff)", node)
+                _node_log(
+                    logging.INFO, node, "node %s left this pod's scope (its worker was in backoff)"
+                )
                 self._forget(node)
                 continue
-            log.info("node %s left this pod's scope: stopping its worker", node)
+            _node_log(logging.INFO, node, "node %s left this pod's scope: stopping its worker")
             self._stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
         # A node still stopping from an earlier scope loss keeps its handle until the
         # worker is gone; _reap then marks the scope dirty and it starts again here.
@@ -436,9 +452,10 @@ class Supervisor:
             due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
             if due and handle.process is None:
                 handle.policy.on_restart()
-                log.info(
-                    "restarting worker for node %s (restart %d)",
+                _node_log(
+                    logging.INFO,
                     handle.node,
+                    "restarting worker for node %s (restart %d)",
                     handle.policy.restarts,
                 )
                 self._start(handle, now)
@@ -490,7 +507,11 @@ class Supervisor:
             if now >= deadline:
                 for handle in self.workers.values():
                     if handle.process is not None and handle.process.exitcode is None:
-                        log.error("worker for node %s did not stop in time: SIGKILL", handle.node)
+                        _node_log(
+                            logging.ERROR,
+                            handle.node,
+                            "worker for node %s did not stop in time: SIGKILL",
+                        )
                         handle.process.kill()
                         handle.process.join(2)
                     if handle.process is not None:

@@ -111,7 +111,7 @@ def run_worker(
     stop = _StopFlag()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which stops us
-    setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}")
+    setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
     _use_node_metrics_files(node)
     from agentpool.metrics import NodeMetrics
 

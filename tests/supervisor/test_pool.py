@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 
@@ -127,3 +128,19 @@ def test_simulate_only_logs_every_owned_node_and_writes_nothing() -> None:
             assert f"simulate-only: node {name} would cap CPU packages at 120 W" in log
             assert cluster.status(name)["result"] == "applied"
         assert agent.terminate() == 0
+
+
+def test_json_logs_are_one_object_per_line_with_the_node() -> None:
+    with SimCluster() as cluster:
+        cluster.add_node("a")
+        agent = cluster.start_agent(args=["--log-format", "json"])
+        agent.wait_ready()
+        wait_until(lambda: cluster.status("a").get("result") == "applied", 20)
+        assert agent.terminate() == 0
+        entries = [json.loads(line) for line in agent.logs().splitlines() if line.strip()]
+        assert {e["level"] for e in entries} <= {"debug", "info", "warning", "error"}
+        about_a = [e for e in entries if e.get("node") == "a"]
+        messages = " | ".join(e["msg"] for e in about_a)
+        assert "worker for node a running" in messages  # from the supervisor
+        assert "hardware: cpu vendor" in messages  # from the worker process
+        assert "node a: rapl applied" in messages
