@@ -41,7 +41,8 @@ from prometheus_client.multiprocess import mark_process_dead
 from agentpool.config import Settings
 from agentpool.kube.informer import InformerEvent
 from agentpool.kube.status import StatusWriter
-from agentpool.model import Backend, Result, TickResult
+from agentpool.model import TickResult
+from agentpool.supervisor import statuses
 from agentpool.supervisor.orphans import reap_orphans
 from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport
 from agentpool.supervisor.scope import ClusterView
@@ -329,13 +330,7 @@ class Supervisor:
                 delay,
             )
             self._offer_status(
-                node,
-                TickResult(
-                    Backend.NONE,
-                    Result.ERROR,
-                    f"controller restarting: worker {cause} ({how}); "
-                    f"restart {handle.policy.restarts + 1} in {delay:.0f}s",
-                ),
+                node, statuses.restarting(cause, how, handle.policy.restarts + 1, delay)
             )
 
     def _final_scope_status(self, handle: WorkerHandle) -> None:
@@ -346,22 +341,9 @@ class Supervisor:
         matching the selector has no controller any more, and its status must
         not keep claiming a cap is applied.
         """
-        node = handle.node
-        if self.view.matches_selector(node):
-            return
-        restored = (
-            "host limits restored"
-            if self.settings.restore_on_exit and not handle.restore_problems
-            else "host limits left as set"
-        )
-        # A filtered watch reports a node that stops matching as DELETED, so the two
-        # causes cannot be told apart here.
-        why = "node deleted or no longer selected"
-        self._offer_status(
-            node,
-            TickResult(Backend.NONE, Result.NONE, f"not controlled: {why}; {restored}"),
-            force=True,
-        )
+        if not self.view.matches_selector(handle.node):
+            result = statuses.not_controlled(self.settings, handle.restore_problems)
+            self._offer_status(handle.node, result, force=True)
 
     def _forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and every metrics file."""
@@ -523,18 +505,7 @@ class Supervisor:
             self._read_reports(now)
             self._reap(now)
         for node, handle in self.workers.items():
-            if handle.restore_problems:
-                result = TickResult(
-                    Backend.NONE,
-                    Result.ERROR,
-                    "agent stopped; could not restore: " + "; ".join(handle.restore_problems),
-                )
-            elif self.settings.restore_on_exit and not self.settings.simulate_only:
-                result = TickResult(
-                    Backend.NONE, Result.NONE, "agent stopped; host limits restored"
-                )
-            else:
-                result = TickResult(Backend.NONE, Result.NONE, "agent stopped; limits left as set")
+            result = statuses.agent_stopped(self.settings, handle.restore_problems)
             self._offer_status(node, result, force=True)
         if self.status is not None:
             self.status.flush(timeout=min(5.0, max(1.0, deadline - self.clock())))

@@ -1,0 +1,46 @@
+"""What the supervisor itself writes into a node's status, as opposed to its worker.
+
+When no worker can speak for a node (it is restarting, it left this pod's
+scope, the agent is stopping), the status must say so rather than keep
+claiming that a cap is applied. The wording lives here, in one place.
+"""
+
+from __future__ import annotations
+
+from agentpool.config import Settings
+from agentpool.model import Backend, Result, TickResult
+
+
+def _restore_outcome(settings: Settings, problems: tuple[str, ...] | None) -> tuple[Result, str]:
+    if problems:
+        return Result.ERROR, "could not restore: " + "; ".join(problems)
+    if settings.restore_on_exit and not settings.simulate_only:
+        return Result.NONE, "host limits restored"
+    return Result.NONE, "limits left as set"
+
+
+def restarting(cause: str, how: str, restart: int, delay_s: float) -> TickResult:
+    """The worker died or was killed; the next start is scheduled."""
+    return TickResult(
+        Backend.NONE,
+        Result.ERROR,
+        f"controller restarting: worker {cause} ({how}); restart {restart} in {delay_s:.0f}s",
+    )
+
+
+def not_controlled(settings: Settings, problems: tuple[str, ...] | None) -> TickResult:
+    """The node left every pod's scope (deleted, or no longer matching the selector).
+
+    A filtered watch reports a node that stops matching as DELETED, so the two
+    causes cannot be told apart.
+    """
+    result, restored = _restore_outcome(settings, problems)
+    return TickResult(
+        Backend.NONE, result, f"not controlled: node deleted or no longer selected; {restored}"
+    )
+
+
+def agent_stopped(settings: Settings, problems: tuple[str, ...] | None) -> TickResult:
+    """The agent shut down gracefully."""
+    result, restored = _restore_outcome(settings, problems)
+    return TickResult(Backend.NONE, result, f"agent stopped; {restored}")
