@@ -73,10 +73,13 @@ def test_writes_only_on_change_or_heartbeat(
     assert status["updatedAt"].endswith("Z")
 
 
+@pytest.mark.parametrize("fault", ["500", "409"])
 def test_failures_retry_and_the_last_result_wins(
-    api_emulator: ApiEmulator, writer: StatusWriter
+    api_emulator: ApiEmulator, writer: StatusWriter, fault: str
 ) -> None:
-    api_emulator.inject(verb="patch", resource="telemetryprofiles", subresource="status", times=2)
+    api_emulator.inject(
+        verb="patch", resource="telemetryprofiles", subresource="status", fault=fault, times=2
+    )
     writer.offer("node-a", "node-a", applied("first"))
     wait_until(lambda: writer.failures >= 1, 5)
     writer.offer("node-a", "node-a", applied("second"))
