@@ -167,19 +167,19 @@ def step_steady(cluster: SimCluster, agent: AgentProcess, run: Run, opts: Option
     if len(tree.workers) != n:
         run.notes.append(f"N={n}: {len(tree.workers)} worker processes found, expected {n}")
     procs = tree.all()
-    cluster.api.reset_counters()
+    cluster.emulator.reset_counters()
     window = opts.steady_intervals * interval
     started = time.monotonic()
     cpu0 = cpu_seconds(procs)
     time.sleep(window)
     cpu1 = cpu_seconds(procs)
     elapsed = time.monotonic() - started
-    requests = sum(cluster.api.request_counts().values())
+    requests = sum(cluster.emulator.request_counts().values())
     ticks = n * elapsed / interval
     run.values["api_per_node_tick"] = requests / ticks
     run.values["api_requests"] = requests
-    run.values["watches_max"] = max(cluster.api.open_watches(r) for r in RESOURCES)
-    run.values["watches_total"] = cluster.api.open_watches()
+    run.values["watches_max"] = max(cluster.emulator.open_watches(r) for r in RESOURCES)
+    run.values["watches_total"] = cluster.emulator.open_watches()
     controls = [
         r
         for r in cluster.power.requests(kind="control")

@@ -163,9 +163,9 @@ class Soak:
                     cluster.set_labels(name, {MANAGED: "true"})
                     del self.unlabelled[name]
             if elapsed >= next_outage:
-                cluster.api.stop()
+                cluster.emulator.stop()
                 time.sleep(2.0)  # the outage itself: nothing to wait for
-                cluster.api.start()
+                cluster.emulator.start()
                 self.count("api_outage")
                 next_outage += 60.0
             action = self.rng.choice(["kill", "flap", "profile", "profile", "api_fault"])
@@ -199,21 +199,21 @@ class Soak:
     def do_api_fault(self, cluster: SimCluster, agent: AgentProcess) -> None:
         kind = self.rng.choice(["500", "429", "410"])
         if kind == "500":
-            cluster.api.inject(
+            cluster.emulator.inject(
                 verb=self.rng.choice(["list", "watch", "patch"]), fault="500", times=3
             )
         elif kind == "429":
-            cluster.api.inject(
+            cluster.emulator.inject(
                 verb="patch", resource="telemetryprofiles", fault=429, retry_after=1, times=2
             )
         else:
-            cluster.api.inject(
+            cluster.emulator.inject(
                 verb="watch", resource=self.rng.choice(["nodes", "npp"]), fault="410"
             )
         self.count(f"api_{kind}")
 
     def converge(self, cluster: SimCluster, agent: AgentProcess) -> None:
-        cluster.api.clear_faults()
+        cluster.emulator.clear_faults()
         for name in list(self.unlabelled):
             cluster.set_labels(name, {MANAGED: "true"})
         self.unlabelled.clear()

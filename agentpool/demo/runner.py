@@ -195,7 +195,7 @@ def _run(opts: DemoOptions, signals: queue.SimpleQueue[int], out: TextIO) -> int
             nodes=opts.nodes,
             unmanaged=UNMANAGED_COUNT,
             interval=format_duration(opts.interval_s),
-            api_url=cluster.api.url,
+            api_url=cluster.emulator.url,
             kubeconfig=str(cluster.kubeconfig),
             power_url=cluster.power.url,
             shards=[ShardInfo(i, a.pid, a.metrics_url) for i, a in enumerate(agents)],

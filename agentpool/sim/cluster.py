@@ -1,10 +1,12 @@
-"""A whole simulated cluster on 127.0.0.1: API emulator, power simulator, agent processes.
+"""A whole simulated cluster on 127.0.0.1: API server, power simulator, agent processes.
 
 What the integration tests, the benchmark and the demo share: seed N managed
 nodes with their NodePowerProfiles and TelemetryProfiles (controls pointing
 at the power simulator, or host controls over per-node sysfs trees), then run
 the real ``agentpool`` command against it as a subprocess, exactly as a pod
-would run it, with ``KUBECONFIG`` pointing at the emulator.
+would run it, with ``KUBECONFIG`` pointing at the API server: the emulator by
+default, or a real kube-apiserver (:class:`~agentpool.sim.envtest.EnvtestServer`)
+shared between scenarios, which a cluster wipes on entry and exit.
 """
 
 from __future__ import annotations
@@ -20,14 +22,29 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentpool.sim.apiserver import ApiEmulator
+from agentpool.sim.clusterapi import chart_crds
+from agentpool.sim.envtest import ADMIN, EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.powersim import PowerSim
 
 MANAGED = "joulie.io/managed"
-__all__ = ["AgentProcess", "SimCluster", "free_port", "wait_until"]
+KINDS = ("telemetryprofiles", "nodepowerprofiles", "nodes")
+"""What a scenario seeds; a shared real server is wiped of these between scenarios."""
+__all__ = ["AgentProcess", "DirectApi", "SimCluster", "free_port", "wait_until"]
+
+
+class DirectApi(Protocol):
+    """What both the emulator and :class:`~agentpool.sim.clusterapi.ClusterApi` offer."""
+
+    def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]: ...
+    def get(self, resource: str, name: str) -> dict[str, Any]: ...
+    def patch(
+        self, resource: str, name: str, patch: dict[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]: ...
+    def delete(self, resource: str, name: str) -> dict[str, Any]: ...
 
 
 def free_port() -> int:
@@ -149,25 +166,55 @@ class AgentProcess:
 
 
 class SimCluster:
-    """Emulated API + power simulator + helpers to seed nodes and run agents."""
+    """API server + power simulator + helpers to seed nodes and run agents.
 
-    def __init__(self, workdir: str | os.PathLike[str] | None = None, seed: int = 0) -> None:
+    ``server``: run against this real kube-apiserver instead of a fresh
+    emulator; the chart's CRDs are installed there and the agents
+    authenticate as ``user`` (a user the server was started with).
+    """
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str] | None = None,
+        seed: int = 0,
+        server: EnvtestServer | None = None,
+        user: str = ADMIN,
+    ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="agentpool-sim-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
-        self.api = ApiEmulator()
+        self.server = server
+        self.user = user
+        self._emulator = ApiEmulator() if server is None else None
+        self.api: DirectApi = self._emulator or server.api()  # type: ignore[union-attr]
         self.power = PowerSim(seed=seed)
         self.agents: list[AgentProcess] = []
 
+    @property
+    def emulator(self) -> ApiEmulator:
+        """The emulator, for what only it can do (faults, request counts, outages)."""
+        if self._emulator is None:
+            raise RuntimeError("this cluster runs on a real kube-apiserver, not the emulator")
+        return self._emulator
+
     def __enter__(self) -> SimCluster:
-        self.api.start()
+        if self.server is None:
+            self.emulator.start()
+            self.kubeconfig = self.emulator.write_kubeconfig(self.workdir / "kubeconfig")
+        else:
+            admin = self.server.api()
+            admin.apply(chart_crds())
+            admin.wipe(KINDS)
+            self.kubeconfig = self.server.kubeconfig(self.workdir / "kubeconfig", self.user)
         self.power.start()
-        self.kubeconfig = self.api.write_kubeconfig(self.workdir / "kubeconfig")
         return self
 
     def __exit__(self, *exc: object) -> None:
         for agent in self.agents:
             agent.terminate(timeout=10)
-        self.api.stop()
+        if self._emulator is not None:
+            self._emulator.stop()
+        elif self.server is not None:
+            self.server.api().wipe(KINDS)
         self.power.stop()
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -25,9 +25,9 @@ def test_server_errors_then_recovery_lose_nothing_and_restart_nothing() -> None:
     with SimCluster() as cluster:
         agent, pids = start(cluster, ["a", "b"])
         # Every request fails from now on, and open watches are cut by a restart.
-        cluster.api.inject(fault="500", times=None)
-        cluster.api.stop()
-        cluster.api.start()
+        cluster.emulator.inject(fault="500", times=None)
+        cluster.emulator.stop()
+        cluster.emulator.start()
         # Meanwhile a node's situation changes: RAPL becomes blocked, DVFS takes over.
         cluster.power.set_behaviour("a", result="blocked", action="rapl.set_power_cap_watts")
         wait_until(
@@ -38,7 +38,7 @@ def test_server_errors_then_recovery_lose_nothing_and_restart_nothing() -> None:
             10,
         )
         assert cluster.status("a")["backend"] == "rapl", "no write can land during the outage"
-        cluster.api.clear_faults()
+        cluster.emulator.clear_faults()
         wait_until(lambda: cluster.status("a").get("backend") == "dvfs", 30)
         assert worker_pids(agent) == pids
         assert restarts(agent, "a") == 0.0
@@ -49,7 +49,7 @@ def test_server_errors_then_recovery_lose_nothing_and_restart_nothing() -> None:
 def test_retry_after_is_honoured() -> None:
     with SimCluster() as cluster:
         agent, _ = start(cluster, ["a"])
-        cluster.api.inject(
+        cluster.emulator.inject(
             verb="patch",
             resource="telemetryprofiles",
             subresource="status",
@@ -69,13 +69,13 @@ def test_an_unreachable_api_turns_readyz_unready_not_healthz() -> None:
     with SimCluster() as cluster:
         agent, pids = start(cluster, ["a"])
         assert agent.get("/readyz")[0] == 200
-        cluster.api.stop()  # connection refused from now on
+        cluster.emulator.stop()  # connection refused from now on
         wait_until(lambda: agent.get("/readyz")[0] == 503, 20)
         assert agent.get("/healthz")[0] == 200
         # The node stays enforced from the cache while the API is away.
         before = len(cluster.power.requests(node="a", kind="control"))
         wait_until(lambda: len(cluster.power.requests(node="a", kind="control")) > before + 1, 10)
-        cluster.api.start()
+        cluster.emulator.start()
         wait_until(lambda: agent.get("/readyz")[0] == 200, 30)
         assert worker_pids(agent) == pids
         assert agent.terminate() == 0
@@ -84,7 +84,7 @@ def test_an_unreachable_api_turns_readyz_unready_not_healthz() -> None:
 def test_watch_gone_relists_without_duplicate_or_lost_workers() -> None:
     with SimCluster() as cluster:
         agent, pids = start(cluster, ["a", "b", "c"], WATCH_TIMEOUT="1s")
-        cluster.api.inject(verb="watch", resource="nodes", fault="410", times=1)
+        cluster.emulator.inject(verb="watch", resource="nodes", fault="410", times=1)
         wait_until(
             lambda: series(agent.metrics()).get(
                 ("agentpool_watch_restarts_total", (("reason", "gone"), ("resource", "nodes")))
@@ -101,7 +101,7 @@ def test_watch_gone_relists_without_duplicate_or_lost_workers() -> None:
 def test_a_silent_watch_is_replaced_and_changes_still_arrive() -> None:
     with SimCluster() as cluster:
         agent, _ = start(cluster, ["a"], WATCH_TIMEOUT="1s")
-        cluster.api.inject(verb="watch", resource="nodes", fault="hang", times=1)
+        cluster.emulator.inject(verb="watch", resource="nodes", fault="hang", times=1)
         cluster.add_node("late")
         wait_until(lambda: "late" in worker_pids(agent), 20)
         assert agent.terminate() == 0

@@ -127,7 +127,7 @@ def test_daemonset_mode_controls_exactly_its_own_node() -> None:
         assert set(worker_pids(agent)) == {"worker-1"}
         assert set(cluster.controlled_nodes()) == {"worker-1"}
         # Only that node is watched: a change elsewhere is not even seen.
-        counts = cluster.api.request_counts()
+        counts = cluster.emulator.request_counts()
         assert counts[("list", "nodes")] == 1
         assert agent.terminate() == 0
 

@@ -19,6 +19,7 @@ from agentpool.sim.apiserver.counters import Counters
 from agentpool.sim.apiserver.faults import FaultRule, FaultTable, parse_fault
 from agentpool.sim.apiserver.patching import merge_patch
 from agentpool.sim.apiserver.resources import ResourceType, resolve
+from agentpool.sim.apiserver.schema import crd_schemas
 from agentpool.sim.apiserver.selectors import ObjectFilter
 from agentpool.sim.apiserver.server import ApiApp
 from agentpool.sim.apiserver.store import DEFAULT_HISTORY, KubeObject, Store
@@ -124,6 +125,17 @@ class ApiEmulator:
         partial.replace(target)
         self.kubeconfig = target
         return target
+
+    def install_crds(self, crds: list[KubeObject]) -> None:
+        """Prune and validate writes of the served kinds by these CRDs' schemas.
+
+        Without it the emulator keeps whatever it is sent (as a CRD whose
+        schema preserves unknown fields); with it, it behaves as a real
+        apiserver with those CRDs installed.
+        """
+        for crd in crds:
+            plural, schema = crd_schemas(crd)
+            self.store.install_schema(plural, schema)
 
     # -- faults and counters -------------------------------------------------
 

@@ -23,6 +23,7 @@ class StatusDetails(TypedDict, total=False):
     group: str
     kind: str
     retryAfterSeconds: int
+    causes: list[dict[str, str]]
 
 
 class StatusObject(TypedDict):

@@ -38,8 +38,10 @@ from agentpool.sim.apiserver.errors import (
     ConflictError,
     GoneError,
     NotFoundError,
+    StatusDetails,
 )
 from agentpool.sim.apiserver.resources import RESOURCES, ResourceType
+from agentpool.sim.apiserver.schema import Schema, invalid_message, prune, validate
 from agentpool.sim.apiserver.selectors import ObjectFilter
 
 KubeObject = dict[str, Any]
@@ -96,6 +98,29 @@ class Store:
         self._history_limit = history_limit
         self._compacted_rv = dict.fromkeys(self._objects, 0)
         """Per type, the highest resourceVersion whose event was dropped from the history."""
+        self._schemas: dict[str, Schema] = {}
+        """Per type, the installed CRD's openAPIV3Schema: writes are pruned and validated."""
+
+    def install_schema(self, plural: str, schema: Schema) -> None:
+        """Prune and validate every later write of ``plural`` as a CRD with ``schema`` would."""
+        if plural not in self._objects:
+            raise KeyError(f"the emulator does not serve {plural!r}")
+        with self._lock:
+            self._schemas[plural] = schema
+
+    def _admit(self, rt: ResourceType, obj: KubeObject, name: str) -> KubeObject:
+        """The object as the schema keeps it; 422 Invalid naming each violation."""
+        schema = self._schemas.get(rt.plural)
+        if schema is None:
+            return obj
+        pruned: KubeObject = prune(obj, schema, root=True)
+        causes = validate(pruned, schema)
+        if causes:
+            details: StatusDetails = {"name": name, "group": rt.group, "kind": rt.kind,
+                                      "causes": [c.as_dict() for c in causes]}
+            raise ApiError(422, "Invalid", invalid_message(rt.kind, rt.group, name, causes),
+                           details)
+        return pruned
 
     @property
     def resource_version(self) -> int:
@@ -150,6 +175,7 @@ class Store:
             # A CRD with a status subresource drops status on create, too.
             new.pop("status", None)
         with self._lock:
+            new = self._admit(rt, new, name)
             if name in self._objects[rt.plural]:
                 raise AlreadyExistsError(rt.plural, rt.group, name)
             self._rv += 1
@@ -213,6 +239,7 @@ class Store:
                     metadata[key] = cur_meta[key]
             new["kind"], new["apiVersion"] = rt.kind, rt.api_version
             new["metadata"] = metadata
+            new = self._admit(rt, new, name)
             if new == current:
                 return current
             generation = cur_meta["generation"]
