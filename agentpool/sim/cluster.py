@@ -170,7 +170,9 @@ class SimCluster:
 
     ``server``: run against this real kube-apiserver instead of a fresh
     emulator; the chart's CRDs are installed there and the agents
-    authenticate as ``user`` (a user the server was started with).
+    authenticate as ``user`` (a user the server was started with), or, with
+    ``service_account=(namespace, name)``, with a token of that
+    ServiceAccount, as a pod does.
     """
 
     def __init__(
@@ -179,11 +181,13 @@ class SimCluster:
         seed: int = 0,
         server: EnvtestServer | None = None,
         user: str = ADMIN,
+        service_account: tuple[str, str] | None = None,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="agentpool-sim-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
         self.server = server
         self.user = user
+        self.service_account = service_account
         self._emulator = ApiEmulator() if server is None else None
         self.api: DirectApi = self._emulator or server.api()  # type: ignore[union-attr]
         self.power = PowerSim(seed=seed)
@@ -204,7 +208,13 @@ class SimCluster:
             admin = self.server.api()
             admin.apply(chart_crds())
             admin.wipe(KINDS)
-            self.kubeconfig = self.server.kubeconfig(self.workdir / "kubeconfig", self.user)
+            path = self.workdir / "kubeconfig"
+            if self.service_account is not None:
+                self.kubeconfig = self.server.service_account_kubeconfig(
+                    path, *self.service_account
+                )
+            else:
+                self.kubeconfig = self.server.kubeconfig(path, self.user)
         self.power.start()
         return self
 
