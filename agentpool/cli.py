@@ -161,6 +161,14 @@ def _duration_option(ctx: click.Context, param: click.Parameter, value: str | No
     default=None,
     help="keep the kubeconfig and agent logs here; default: a temporary directory",
 )
+@click.option(
+    "--apiserver",
+    type=click.Choice(["emulator", "envtest"]),
+    default="emulator",
+    show_default=True,
+    help="the API emulator, or a real kube-apiserver from the envtest binaries in "
+    "KUBEBUILDER_ASSETS",
+)
 def demo(
     nodes: int,
     shards: int,
@@ -168,6 +176,7 @@ def demo(
     interval: float,
     seed: int,
     workdir: Path | None,
+    apiserver: str,
 ) -> None:
     """Run a simulated cluster and the real pool supervisor against it, and watch it work.
 
@@ -176,8 +185,14 @@ def demo(
     """
     # Imported here: the demo needs the simulation kit (the 'sim' extra).
     from agentpool.demo import DemoOptions, run_demo
+    from agentpool.sim.envtest import EnvtestUnavailableError, find_assets
 
-    options = DemoOptions(nodes, shards, duration, interval or 2.0, seed, workdir)
+    if apiserver == "envtest":
+        try:
+            find_assets()
+        except EnvtestUnavailableError as exc:
+            raise click.BadParameter(str(exc), param_hint="--apiserver") from exc
+    options = DemoOptions(nodes, shards, duration, interval or 2.0, seed, workdir, apiserver)
     sys.exit(run_demo(options))
 
 

@@ -25,6 +25,7 @@ from agentpool.demo.observe import NodeRow, ShardMetrics, Snapshot, parse_metric
 from agentpool.demo.scenario import plan_nodes
 from agentpool.demo.timeline import FlipProfile, KillWorker, RemoveLabel, script
 from agentpool.demo.view import HOME_CLEAR, Header, ShardInfo, TtyView, table
+from agentpool.sim.envtest import EnvtestUnavailableError, find_assets
 
 DEMO = [sys.executable, "-m", "agentpool", "demo"]
 NODES = [f"kwok-node-{i}" for i in range(6)]
@@ -54,9 +55,17 @@ def _gone(pids: list[int], timeout: float) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_demo_with_duration_shows_caps_restart_and_label_removal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("apiserver", ["emulator", "envtest"])
+def test_demo_with_duration_shows_caps_restart_and_label_removal(
+    tmp_path: Path, apiserver: str
+) -> None:
+    if apiserver == "envtest":
+        try:
+            find_assets()
+        except EnvtestUnavailableError as exc:
+            pytest.skip(str(exc))
     done = subprocess.run(
-        [*DEMO, "--nodes", "6", "--duration", "15"],
+        [*DEMO, "--nodes", "6", "--duration", "15", "--apiserver", apiserver],
         cwd=tmp_path,
         env=_env(),
         stdin=subprocess.DEVNULL,

@@ -8,6 +8,7 @@ SIGTERM to every agent, wait for them, report how each exited.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from agentpool.demo.timeline import CapWatcher, Moment, Phase, World, advance, s
 from agentpool.demo.view import Header, ShardInfo, View, make_view
 from agentpool.durations import format_duration
 from agentpool.sim.cluster import AgentProcess, SimCluster
+from agentpool.sim.envtest import EnvtestServer
 
 POLL_S = 0.5
 """How often the cluster is observed; the TTY view redraws every second."""
@@ -55,6 +57,8 @@ class DemoOptions:
     """Seeds node loads and telemetry noise."""
     workdir: Path | None = None
     """Keep kubeconfig and agent logs here; None: a temporary directory."""
+    apiserver: str = "emulator"
+    """``emulator``, or ``envtest``: a real kube-apiserver from KUBEBUILDER_ASSETS."""
 
 
 class _Run:
@@ -185,43 +189,52 @@ def _run(opts: DemoOptions, signals: queue.SimpleQueue[int], out: TextIO) -> int
     run = _Run(opts)
     if opts.workdir is not None:
         opts.workdir.mkdir(parents=True, exist_ok=True)
-    with SimCluster(workdir=opts.workdir, seed=opts.seed) as cluster:
-        seed_cluster(cluster, run.plans)
-        agents = [
-            cluster.start_agent(env=agent_env(i, opts.shards, opts.interval_s), name=f"shard-{i}")
-            for i in range(opts.shards)
-        ]
-        header = Header(
-            nodes=opts.nodes,
-            unmanaged=UNMANAGED_COUNT,
-            interval=format_duration(opts.interval_s),
-            api_url=cluster.emulator.url,
-            kubeconfig=str(cluster.kubeconfig),
-            power_url=cluster.power.url,
-            shards=[ShardInfo(i, a.pid, a.metrics_url) for i, a in enumerate(agents)],
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(EnvtestServer()) if opts.apiserver == "envtest" else None
+        cluster = stack.enter_context(
+            SimCluster(workdir=opts.workdir, seed=opts.seed, server=server)
         )
-        view = make_view(header, out)
-        reason = "stopped"
-        try:
-            reason = run.loop(cluster, agents, view, signals)
-        finally:
-            view.close(run.last)
-            view.message(f"stopping ({reason}): SIGTERM to {len(agents)} shard agents")
-            codes = _stop_agents(agents, view)
-        interrupted = reason.startswith("received")
-        for line in run.summary(interrupted):
-            view.message(line)
-        for shard, code in enumerate(codes):
-            failure = f"shard {shard} agent exited with status {code}"
-            if code != 0 and failure not in run.failures:
-                run.failures.append(failure)
-        if run.failures:
-            for failure in run.failures:
-                view.message(f"FAILED: {failure}")
-            for shard, agent in enumerate(agents):
-                view.message(f"last lines of shard {shard}'s log ({agent.log_path}):")
-                view.message(_log_tail(agent))
-            return 1
+        return _show(run, cluster, signals, out)
+
+
+def _show(run: _Run, cluster: SimCluster, signals: queue.SimpleQueue[int], out: TextIO) -> int:
+    opts = run.opts
+    seed_cluster(cluster, run.plans)
+    agents = [
+        cluster.start_agent(env=agent_env(i, opts.shards, opts.interval_s), name=f"shard-{i}")
+        for i in range(opts.shards)
+    ]
+    header = Header(
+        nodes=opts.nodes,
+        unmanaged=UNMANAGED_COUNT,
+        interval=format_duration(opts.interval_s),
+        api_url=cluster.api_url,
+        kubeconfig=str(cluster.kubeconfig),
+        power_url=cluster.power.url,
+        shards=[ShardInfo(i, a.pid, a.metrics_url) for i, a in enumerate(agents)],
+    )
+    view = make_view(header, out)
+    reason = "stopped"
+    try:
+        reason = run.loop(cluster, agents, view, signals)
+    finally:
+        view.close(run.last)
+        view.message(f"stopping ({reason}): SIGTERM to {len(agents)} shard agents")
+        codes = _stop_agents(agents, view)
+    interrupted = reason.startswith("received")
+    for line in run.summary(interrupted):
+        view.message(line)
+    for shard, code in enumerate(codes):
+        failure = f"shard {shard} agent exited with status {code}"
+        if code != 0 and failure not in run.failures:
+            run.failures.append(failure)
+    if run.failures:
+        for failure in run.failures:
+            view.message(f"FAILED: {failure}")
+        for shard, agent in enumerate(agents):
+            view.message(f"last lines of shard {shard}'s log ({agent.log_path}):")
+            view.message(_log_tail(agent))
+        return 1
     view.message("demo finished cleanly")
     return 0
 

@@ -50,7 +50,7 @@ class Header:
         lines = [
             f"agentpool demo  {at}  {self.nodes} managed + {self.unmanaged} unmanaged "
             f"KWOK nodes, {len(self.shards)} shards, reconcile every {self.interval}",
-            f"  API emulator  {self.api_url}   KUBECONFIG={self.kubeconfig}",
+            f"  API server    {self.api_url}   KUBECONFIG={self.kubeconfig}",
             f"  power sim     {self.power_url}",
         ]
         for info in self.shards:

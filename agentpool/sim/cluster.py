@@ -200,6 +200,10 @@ class SimCluster:
             raise RuntimeError("this cluster runs on a real kube-apiserver, not the emulator")
         return self._emulator
 
+    @property
+    def api_url(self) -> str:
+        return self.emulator.url if self.server is None else self.server.url
+
     def __enter__(self) -> SimCluster:
         if self.server is None:
             self.emulator.start()
