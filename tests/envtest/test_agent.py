@@ -20,8 +20,8 @@ from supervisor.agents import host_cluster, joulie_nodes, pl1_files, worker_pids
 
 from agentpool.sharding import shard_of
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.sysfs import read_int
 
