@@ -1,0 +1,162 @@
+"""Worker memory over time: the PSS trajectory of every worker and the smaps of one.
+
+Runs the real agent (pool mode, one pod) over N simulated nodes at a short
+reconcile interval, with HTTP controls at the power simulator or host
+controls over per-node sysfs trees, and samples from the outside, as an
+operator would: every worker's PSS at each checkpoint (minutes after all
+workers run), and a breakdown of one worker's ``/proc/<pid>/smaps`` by where
+its pages come from. Growth between the last two checkpoints is the leak
+check. Prints a markdown report; nothing here is a pass/fail test.
+
+    .venv/bin/python bench/memory.py --nodes 100 --at 0,1,5,10 --backend http
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from measure import MIB, median, memory, percentile, process_tree
+
+from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
+from agentpool.sim.sysfs import build_nodes, intel_2socket
+
+_MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
+"""A mapping's header line in smaps; the lines after it are that mapping's counters."""
+CATEGORIES = ("heap", "anonymous", "libpython", "python modules", "metrics files", "other")
+
+
+@dataclass
+class Checkpoint:
+    minute: float
+    workers: int
+    pss_median: float
+    pss_p95: float
+    pss_total: float
+    """Every process of the pod: supervisor, fork server, helpers, workers."""
+    smaps: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """category -> (PSS, private dirty) of one worker, bytes."""
+
+
+def category(path: str) -> str:
+    if path == "[heap]":
+        return "heap"
+    if not path or path.startswith("[anon") or path == "[stack]":
+        return "anonymous"
+    if "libpython" in path or Path(path).name.startswith("python3"):
+        return "libpython"
+    if path.endswith(".db"):
+        return "metrics files"
+    if "/site-packages/" in path or "/lib/python3" in path:
+        return "python modules"
+    return "other"
+
+
+def smaps_breakdown(pid: int) -> dict[str, tuple[float, float]]:
+    """category -> (PSS, Private_Dirty) in bytes, from /proc/<pid>/smaps."""
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    current = "other"
+    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if _MAPPING.match(line):
+                parts = line.split(None, 5)
+                current = category(parts[5].strip() if len(parts) > 5 else "")
+                continue
+            head, _, rest = line.partition(":")
+            if head == "Pss":
+                totals[current][0] += float(rest.split()[0]) * 1024
+            elif head == "Private_Dirty":
+                totals[current][1] += float(rest.split()[0]) * 1024
+    return {k: (v[0], v[1]) for k, v in totals.items()}
+
+
+def sample(agent: AgentProcess, minute: float) -> Checkpoint:
+    tree = process_tree(agent.pid)
+    workers = memory(tree.workers)
+    point = Checkpoint(
+        minute, len(tree.workers), median(workers.pss), percentile(workers.pss, 95),
+        sum(memory(tree.all()).pss),
+    )
+    if tree.workers:
+        # The median worker, so one odd process does not speak for all.
+        ranked = sorted(zip(workers.pss, tree.workers, strict=False), key=lambda p: p[0])
+        point.smaps = smaps_breakdown(ranked[len(ranked) // 2][1].pid)
+    print(f"  t+{minute:g} min: {point.workers} workers, median PSS "
+          f"{point.pss_median / MIB:.2f} MiB, p95 {point.pss_p95 / MIB:.2f}, "
+          f"pod total {point.pss_total / MIB:.0f} MiB", file=sys.stderr)
+    return point
+
+
+def run(nodes: int, at: list[float], backend: str, interval: str) -> list[Checkpoint]:
+    with tempfile.TemporaryDirectory(prefix="agentpool-mem-") as tmp, \
+            SimCluster(workdir=tmp) as cluster:
+        names = [f"node-{i:04d}" for i in range(nodes)]
+        env = {"RECONCILE_INTERVAL": interval}
+        trees = {}
+        if backend == "host":
+            template = str(Path(tmp) / "sys" / "{node}")
+            trees = build_nodes(template, names, intel_2socket)
+            env["SYSFS_ROOT"] = template
+        for name in names:
+            cluster.add_node(name, http=backend == "http")
+        agent = cluster.start_agent(env)
+        agent.wait_ready(120)
+        wait_until(lambda: len(process_tree(agent.pid).workers) == nodes, 300, interval=0.5)
+        started = time.monotonic()
+        points = []
+        for minute in at:
+            time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+            points.append(sample(agent, minute))
+        agent.terminate(timeout=120)
+        del trees  # kept alive until here: locked limit files live as long as their tree
+        return points
+
+
+def report(points: list[Checkpoint], nodes: int, backend: str, interval: str) -> str:
+    lines = [
+        f"### Worker memory, N = {nodes}, {backend} controls, RECONCILE_INTERVAL={interval}",
+        "",
+        "| minutes after all workers ran | workers | median PSS (MiB) | p95 PSS (MiB) "
+        "| pod total PSS (MiB) |",
+        "|---|---|---|---|---|",
+    ]
+    for p in points:
+        lines.append(f"| {p.minute:g} | {p.workers} | {p.pss_median / MIB:.2f} | "
+                     f"{p.pss_p95 / MIB:.2f} | {p.pss_total / MIB:.0f} |")
+    if len(points) >= 2:
+        growth = (points[-1].pss_median - points[-2].pss_median) / MIB
+        lines += ["", f"Median growth between the last two checkpoints: {growth:+.2f} MiB."]
+    lines += ["", "One (median) worker's smaps, PSS / private dirty in MiB:", "",
+              "| category | " + " | ".join(f"t+{p.minute:g}" for p in points) + " |",
+              "|---|" + "---|" * len(points)]
+    for name in CATEGORIES:
+        cells = [
+            f"{p.smaps.get(name, (0.0, 0.0))[0] / MIB:.2f} / "
+            f"{p.smaps.get(name, (0.0, 0.0))[1] / MIB:.2f}" for p in points
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--at", default="0,1,5,10",
+                        help="checkpoints, minutes after all workers run")
+    parser.add_argument("--backend", choices=["http", "host"], default="http")
+    parser.add_argument("--interval", default="1s", help="RECONCILE_INTERVAL")
+    args = parser.parse_args(argv)
+    at = sorted(float(m) for m in args.at.split(","))
+    points = run(args.nodes, at, args.backend, args.interval)
+    print(report(points, args.nodes, args.backend, args.interval))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
