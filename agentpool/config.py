@@ -29,6 +29,13 @@ class AgentMode(enum.StrEnum):
     """A StatefulSet replica hosting many logical node controllers (its shard)."""
 
 
+class DvfsControllerKind(enum.StrEnum):
+    ADAPTIVE = "adaptive"
+    """Learns the node's power-vs-throttle slope and steps by what the error calls for."""
+    JOULIE = "joulie"
+    """Joulie's controller (contract section 5): EMA, trip count, cooldown, fixed steps."""
+
+
 class LogFormat(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
@@ -61,6 +68,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("POD_NAME", None, "StatefulSet pod name (shard id fallback)"),
     Option("SYSFS_ROOT", "/host-sys", "host /sys mount; '{node}' is replaced by the node name"),
     Option("KUBECONFIG", None, "kubeconfig file; default: in-cluster configuration"),
+    Option("DVFS_CONTROLLER", "adaptive", "DVFS: adaptive (learns the slope) or joulie"),
+    Option("DVFS_TARGET_PCT", "96", "DVFS adaptive: power aimed at, in percent of the cap"),
+    Option("DVFS_HOLD_BAND_PCT", "3.5", "DVFS adaptive: no change while within target +- this"),
+    Option("DVFS_MAX_STEP_PCT", "50", "DVFS adaptive: largest throttle change per tick"),
     Option("DVFS_EMA_ALPHA", "0.30", "DVFS: EMA smoothing factor, 0 < alpha <= 1"),
     Option("DVFS_HIGH_MARGIN_W", "10", "DVFS: watts above the cap before counting 'above'"),
     Option("DVFS_LOW_MARGIN_W", "15", "DVFS: watts below the cap before counting 'below'"),
@@ -88,7 +99,13 @@ OPTIONS: tuple[Option, ...] = (
 
 @dataclass(frozen=True)
 class DvfsSettings:
-    """Tunables of the DVFS fallback controller (contract section 5)."""
+    """Tunables of the DVFS fallback controllers.
+
+    ``controller`` picks one; the adaptive one reads ``target_pct``,
+    ``hold_band_pct`` and ``max_step_pct`` (all relative, counted in ticks,
+    so they need no rescaling with the interval), Joulie's reads the rest
+    (contract section 5). ``min_freq_khz`` is for both (host cpufreq writes).
+    """
 
     ema_alpha: float = 0.30
     """Weight of the newest sample in the exponential moving average."""
@@ -104,6 +121,14 @@ class DvfsSettings:
     """Throttle change per action, in percent."""
     min_freq_khz: int = 1_500_000
     """The ``scaling_max_freq`` a throttled policy gets (clamped to its range)."""
+    controller: DvfsControllerKind = DvfsControllerKind.ADAPTIVE
+    """Which controller runs the DVFS fallback."""
+    target_pct: float = 96.0
+    """Adaptive: the power it steers to, in percent of the cap."""
+    hold_band_pct: float = 3.5
+    """Adaptive: no throttle change while power is within target +- this (percent of cap)."""
+    max_step_pct: int = 50
+    """Adaptive: the largest throttle change one tick may make, in percent."""
 
 
 @dataclass(frozen=True)
@@ -280,21 +305,7 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     level = get("LOG_LEVEL").strip().lower()
     if level not in {"debug", "info", "warning", "error"}:
         raise ConfigError("LOG_LEVEL", get("LOG_LEVEL"), "expected debug, info, warning or error")
-    dvfs = DvfsSettings(
-        ema_alpha=_number(
-            "DVFS_EMA_ALPHA", get("DVFS_EMA_ALPHA"), lambda v: 0 < v <= 1, "0 < alpha <= 1"
-        ),
-        high_margin_w=_number(
-            "DVFS_HIGH_MARGIN_W", get("DVFS_HIGH_MARGIN_W"), lambda v: v >= 0, "watts >= 0"
-        ),
-        low_margin_w=_number(
-            "DVFS_LOW_MARGIN_W", get("DVFS_LOW_MARGIN_W"), lambda v: v >= 0, "watts >= 0"
-        ),
-        trip_count=_integer("DVFS_TRIP_COUNT", get("DVFS_TRIP_COUNT"), minimum=1),
-        cooldown_s=_duration("DVFS_COOLDOWN", get("DVFS_COOLDOWN"), positive=False),
-        step_pct=_step_pct(get("DVFS_STEP_PCT")),
-        min_freq_khz=_integer("DVFS_MIN_FREQ_KHZ", get("DVFS_MIN_FREQ_KHZ"), minimum=1),
-    )
+    dvfs = _dvfs(get)
     interval = _duration("RECONCILE_INTERVAL", get("RECONCILE_INTERVAL"), positive=True)
     raw_heartbeat = (values.get("HEARTBEAT_TIMEOUT") or "").strip()
     heartbeat = (
@@ -329,8 +340,47 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     )
 
 
-def _step_pct(raw: str) -> int:
-    value = _integer("DVFS_STEP_PCT", raw, minimum=1)
+def _step_pct(raw: str, env: str = "DVFS_STEP_PCT") -> int:
+    value = _integer(env, raw, minimum=1)
     if value > 100:
-        raise ConfigError("DVFS_STEP_PCT", raw, "expected an integer from 1 to 100")
+        raise ConfigError(env, raw, "expected an integer from 1 to 100")
     return value
+
+
+def _dvfs(get: Callable[[str], str]) -> DvfsSettings:
+    """Both DVFS controllers' settings (see :class:`DvfsSettings`)."""
+    target = _number(
+        "DVFS_TARGET_PCT", get("DVFS_TARGET_PCT"), lambda v: 50 <= v <= 100, "50 to 100 (percent)"
+    )
+    band = _number(
+        "DVFS_HOLD_BAND_PCT",
+        get("DVFS_HOLD_BAND_PCT"),
+        lambda v: 0 < v <= 20,
+        "greater than 0 and at most 20 (percent of the cap)",
+    )
+    if target + band > 110:
+        # Holding still while this far over the cap would not be enforcing it.
+        raise ConfigError(
+            "DVFS_HOLD_BAND_PCT",
+            get("DVFS_HOLD_BAND_PCT"),
+            f"DVFS_TARGET_PCT + DVFS_HOLD_BAND_PCT must be at most 110 (target is {target:g})",
+        )
+    return DvfsSettings(
+        controller=_enum("DVFS_CONTROLLER", get("DVFS_CONTROLLER"), DvfsControllerKind),
+        target_pct=target,
+        hold_band_pct=band,
+        max_step_pct=_step_pct(get("DVFS_MAX_STEP_PCT"), "DVFS_MAX_STEP_PCT"),
+        ema_alpha=_number(
+            "DVFS_EMA_ALPHA", get("DVFS_EMA_ALPHA"), lambda v: 0 < v <= 1, "0 < alpha <= 1"
+        ),
+        high_margin_w=_number(
+            "DVFS_HIGH_MARGIN_W", get("DVFS_HIGH_MARGIN_W"), lambda v: v >= 0, "watts >= 0"
+        ),
+        low_margin_w=_number(
+            "DVFS_LOW_MARGIN_W", get("DVFS_LOW_MARGIN_W"), lambda v: v >= 0, "watts >= 0"
+        ),
+        trip_count=_integer("DVFS_TRIP_COUNT", get("DVFS_TRIP_COUNT"), minimum=1),
+        cooldown_s=_duration("DVFS_COOLDOWN", get("DVFS_COOLDOWN"), positive=False),
+        step_pct=_step_pct(get("DVFS_STEP_PCT")),
+        min_freq_khz=_integer("DVFS_MIN_FREQ_KHZ", get("DVFS_MIN_FREQ_KHZ"), minimum=1),
+    )

@@ -86,6 +86,11 @@ class NodeMetrics:
             "Consecutive samples below cap - low margin",
             ["node"],
         )
+        self.dvfs_cap_error = gauge(
+            "joulie_dvfs_cap_error_watts",
+            "DVFS: filtered package power minus the cap (positive: over the cap)",
+            ["node"],
+        )
         self.dvfs_actions = Counter(
             "joulie_dvfs_actions",
             "DVFS throttle actions taken",
@@ -161,6 +166,10 @@ class NodeMetrics:
         self.dvfs_throttle.labels(self.node).set(throttle_pct)
         self.dvfs_above.labels(self.node).set(above)
         self.dvfs_below.labels(self.node).set(below)
+
+    def set_cap_error(self, watts: float | None) -> None:
+        """Power minus cap while DVFS enforces a cap; None tombstones it (no stale error)."""
+        self.dvfs_cap_error.labels(self.node).set(TOMBSTONE if watts is None else watts)
 
     def count_action(self, action: str) -> None:
         self.dvfs_actions.labels(self.node, action).inc()

@@ -9,6 +9,7 @@ import pytest
 from agentpool.config import (
     OPTIONS,
     AgentMode,
+    DvfsControllerKind,
     DvfsSettings,
     LogFormat,
     Settings,
@@ -61,6 +62,8 @@ def test_defaults_build_the_documented_settings() -> None:
     assert (s.pool_shards, s.pool_shard_id) == (1, 0)
     assert s.sysfs_root == "/host-sys"
     assert s.dvfs == DvfsSettings(0.30, 10.0, 15.0, 2, 20.0, 10, 1_500_000)
+    assert s.dvfs.controller is DvfsControllerKind.ADAPTIVE
+    assert (s.dvfs.target_pct, s.dvfs.hold_band_pct, s.dvfs.max_step_pct) == (96.0, 3.5, 50)
     assert s.restore_on_exit is True
     assert s.heartbeat_timeout_s == 3 * 20.0 + 30.0
     assert s.log_format is LogFormat.TEXT
@@ -87,6 +90,10 @@ def test_every_value_parses() -> None:
             "DVFS_COOLDOWN": "0",
             "DVFS_STEP_PCT": "100",
             "DVFS_MIN_FREQ_KHZ": "800000",
+            "DVFS_CONTROLLER": " Joulie",
+            "DVFS_TARGET_PCT": "90",
+            "DVFS_HOLD_BAND_PCT": "20",
+            "DVFS_MAX_STEP_PCT": "100",
             "RESTORE_ON_EXIT": "off",
             "HEARTBEAT_TIMEOUT": "45s",
             "LOG_FORMAT": "JSON",
@@ -100,7 +107,9 @@ def test_every_value_parses() -> None:
     assert (s.pool_shards, s.pool_shard_id) == (4, 3)
     assert s.sysfs_root_for("worker-7") == "/tmp/sys/worker-7"
     assert s.kubeconfig == "/etc/kube.conf"
-    assert s.dvfs == DvfsSettings(1.0, 0.0, 2.5, 1, 0.0, 100, 800_000)
+    assert s.dvfs == DvfsSettings(
+        1.0, 0.0, 2.5, 1, 0.0, 100, 800_000, DvfsControllerKind.JOULIE, 90.0, 20.0, 100
+    )
     assert s.restore_on_exit is False
     assert s.heartbeat_timeout_s == 45.0
     assert s.log_format is LogFormat.JSON
@@ -162,6 +171,16 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
         "joulie-agent-pool-7",
     ),
     ({**POOL, "SYSFS_ROOT": " "}, "SYSFS_ROOT", ""),
+    ({**POOL, "DVFS_CONTROLLER": "pid"}, "DVFS_CONTROLLER", "pid"),
+    ({**POOL, "DVFS_TARGET_PCT": "49"}, "DVFS_TARGET_PCT", "49"),
+    ({**POOL, "DVFS_TARGET_PCT": "101"}, "DVFS_TARGET_PCT", "101"),
+    ({**POOL, "DVFS_TARGET_PCT": "96%"}, "DVFS_TARGET_PCT", "96%"),
+    ({**POOL, "DVFS_HOLD_BAND_PCT": "0"}, "DVFS_HOLD_BAND_PCT", "0"),
+    ({**POOL, "DVFS_HOLD_BAND_PCT": "21"}, "DVFS_HOLD_BAND_PCT", "21"),
+    # Within range alone, but 100 + 15 would hold still at 115% of the cap.
+    ({**POOL, "DVFS_TARGET_PCT": "100", "DVFS_HOLD_BAND_PCT": "15"}, "DVFS_HOLD_BAND_PCT", "15"),
+    ({**POOL, "DVFS_MAX_STEP_PCT": "0"}, "DVFS_MAX_STEP_PCT", "0"),
+    ({**POOL, "DVFS_MAX_STEP_PCT": "101"}, "DVFS_MAX_STEP_PCT", "101"),
     ({**POOL, "DVFS_EMA_ALPHA": "0"}, "DVFS_EMA_ALPHA", "0"),
     ({**POOL, "DVFS_EMA_ALPHA": "1.5"}, "DVFS_EMA_ALPHA", "1.5"),
     ({**POOL, "DVFS_EMA_ALPHA": "nan"}, "DVFS_EMA_ALPHA", "nan"),

@@ -146,6 +146,23 @@ def test_cap_tombstone_when_the_policy_label_changes(registry: CollectorRegistry
     assert math.isnan(now)
 
 
+def test_cap_error_is_power_minus_cap_and_tombstoned_off_dvfs(registry: CollectorRegistry) -> None:
+    m = NodeMetrics("n", registry=registry)
+
+    def error() -> float | None:
+        return registry.get_sample_value("joulie_dvfs_cap_error_watts", {"node": "n"})
+
+    assert error() is None  # nothing before DVFS ever ran
+    m.set_cap_error(48.0)
+    assert error() == 48.0
+    m.set_cap_error(-3.5)
+    assert error() == -3.5
+    m.set_cap_error(None)  # RAPL took over: no stale error for a dashboard to show
+    gone = error()
+    assert gone is not None
+    assert math.isnan(gone)
+
+
 def test_vanished_rapl_zone_is_tombstoned(registry: CollectorRegistry) -> None:
     m = NodeMetrics("n", registry=registry)
     m.set_rapl({"intel-rapl:0": 1, "intel-rapl:1": 2}, {})
@@ -173,7 +190,7 @@ def test_gauges_vanish_with_their_worker_in_multiprocess_mode(registry: Collecto
     # "live*" modes drop a dead pid's values: a node that leaves leaves no gauge behind.
     m = NodeMetrics("n", registry=registry)
     gauges = [g for g in vars(m).values() if type(g).__name__ == "Gauge"]
-    assert len(gauges) == 12
+    assert len(gauges) == 13
     assert {g._multiprocess_mode for g in gauges} <= {
         "livesum",
         "liveall",

@@ -1,4 +1,4 @@
-"""The DVFS fallback controller: EMA, hysteresis, trip count and cooldown.
+"""Joulie's DVFS fallback controller: EMA, hysteresis, trip count and cooldown.
 
 Pure state machine, no I/O: it is fed one power reading per tick (or None)
 and answers whether to step the throttle. Keeping it pure lets a test script
@@ -36,6 +36,10 @@ class DvfsController:
     def __init__(self, settings: DvfsSettings) -> None:
         self.settings = settings
         self.state = DvfsState()
+
+    def band(self, cap_watts: float) -> tuple[float, float]:
+        """Power outside this range means the cap is not held (what the status reports)."""
+        return cap_watts - self.settings.low_margin_w, cap_watts + self.settings.high_margin_w
 
     def step(self, observed: float | None, cap_watts: float, now: float) -> DvfsAction | None:
         """Feed one reading taken at ``now`` (monotonic seconds); maybe act."""

@@ -19,7 +19,7 @@ from agentpool.backends.cpufreq import CpufreqHost
 from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings
-from agentpool.controller.dvfs import DvfsController
+from agentpool.controller.throttle import make_controller
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
 from agentpool.hardware import discover
 from agentpool.metrics import NodeMetrics
@@ -62,7 +62,7 @@ class NodeController:
         self.rapl = RaplHost(root, self.originals)
         self.cpufreq = CpufreqHost(root, self.originals, settings.dvfs.min_freq_khz)
         self.meter = EnergyMeter(root)
-        self.dvfs = DvfsController(settings.dvfs)
+        self.dvfs = make_controller(settings.dvfs)
         self.inputs = NodeInputs(node)
         self.hardware: Hardware | None = None
         self._http_throttle: tuple[str, int] | None = None
@@ -92,6 +92,8 @@ class NodeController:
             self.metrics.count_error()
         if result.backend is not Backend.DVFS or result.result is Result.ERROR:
             self.metrics.set_backend(result.backend)
+        if result.backend is not Backend.DVFS:
+            self.metrics.set_cap_error(None)
         self.metrics.reconcile_seconds.observe(max(0.0, self.clock() - started))
         return result
 
@@ -280,8 +282,9 @@ class NodeController:
         try:
             power = self._read_power(routing, sample)
         except HttpBackendError as exc:
-            self._export_dvfs()
+            self._export_dvfs(cap)
             return TickResult(Backend.DVFS, Result.ERROR, f"telemetry: {exc}", observed)
+        before = self.dvfs.state.throttle_pct
         action = self.dvfs.step(power, cap, self.clock())
         state = self.dvfs.state
         if action is not None:
@@ -309,7 +312,7 @@ class NodeController:
             self.cpufreq.apply(state.throttle_pct)
             for reading in self.cpufreq.readings():
                 self.metrics.set_cpu_freq(reading.cpu, reading.cur_khz, reading.max_khz)
-        self._export_dvfs()
+        self._export_dvfs(cap)
         observed.update(
             {
                 "throttlePct": state.throttle_pct,
@@ -317,16 +320,35 @@ class NodeController:
                 "emaPowerWatts": None if state.ema is None else round(state.ema, 3),
             }
         )
-        # The message stays stable between throttle changes (power goes in ``observed``),
-        # because the supervisor writes the status only when the message changes.
-        summary = f"DVFS throttle {state.throttle_pct}% for cap {cap:g} W; {reason}"
+        summary = self._dvfs_summary(cap, before, reason)
         if message and result is not Result.APPLIED:
             summary = f"{message}; {summary}"
         return TickResult(Backend.DVFS, result, summary, observed)
 
-    def _export_dvfs(self) -> None:
+    def _dvfs_summary(self, cap: float, before: int, reason: str) -> str:
+        """The status message: honest about a cap not held, stable while it is held.
+
+        Inside the controller's band the message names no power (that goes in
+        ``observed``) and so stays the same tick after tick: the supervisor
+        writes the status only when the message changes. Outside the band the
+        status is worth rewriting, and says how far off the node is.
+        """
+        s = self.dvfs.state
+        low, high = self.dvfs.band(cap)
+        if before == s.throttle_pct:
+            move = f"holding {before}%"
+        else:
+            move = f"{before}% -> {s.throttle_pct}%"
+        if s.ema is not None and s.ema > high:
+            return f"throttling: {s.ema:.0f} W > cap {cap:g} W, {move}; {reason}"
+        if s.ema is not None and s.ema < low and (before or s.throttle_pct):
+            return f"releasing: {s.ema:.0f} W, under cap {cap:g} W, {move}; {reason}"
+        return f"DVFS throttle {s.throttle_pct}% for cap {cap:g} W; {reason}"
+
+    def _export_dvfs(self, cap: float) -> None:
         s = self.dvfs.state
         self.metrics.set_dvfs(s.observed, s.ema, s.throttle_pct, s.above, s.below)
+        self.metrics.set_cap_error(None if s.ema is None else s.ema - cap)
 
     # -- shutdown ------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import pytest
 from backends.sysfs_helpers import changes, settings_of, snapshot
 from prometheus_client import CollectorRegistry
 
-from agentpool.config import DvfsSettings, Settings
+from agentpool.config import DvfsControllerKind, DvfsSettings, Settings
 from agentpool.controller.node import NO_BACKEND, NodeController
 from agentpool.metrics import NodeMetrics
 from agentpool.model import Backend, NodeInputs, Result, TickResult
@@ -35,6 +35,9 @@ INTEL = {VENDOR: "GenuineIntel", "joulie.io/managed": "true"}
 PKG = "devices/virtual/powercap/intel-rapl/intel-rapl:{n}/constraint_0_power_limit_uw"
 PL1 = [PKG.format(n=0), PKG.format(n=1)]
 SMAX = "devices/system/cpu/cpufreq/policy{i}/scaling_max_freq"
+
+
+JOULIE = DvfsSettings(controller=DvfsControllerKind.JOULIE)
 
 
 class Clock:
@@ -83,6 +86,8 @@ class Harness:
     def __init__(self, tmp: Path, **settings: Any) -> None:
         self.registry = CollectorRegistry()
         self.clock = Clock()
+        # These tests script Joulie's controller (contract section 5) unless told otherwise.
+        settings.setdefault("dvfs", JOULIE)
         self.settings = Settings(node_name=NODE, sysfs_root=str(tmp / "{node}"), **settings)
         self.root = tmp / NODE
         self.controller = NodeController(
@@ -353,7 +358,8 @@ def test_http_control_mode_dvfs(tmp_path: Path, sim: PowerSim) -> None:
     assert [r.observed["throttlePct"] for r in results] == [0, 10, 10, 20]
     assert control_bodies(sim) == [(DVFS_ACTION, 120.0, p) for p in (0, 10, 10, 20)]
     assert all(r.backend is Backend.DVFS and r.result is Result.APPLIED for r in results)
-    assert results[0].message == "DVFS throttle 0% for cap 120 W; HTTP control mode is dvfs"
+    assert results[0].message == "throttling: 260 W > cap 120 W, holding 0%; HTTP control mode is dvfs"
+    assert results[1].message == "throttling: 260 W > cap 120 W, 0% -> 10%; HTTP control mode is dvfs"
     assert results[2].observed["observedPowerWatts"] == 246.0
     assert results[2].observed["emaPowerWatts"] == pytest.approx(0.3 * 246 + 0.7 * 260, abs=1e-3)
     assert sim.state(NODE).throttle_pct == 20.0
@@ -372,7 +378,7 @@ def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
     )
     first, second = h.tick(), h.tick(20)
     assert (first.backend, first.result) == (Backend.DVFS, Result.APPLIED)
-    assert first.message == "DVFS throttle 0% for cap 120 W; RAPL blocked: RAPL locked by BIOS"
+    assert first.message == "throttling: 260 W > cap 120 W, holding 0%; RAPL blocked: RAPL locked by BIOS"
     assert second.observed["throttlePct"] == 10
     assert control_bodies(sim) == [
         (RAPL_ACTION, 120.0, -1),
@@ -547,7 +553,9 @@ def test_no_host_power_reading_holds(tmp_path: Path) -> None:
 
 
 def test_dvfs_tunables_come_from_settings(tmp_path: Path) -> None:
-    dvfs = DvfsSettings(trip_count=1, cooldown_s=0, step_pct=50, min_freq_khz=2_000_000)
+    dvfs = DvfsSettings(
+        trip_count=1, cooldown_s=0, step_pct=50, min_freq_khz=2_000_000, controller=JOULIE.controller
+    )
     h = Harness(tmp_path, dvfs=dvfs)
     with intel_2socket(h.root) as tree:
         live = LiveSysfs(tree, LiveModel(demand_watts=120.0))
