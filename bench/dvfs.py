@@ -186,6 +186,12 @@ def markdown(rows: list[Row], opts: Options, command: str) -> str:
 
 {table(rows)}
 
+Reading it: settle counts intervals after the cap change until the mean power of
+one interval is in the band; Joulie's fixed 10% steps every other tick need about
+as many ticks as the throttle needs tens of percent. The adaptive controller waits
+a tick after a change whose first reading is still beyond the band on the side it
+came from; with a lag time constant of a whole interval (`--lag 1`) that wait is
+too short and it overshoots on the simulator and steep curves: a known limit.
 Method, curves and their sources: `bench/dvfs.py` and `bench/plants.py` docstrings.
 {END}
 """

@@ -52,3 +52,28 @@ def test_scale_benchmark_smoke_run(tmp_path: Path) -> None:
         assert "-" not in value.split(" / "), (label, value)
     assert table["multiprocess files: at start / after 20 worker SIGKILLs"] == "60 / 60"
     assert table["control ticks per node per interval (~1)"] not in ("0.00", "-")
+
+
+def test_dvfs_benchmark_smoke_run(tmp_path: Path) -> None:
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text("# Benchmarks\n\nkept\n")
+    args = [sys.executable, str(ROOT / "bench" / "dvfs.py"), "--seeds", "3", "--output"]
+    for _ in range(2):  # the second run replaces its section instead of appending another
+        proc = subprocess.run(
+            [*args, str(report)], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = report.read_text()
+    assert text.startswith("# Benchmarks\n\nkept\n")
+    assert text.count("## `dvfs.py`") == 1
+    rows = {
+        (cells[1], cells[2]): cells[3:-1]
+        for line in text.splitlines()
+        if line.startswith("| ") and len(cells := [c.strip() for c in line.split("|")]) == 10
+    }
+    for curve in ("simulator", "steep", "flat"):
+        for kind in ("joulie", "adaptive"):
+            assert all(rows[(curve, kind)]), (curve, kind)
+        # Seeded and deterministic, so this is no timing assertion: the adaptive
+        # controller meets the goals on every curve.
+        assert rows[(curve, "adaptive")][-1] == "yes", rows[(curve, "adaptive")]

@@ -12,6 +12,24 @@ The model, per node::
     throttled = idle + (demand - idle) * (1 - throttle_pct / 100 * throttle_depth)
     power    = min(throttled, cap) + gauss(0, noise)      (never below 0)
 
+Where it comes from (DVFS response). Package power is a static part plus a
+dynamic part that grows with utilisation, the linear utilisation-to-power
+model of measured servers (Fan, Weber and Barroso, "Power provisioning for a
+warehouse-sized computer", ISCA 2007: ``P = P_idle + u * (P_busy - P_idle)``;
+``idle`` and ``max`` are those two ends). The agent's throttle percentage is
+the share of cpufreq policies held at ``DVFS_MIN_FREQ_KHZ`` (contract section
+5), so power is linear in it: each throttled share of the cores moves from
+the maximum frequency's dynamic power to the minimum's. CMOS dynamic power
+is ``C * V**2 * f`` with V roughly linear in f over the DVFS range, so a
+core at ``f_min / f_max`` = 1.5 / 3.5 GHz keeps about (0.43)**2.5..3 = 8-12 %
+of its dynamic power; the rest of the dynamic package power (uncore, caches,
+memory controller) does not follow the core clock. ``throttle_depth`` = 0.7
+stands for "about three quarters of the dynamic power is core power, and 90 %
+of that goes at the minimum frequency" (0.78 x 0.9 = 0.7): an assumption, not
+a measurement, which is why the DVFS benchmark (``bench/dvfs.py``) also runs
+a steeper and a flatter curve. The simulator answers a throttle at once; the
+benchmark adds the lag.
+
 Throttling only shrinks the dynamic part: a CPU at its lowest frequency still
 burns its idle power and a share of the dynamic one (``1 - throttle_depth``).
 The cap is applied after throttling, like RAPL which clamps whatever is left.

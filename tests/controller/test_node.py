@@ -8,6 +8,7 @@ without sleeping.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -367,6 +368,36 @@ def test_http_control_mode_dvfs(tmp_path: Path, sim: PowerSim) -> None:
     assert h.metric("joulie_dvfs_throttle_pct") == 20.0
 
 
+def test_adaptive_dvfs_settles_and_its_status_says_when_the_cap_is_not_held(
+    tmp_path: Path, sim: PowerSim
+) -> None:
+    h = Harness(tmp_path, dvfs=DvfsSettings())  # the default controller: adaptive
+    h.set(
+        power_profile=npp(150),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="dvfs", telemetry=sim.telemetry_endpoint
+        ),
+    )
+    results = [h.tick(20 if i else 0) for i in range(5)]
+    # 260 W: the prior wants 89 %, clamped to 50 % -> 190 W, still above: wait a tick;
+    # the secant (k 0.00523) puts 144 W at 84 % -> 142.4 W, inside 0.90..1.03 x cap: held.
+    assert [r.observed["throttlePct"] for r in results] == [50, 50, 84, 84, 84]
+    assert control_bodies(sim) == [(DVFS_ACTION, 150.0, p) for p in (50, 50, 84, 84, 84)]
+    assert all(r.result is Result.APPLIED for r in results)
+    reason = "HTTP control mode is dvfs"
+    assert [r.message for r in results] == [
+        f"throttling: 260 W > cap 150 W, 0% -> 50%; {reason}",
+        f"throttling: 190 W > cap 150 W, holding 50%; {reason}",
+        f"throttling: 190 W > cap 150 W, 50% -> 84%; {reason}",
+        # Held: the message no longer moves with the power, so the status is not rewritten.
+        f"DVFS throttle 84% for cap 150 W; {reason}",
+        f"DVFS throttle 84% for cap 150 W; {reason}",
+    ]
+    assert sim.state(NODE).expected_power_watts == pytest.approx(142.4)
+    assert h.metric("joulie_dvfs_cap_error_watts") == pytest.approx(142.4 - 150.0)
+    assert h.metric("joulie_dvfs_actions_total", action="throttle_up") == 2.0
+
+
 def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
     tmp_path: Path, sim: PowerSim
 ) -> None:
@@ -395,6 +426,9 @@ def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
     assert control_bodies(sim) == [(RAPL_ACTION, 120.0, -1), (DVFS_ACTION, 120.0, 0)]
     assert sim.state(NODE).throttle_pct == 0.0
     assert h.backend_mode() == {"none": 0.0, "rapl": 1.0, "dvfs": 0.0}
+    error = h.metric("joulie_dvfs_cap_error_watts")  # no stale DVFS error once RAPL holds
+    assert error is not None
+    assert math.isnan(error)
 
 
 def test_http_mode_rapl_reports_the_block_without_dvfs(tmp_path: Path, sim: PowerSim) -> None:
