@@ -359,8 +359,10 @@ def test_http_control_mode_dvfs(tmp_path: Path, sim: PowerSim) -> None:
     assert [r.observed["throttlePct"] for r in results] == [0, 10, 10, 20]
     assert control_bodies(sim) == [(DVFS_ACTION, 120.0, p) for p in (0, 10, 10, 20)]
     assert all(r.backend is Backend.DVFS and r.result is Result.APPLIED for r in results)
-    assert results[0].message == "throttling: 260 W > cap 120 W, holding 0%; HTTP control mode is dvfs"
-    assert results[1].message == "throttling: 260 W > cap 120 W, 0% -> 10%; HTTP control mode is dvfs"
+    reason = "HTTP control mode is dvfs"
+    # Above the band: the status says so (Joulie's first reading only counts, then steps).
+    assert results[0].message == f"throttling: 260 W > cap 120 W, holding 0%; {reason}"
+    assert results[1].message == f"throttling: 260 W > cap 120 W, 0% -> 10%; {reason}"
     assert results[2].observed["observedPowerWatts"] == 246.0
     assert results[2].observed["emaPowerWatts"] == pytest.approx(0.3 * 246 + 0.7 * 260, abs=1e-3)
     assert sim.state(NODE).throttle_pct == 20.0
@@ -409,7 +411,9 @@ def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
     )
     first, second = h.tick(), h.tick(20)
     assert (first.backend, first.result) == (Backend.DVFS, Result.APPLIED)
-    assert first.message == "throttling: 260 W > cap 120 W, holding 0%; RAPL blocked: RAPL locked by BIOS"
+    assert first.message == (
+        "throttling: 260 W > cap 120 W, holding 0%; RAPL blocked: RAPL locked by BIOS"
+    )
     assert second.observed["throttlePct"] == 10
     assert control_bodies(sim) == [
         (RAPL_ACTION, 120.0, -1),
@@ -588,7 +592,11 @@ def test_no_host_power_reading_holds(tmp_path: Path) -> None:
 
 def test_dvfs_tunables_come_from_settings(tmp_path: Path) -> None:
     dvfs = DvfsSettings(
-        trip_count=1, cooldown_s=0, step_pct=50, min_freq_khz=2_000_000, controller=JOULIE.controller
+        trip_count=1,
+        cooldown_s=0,
+        step_pct=50,
+        min_freq_khz=2_000_000,
+        controller=JOULIE.controller,
     )
     h = Harness(tmp_path, dvfs=dvfs)
     with intel_2socket(h.root) as tree:
