@@ -29,10 +29,16 @@ Each tick the controller:
    percent at once. When the load drops below what the cap needs, the model
    puts the target at a negative throttle, so the throttle is released in one
    or two steps instead of percent by percent.
+
+Where the actuator is coarse (a host with a few cpufreq policies) it moves
+only between the throttles the actuator can realise, and releases only to a
+level the model says still holds the cap, so it cannot hunt between two levels
+that straddle the band.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -82,6 +88,8 @@ class AdaptiveDvfsController:
     def __init__(self, settings: DvfsSettings) -> None:
         self.settings = settings
         self.state = AdaptiveState()
+        self.levels: int | None = None
+        """Distinct throttle steps the actuator realises; None for any percentage."""
 
     def band(self, cap_watts: float) -> tuple[float, float]:
         """Power outside this range means the cap is not held (what the status reports)."""
@@ -182,9 +190,9 @@ class AdaptiveDvfsController:
         delta = max(-limit, min(limit, wanted - s.throttle_pct))
         # At least one percent in the needed direction: out of band means move.
         change = round(delta) or (1 if delta > 0 else -1)
-        new = max(0, min(100, s.throttle_pct + change))
+        new = self._snap(max(0, min(100, s.throttle_pct + change)), up=change > 0)
         if new == s.throttle_pct:
-            return None  # pinned at 0 or 100: nothing left to give or take
+            return None  # pinned at 0 or 100, or no coarser level to release to
         assert s.ema is not None
         s.anchor = (s.throttle_pct, s.ema)
         s.since_change = 0
@@ -192,6 +200,31 @@ class AdaptiveDvfsController:
         action = DvfsAction.THROTTLE_UP if new > s.throttle_pct else DvfsAction.THROTTLE_DOWN
         s.throttle_pct = new
         return action
+
+    def _snap(self, pct: int, up: bool) -> int:
+        """``pct`` moved onto a throttle the actuator can realise (see :meth:`set_levels`).
+
+        Always the level at or above ``pct``: going up, that keeps power at or
+        under the target; going down, it releases only as far as the model says
+        the cap still holds, and if that is where the throttle already is, it
+        stays: hunting between two levels that straddle the band is the limit
+        cycle this avoids.
+        """
+        n = self.levels
+        if n is None or n >= 100:
+            return pct  # a 1% step is as fine as the actuator goes anyway
+        level = math.ceil(pct * n / 100)
+        if up:
+            level = min(n, max(level, math.ceil(self.state.throttle_pct * n / 100) + 1))
+        return 100 * level // n
+
+    def set_levels(self, levels: int | None) -> None:
+        """The actuator realises only ``levels`` equal steps (None: any percentage).
+
+        Host cpufreq throttles whole policies: with ``n`` of them a throttle of
+        ``p`` % caps ``ceil(n * p / 100)``, so only ``100 * j // n`` are distinct.
+        """
+        self.levels = levels if levels and levels > 0 else None
 
     def reset(self) -> None:
         """Forget everything (RAPL took over, or the cap went away)."""

@@ -74,6 +74,9 @@ class DvfsController:
             return DvfsAction.THROTTLE_DOWN if s.throttle_pct != before else None
         return None
 
+    def set_levels(self, levels: int | None) -> None:
+        """Ignored: Joulie's steps are fixed, whatever the actuator's resolution."""
+
     def reset(self) -> None:
         """Forget everything (RAPL took over, or the cap went away)."""
         self.state = DvfsState()

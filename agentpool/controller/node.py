@@ -285,6 +285,9 @@ class NodeController:
             self._export_dvfs(cap)
             return TickResult(Backend.DVFS, Result.ERROR, f"telemetry: {exc}", observed)
         before = self.dvfs.state.throttle_pct
+        # Host cpufreq throttles whole policies; an HTTP endpoint takes any percentage.
+        host = routing.control is not ControlType.HTTP
+        self.dvfs.set_levels(len(self.cpufreq.policies()) if host else None)
         action = self.dvfs.step(power, cap, self.clock())
         state = self.dvfs.state
         if action is not None:
@@ -341,7 +344,7 @@ class NodeController:
             move = f"{before}% -> {s.throttle_pct}%"
         if s.ema is not None and s.ema > high:
             return f"throttling: {s.ema:.0f} W > cap {cap:g} W, {move}; {reason}"
-        if s.ema is not None and s.ema < low and (before or s.throttle_pct):
+        if s.ema is not None and s.ema < low and before > s.throttle_pct:
             return f"releasing: {s.ema:.0f} W, under cap {cap:g} W, {move}; {reason}"
         return f"DVFS throttle {s.throttle_pct}% for cap {cap:g} W; {reason}"
 

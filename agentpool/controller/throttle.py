@@ -42,6 +42,9 @@ class ThrottleController(Protocol):
     def band(self, cap_watts: float) -> tuple[float, float]:
         """(lower, upper) power outside which the status says the cap is not held."""
 
+    def set_levels(self, levels: int | None) -> None:
+        """How many equal throttle steps the actuator realises (None: any percentage)."""
+
     def reset(self) -> None:
         """Forget everything (RAPL took over, or the cap went away)."""
 

@@ -553,6 +553,47 @@ def test_host_dvfs_end_to_end_then_rapl_comes_back(tmp_path: Path) -> None:
         assert settings_of(tree.root) == before
 
 
+def host_dvfs_trajectory(tmp_path: Path, cap: float, ticks: int) -> list[tuple[int, float]]:
+    """Adaptive DVFS on a 4-policy host (RAPL locked): (throttle, watts measured) per tick."""
+    h = Harness(tmp_path, dvfs=DvfsSettings())  # the default controller: adaptive
+    out = []
+    with read_only_rapl(h.root) as tree:
+        # 2 x (25 + 95 x ratio) W, ratio the mean of scaling_max / max over 4 policies:
+        # 240, 212.9, 185.7, 158.6 or 131.4 W with 0..4 policies at 1.5 of 3.5 GHz.
+        live = LiveSysfs(tree, LiveModel(demand_watts=120.0, idle_watts=25.0))
+        h.set(power_profile=npp(cap))
+        for i in range(ticks):
+            result = h.tick(10 if i else 0, live)
+            assert (result.backend, result.result) == (Backend.DVFS, Result.APPLIED)
+            throttled = sum(
+                (tree.root / SMAX.format(i=p)).read_text() == "1500000\n" for p in range(4)
+            )
+            # Host writes as ever: ceil(4 x pct / 100) policies, in index order.
+            assert throttled == math.ceil(4 * result.observed["throttlePct"] / 100)
+            power = result.observed["observedPowerWatts"]
+            out.append((result.observed["throttlePct"], round(power or 0.0, 1)))
+    return out
+
+
+def test_adaptive_host_dvfs_moves_in_whole_policies_and_settles(tmp_path: Path) -> None:
+    # Cap 165: the hold band 152.6..164.2 W contains the 3-policy level (158.6 W).
+    got = host_dvfs_trajectory(tmp_path, 165, 8)
+    # Priming; 240 W -> 50 % (prior, clamped; two policies); 185.7 W still above: wait;
+    # the secant gives 73.8 %, which takes a third policy: 75 %; then it holds.
+    assert got == [(0, 0.0), (50, 240.0), (50, 185.7), (75, 185.7)] + [(75, 158.6)] * 4
+
+
+def test_adaptive_host_dvfs_does_not_hunt_between_levels_that_straddle_the_band(
+    tmp_path: Path,
+) -> None:
+    # Cap 150: hold band 138.75..149.25 W lies between the 3-policy (158.6 W, over the
+    # cap) and the 4-policy level (131.4 W). It settles on the one that holds the cap,
+    # and the release the model asks for (to 89 %) would be the same four policies.
+    got = host_dvfs_trajectory(tmp_path, 150, 14)
+    assert got[:4] == [(0, 0.0), (50, 240.0), (50, 185.7), (100, 185.7)]
+    assert got[4:] == [(100, 131.4)] * 10
+
+
 def test_restore_puts_back_every_changed_file(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with read_only_rapl(h.root) as tree:
