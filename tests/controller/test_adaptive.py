@@ -33,6 +33,33 @@ def test_a_step_is_clamped_to_max_step() -> None:
     assert wider.state.throttle_pct == 85
 
 
+def test_coarse_actuator_levels_are_all_it_commands() -> None:
+    dvfs = controller()
+    dvfs.set_levels(3)  # three cpufreq policies: 0, 33, 66 or 100 % are distinct
+    assert dvfs.step(200.0, CAP, 0.0) is UP  # the model wants 84.8 %, clamped to 50 %
+    assert dvfs.state.throttle_pct == 66  # the level at or above 50 %: two policies
+    dvfs.set_levels(None)
+    fine = controller()
+    fine.set_levels(None)
+    assert fine.step(200.0, CAP, 0.0) is UP
+    assert fine.state.throttle_pct == 50
+
+
+def test_coarse_actuator_releases_only_to_a_level_that_holds_the_cap() -> None:
+    dvfs = controller()
+    dvfs.set_levels(4)
+    dvfs.step(200.0, CAP, 0.0)  # -> 50 %: two policies of four
+    # 100 W is below the band. Secant (200 - 100) / (200 * 50) = 0.01 -> K_MAX: k 0.0074;
+    # unthrottled 100 / 0.63 = 158.7 W, so the target needs 37 %: still two policies.
+    # Releasing one (25 %) would overshoot the band, so it holds: no hunting.
+    assert dvfs.step(100.0, CAP, 1.0) is None
+    assert (dvfs.state.throttle_pct, dvfs.state.below) == (50, 1)
+    assert dvfs.state.sensitivity == pytest.approx(0.0074)
+    # The load falls: 70 W at 50 % means 111 W unthrottled, under the target: all of it goes.
+    assert dvfs.step(70.0, CAP, 2.0) is DOWN
+    assert dvfs.state.throttle_pct == 0
+
+
 def test_waits_a_tick_when_still_above_after_throttling_then_learns() -> None:
     dvfs = controller()
     dvfs.step(200.0, CAP, 0.0)  # -> 50 %
