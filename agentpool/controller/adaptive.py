@@ -181,6 +181,10 @@ class AdaptiveDvfsController:
         s = self.state
         k = s.sensitivity
         unthrottled = power / (1.0 - k * s.throttle_pct)
+        if unthrottled <= 0.0:
+            # A counter that did not move (or a meter that reads 0 W): nothing draws
+            # power, nothing to hold back.
+            return -100.0
         target = cap_watts * self.settings.target_pct / 100.0
         return (1.0 - target / unthrottled) / k
 

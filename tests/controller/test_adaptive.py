@@ -138,6 +138,16 @@ def test_pinned_at_full_throttle_reports_no_action() -> None:
     assert dvfs.state.above == 2  # but it says it is above, for metrics and status
 
 
+def test_a_zero_reading_releases_instead_of_dividing_by_zero() -> None:
+    # Regression: an energy counter that did not move reads 0 W; the model's unthrottled
+    # power was then 0 and the target / 0 crashed the worker.
+    dvfs = controller()
+    assert dvfs.step(0.0, CAP, 0.0) is None  # below the band at throttle 0: nothing to do
+    dvfs.step(200.0, CAP, 1.0)  # -> 50 %
+    assert dvfs.step(0.0, CAP, 2.0) is DOWN
+    assert dvfs.state.throttle_pct == 0
+
+
 def test_no_reading_holds_everything() -> None:
     dvfs = controller()
     dvfs.step(200.0, CAP, 0.0)
