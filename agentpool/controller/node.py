@@ -67,6 +67,8 @@ class NodeController:
         self.hardware: Hardware | None = None
         self._http_throttle: tuple[str, int] | None = None
         """(endpoint, pct) last posted over HTTP, so RAPL recovery can release it."""
+        self._over_message: tuple[tuple[float, int, str], str] | None = None
+        """(cap, throttle, reason) and the message of a DVFS hold above the band."""
 
     def update(self, inputs: NodeInputs) -> None:
         if (
@@ -329,22 +331,29 @@ class NodeController:
         return TickResult(Backend.DVFS, result, summary, observed)
 
     def _dvfs_summary(self, cap: float, before: int, reason: str) -> str:
-        """The status message: honest about a cap not held, stable while it is held.
+        """The status message: honest about a cap not held, stable while nothing changes.
 
         Inside the controller's band the message names no power (that goes in
         ``observed``) and so stays the same tick after tick: the supervisor
-        writes the status only when the message changes. Outside the band the
-        status is worth rewriting, and says how far off the node is.
+        writes the status only when the message changes. Above the band it
+        says by how much; while the throttle then holds (pinned at 100 %, or
+        waiting for a lagging node) it keeps the watts of the first such tick,
+        so a node that cannot get under its cap rewrites its status once, not
+        every tick. Below the band it speaks only of a release that happened.
         """
         s = self.dvfs.state
         low, high = self.dvfs.band(cap)
-        if before == s.throttle_pct:
-            move = f"holding {before}%"
-        else:
-            move = f"{before}% -> {s.throttle_pct}%"
+        held = before == s.throttle_pct
+        move = f"holding {before}%" if held else f"{before}% -> {s.throttle_pct}%"
         if s.ema is not None and s.ema > high:
-            return f"throttling: {s.ema:.0f} W > cap {cap:g} W, {move}; {reason}"
-        if s.ema is not None and s.ema < low and before > s.throttle_pct:
+            key = (cap, s.throttle_pct, reason)
+            if held and self._over_message is not None and self._over_message[0] == key:
+                return self._over_message[1]
+            message = f"throttling: {s.ema:.0f} W > cap {cap:g} W, {move}; {reason}"
+            self._over_message = (key, message) if held else None
+            return message
+        self._over_message = None
+        if s.ema is not None and s.ema < low and not held:
             return f"releasing: {s.ema:.0f} W, under cap {cap:g} W, {move}; {reason}"
         return f"DVFS throttle {s.throttle_pct}% for cap {cap:g} W; {reason}"
 

@@ -400,6 +400,31 @@ def test_adaptive_dvfs_settles_and_its_status_says_when_the_cap_is_not_held(
     assert h.metric("joulie_dvfs_actions_total", action="throttle_up") == 2.0
 
 
+def test_a_node_pinned_over_its_cap_keeps_one_status_message(
+    tmp_path: Path, sim: PowerSim
+) -> None:
+    h = Harness(tmp_path, dvfs=DvfsSettings(max_step_pct=100))
+    h.set(
+        power_profile=npp(100),  # under what full throttle reaches: 60 + 200 x 0.3 = 120 W
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="dvfs", telemetry=sim.telemetry_endpoint
+        ),
+    )
+    messages = []
+    for i, load in enumerate((1.0, 1.0, 0.99, 0.98, 1.0)):
+        sim.set_load(NODE, load)  # the load wanders, so the power read does too
+        messages.append(h.tick(20 if i else 0).message)
+    reason = "HTTP control mode is dvfs"
+    assert messages == [
+        f"throttling: 260 W > cap 100 W, 0% -> 100%; {reason}",
+        # Pinned at 100 % and over the cap: said once, with the watts of the first tick,
+        # so the coalescing status writer does not rewrite the status every tick.
+        *[f"throttling: 120 W > cap 100 W, holding 100%; {reason}"] * 4,
+    ]
+    # The error is live: the mean of the readings since the wait (119.4, 118.8, 120 W) - cap.
+    assert h.metric("joulie_dvfs_cap_error_watts") == pytest.approx(19.4)
+
+
 def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
     tmp_path: Path, sim: PowerSim
 ) -> None:
