@@ -131,11 +131,9 @@ def observe(
                 message=str(status.get("message", "")),
                 sim_cap=power.cap_watts,
                 throttle_pct=power.throttle_pct,
-                power_w=(
-                    power.last_power_watts
-                    if power.last_power_watts is not None
-                    else power.expected_power_watts
-                ),
+                # What it draws under the throttle and cap in force now; the last
+                # telemetry reading predates the throttle the agent set after it.
+                power_w=power.expected_power_watts,
             )
         )
     return Snapshot(at, rows, shards)
