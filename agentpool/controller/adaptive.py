@@ -18,12 +18,15 @@ Each tick the controller:
 1. keeps the readings taken since the throttle last changed (at most
    :data:`WINDOW`) and estimates the power as their mean, so noise averages
    out while it holds; a reading far from the others (a load step) drops them;
-2. on the first :data:`LEARN_READINGS` readings after a change, re-estimates
-   ``k`` from the power before the change and the mean since: a secant of the
-   model, clamped to [:data:`K_MIN`, :data:`K_MAX`] and blended with what it
-   knew (weight :data:`LEARN_WEIGHT`), so one noisy or lagging pair cannot
-   throw it far; a change that moved power less than the noise teaches nothing;
-3. holds while the estimate is within ``target +- hold band`` (hysteresis:
+2. waits one tick when the first reading after a change still lies beyond the
+   band on the side the change came from: the node or its power sensor may
+   lag, and stepping again at once would correct twice for one error;
+3. on the first reading it judges after a change, re-estimates ``k`` from the
+   power before the change and the estimate since: a secant of the model,
+   clamped to [:data:`K_MIN`, :data:`K_MAX`] and blended with what it knew
+   (weight :data:`LEARN_WEIGHT`), so one noisy or lagging pair cannot throw it
+   far; a change that moved power less than the noise teaches nothing;
+4. holds while the estimate is within ``target +- hold band`` (hysteresis:
    noise and slow drift inside the band cause no change), and otherwise moves
    the throttle to where the model puts the target, at most ``max_step``
    percent at once. When the load drops below what the cap needs, the model
