@@ -166,6 +166,7 @@ def table(rows: list[Row]) -> str:
 
 
 def markdown(rows: list[Row], opts: Options, command: str) -> str:
+    info = machine()
     curves = "\n".join(
         f"- `{c.name}`: P = {c.formula}, cap {c.cap_watts:g} W, load {c.load:g} "
         f"(unthrottled {c.power(c.load, 0):.0f} W), after the drop {c.drop_load():.2f}"
@@ -176,7 +177,8 @@ def markdown(rows: list[Row], opts: Options, command: str) -> str:
 
     {command}
 
-- date: {dt.date.today().isoformat()}; {machine()}
+- date: {dt.date.today().isoformat()}; machine: {info['cores']} cores ({info['cpu']}),
+  Python {info['python']} (the run is pure Python, a few seconds; timing plays no part)
 - {opts.seeds} seeds per curve and controller (worst case shown; excess energy: mean),
   lag time constant {opts.lag:g} interval(s), telemetry noise +-{opts.noise * 100:g}%,
   load drift 5% sine over 60 intervals plus a 0.3%/interval random walk; cap set at
