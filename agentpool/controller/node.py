@@ -96,6 +96,7 @@ class NodeController:
             self.metrics.set_backend(result.backend)
         if result.backend is not Backend.DVFS:
             self.metrics.set_cap_error(None)
+            self._over_message = None  # a later DVFS episode starts its own message
         self.metrics.reconcile_seconds.observe(max(0.0, self.clock() - started))
         return result
 
