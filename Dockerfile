@@ -31,17 +31,18 @@ COPY --from=builder /opt/agentpool /opt/agentpool
 ENV PATH=/opt/agentpool/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    PROMETHEUS_MULTIPROC_DIR=/var/run/agentpool/metrics
+    PROMETHEUS_MULTIPROC_DIR=/var/run/agentpool/metrics \
+    STATE_DIR=/var/lib/agentpool/state
 
 # Unprivileged by default (uid/gid 65532). The chart's DaemonSet overrides to
 # root + privileged because it writes the host's sysfs; the pool StatefulSet
-# keeps this user. The metrics directory is normally an emptyDir mount; it
-# exists here too so `docker run` works without one.
+# keeps this user. The metrics and state directories are normally emptyDir
+# mounts; they exist here too so `docker run` works without them.
 RUN groupadd --system --gid 65532 agentpool \
     && useradd --system --uid 65532 --gid 65532 --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin agentpool \
-    && mkdir -p /var/run/agentpool/metrics \
-    && chown 65532:65532 /var/run/agentpool/metrics
+    && mkdir -p /var/run/agentpool/metrics /var/lib/agentpool/state \
+    && chown 65532:65532 /var/run/agentpool/metrics /var/lib/agentpool/state
 
 USER 65532:65532
 

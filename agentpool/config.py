@@ -84,13 +84,19 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "HEARTBEAT_TIMEOUT",
         None,
-        "supervisor: restart a worker silent this long; default 3 x RECONCILE_INTERVAL + 30s",
+        "supervisor: restart a worker silent this long; default 3 x RECONCILE_INTERVAL + 30s, "
+        "or the node's longest legal tick (HTTP timeouts) + RECONCILE_INTERVAL + 30s if longer",
     ),
     Option("WATCH_TIMEOUT", "60s", "server-side timeout of each watch; reads time out 10s later"),
     Option(
         "PROMETHEUS_MULTIPROC_DIR",
         None,
         "multiprocess metrics dir, wiped at start; default: a private temporary dir",
+    ),
+    Option(
+        "STATE_DIR",
+        None,
+        "journal of original host values, kept across restarts; default: a private temporary dir",
     ),
     Option("LOG_FORMAT", "text", "text or json"),
     Option("LOG_LEVEL", "info", "debug, info, warning or error"),
@@ -165,12 +171,16 @@ class Settings:
     """Restore changed host values on graceful stop."""
     shutdown_timeout_s: float = 20.0
     """How long the supervisor waits for workers to stop before SIGKILL."""
-    heartbeat_timeout_s: float = 90.0
-    """A worker that reports nothing for this long is killed and restarted."""
+    heartbeat_timeout_s: float | None = None
+    """A worker that reports nothing for this long is killed and restarted; None: derived
+    per node by the supervisor (see ``agentpool.supervisor.scope.heartbeat_limit``)."""
     watch_timeout_s: float = 60.0
     """Server-side watch timeout; a silent watch is noticed 10 s after it."""
     multiproc_dir: str | None = None
     """Prometheus multiprocess directory; None = a private temporary one."""
+    state_dir: str | None = None
+    """Where workers journal the host values found before their first write; None = a
+    private temporary one. Never wiped: a restarted agent restores the real originals."""
     log_format: LogFormat = LogFormat.TEXT
     """Log line format."""
     log_level: str = "info"
@@ -309,9 +319,7 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     interval = _duration("RECONCILE_INTERVAL", get("RECONCILE_INTERVAL"), positive=True)
     raw_heartbeat = (values.get("HEARTBEAT_TIMEOUT") or "").strip()
     heartbeat = (
-        _duration("HEARTBEAT_TIMEOUT", raw_heartbeat, positive=True)
-        if raw_heartbeat
-        else 3 * interval + 30.0
+        _duration("HEARTBEAT_TIMEOUT", raw_heartbeat, positive=True) if raw_heartbeat else None
     )
     sysfs_root = get("SYSFS_ROOT").strip()
     if not sysfs_root:
@@ -335,6 +343,7 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
         heartbeat_timeout_s=heartbeat,
         watch_timeout_s=_duration("WATCH_TIMEOUT", get("WATCH_TIMEOUT"), positive=True),
         multiproc_dir=(values.get("PROMETHEUS_MULTIPROC_DIR") or "").strip() or None,
+        state_dir=(values.get("STATE_DIR") or "").strip() or None,
         log_format=_enum("LOG_FORMAT", get("LOG_FORMAT"), LogFormat),
         log_level=level,
     )

@@ -1,10 +1,13 @@
 """List+watch one resource kind in a thread and feed its events to the supervisor.
 
-The supervisor's cache is the only consumer: it receives a full snapshot
-after every (re)list and single events in between, through ``sink``. On 410
-Gone the informer relists; on any temporary failure it reconnects with
-exponential backoff and jitter (tenacity), honouring Retry-After; the cache
-keeps serving the last known state meanwhile.
+The supervisor's cache is the only consumer: it receives every object after
+each (re)list and single events in between, through ``sink``. On 410 Gone
+the informer relists; on any failure, temporary or not (a 403 after an RBAC
+change, a 404 while a CRD is reinstalled, a malformed answer), it reconnects
+with capped exponential backoff and jitter (tenacity), honouring
+Retry-After, for as long as the process runs: the cache keeps serving the
+last known state meanwhile, and :meth:`Informer.staleness` tells readiness
+how long it has not been confirmed and why.
 """
 
 from __future__ import annotations
@@ -12,20 +15,21 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import tenacity
 
-from agentpool.errors import KubeError, KubeTemporaryError
+from agentpool.errors import KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class Relisted:
     """Every object of the kind, after a (re)list; replaces the cache's view."""
 
     resource: Resource
@@ -41,7 +45,7 @@ class Change:
     obj: dict[str, Any]
 
 
-InformerEvent = Snapshot | Change
+InformerEvent = Relisted | Change
 
 
 class _WaitRetryAfter(tenacity.wait.wait_base):
@@ -84,6 +88,10 @@ class Informer:
         """Set after the first successful list."""
         self.healthy = threading.Event()
         """Set while the last request succeeded (readiness)."""
+        self._confirmed_at: float | None = None
+        """When the server last confirmed the cache (a list, a watch opened, an event)."""
+        self.last_error: str | None = None
+        """The last failure, kept after recovery for the log and /readyz."""
         self._stop = threading.Event()
         self._response: Any = None
         self._rv: str | None = None
@@ -93,7 +101,7 @@ class Informer:
             wait=_WaitRetryAfter(
                 tenacity.wait_exponential_jitter(multiplier=0.5, max=max_backoff_s)
             ),
-            retry=tenacity.retry_if_exception_type(KubeTemporaryError),
+            retry=tenacity.retry_if_exception_type(Exception),
             stop=tenacity.stop_when_event_set(self._stop),
             sleep=self._sleep,
             before_sleep=self._before_sleep,
@@ -114,10 +122,24 @@ class Informer:
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
 
+    def staleness(self, now: float | None = None) -> tuple[float, str | None]:
+        """Seconds since the cache was last confirmed fresh (infinite before the first list),
+        and the last error if the last request failed."""
+        confirmed = self._confirmed_at
+        age = float("inf") if confirmed is None else (now or time.monotonic()) - confirmed
+        return age, None if self.healthy.is_set() else self.last_error
+
+    def _confirm(self) -> None:
+        self.healthy.set()
+        self._confirmed_at = time.monotonic()
+
     def _before_sleep(self, state: tenacity.RetryCallState) -> None:
         self.healthy.clear()
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
+        self.last_error = f"{type(exc).__name__}: {exc}" if exc is not None else None
+        if not isinstance(exc, KubeTemporaryError):
+            self._rv = None  # a CRD reinstalled, an RBAC change: our resourceVersion means nothing
         log.warning(
             "%s: %s; retrying in %.1fs",
             self.resource,
@@ -132,15 +154,13 @@ class Informer:
         while not self._stop.is_set():
             try:
                 self._retrying(self._session)
-            except KubeError as exc:
-                if not self._stop.is_set():
-                    log.error("%s informer stopped: %s", self.resource, exc)
-                return
-            except tenacity.RetryError:
-                return  # stopped while backing off
+            except Exception:  # only when stopping: every failure is retried until then
+                if self._stop.is_set():
+                    return
+                log.exception("%s informer: unexpected failure, going on", self.resource)
 
     def _remember(self, response: Any) -> None:
-        self.healthy.set()  # the server answered the watch: reachable, even if quiet
+        self._confirm()  # the server answered the watch: reachable, even if quiet
         with self._lock:
             self._response = response
         if self._stop.is_set():
@@ -156,8 +176,8 @@ class Informer:
         if not self._stop.is_set():
             if self._rv is None:
                 listing = self.api.list(self.resource, self.label_selector, self.field_selector)
-                self.healthy.set()
-                self.sink(Snapshot(self.resource, listing.items))
+                self.sink(Relisted(self.resource, listing.items))
+                self._confirm()
                 self.synced.set()
                 self._rv = listing.resource_version
             for event in self.api.watch(
@@ -168,11 +188,11 @@ class Informer:
                 self.field_selector,
                 on_open=self._remember,
             ):
-                self.healthy.set()
+                self._confirm()
                 kind = str(event.get("type", ""))
                 obj = event.get("object")
                 if not isinstance(obj, dict):
-                    continue
+                    raise KubeTemporaryError(f"watch {self.resource}: malformed event {event!r}")
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         log.info("%s: watch expired (410 Gone), relisting", self.resource)

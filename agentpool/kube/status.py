@@ -7,12 +7,17 @@ between only replaces the pending entry, so a slow or failing API server
 costs one pending write per profile, never a queue, and the last result wins.
 
 The agent runs its writer with :data:`HEARTBEAT_S` (5 minutes, like the
-kubelet's ``nodeStatusReportFrequency``) and ``spread_heartbeats``: with a
-1-minute heartbeat and a 10 s reconcile interval, heartbeats alone were 0.17
-API requests per node per tick, where the budget at 1,000 nodes is 0.05.
-Spreading gives each profile's first heartbeat a fixed phase in the period
-(from a hash of its name), so 1,000 profiles written together at start-up
-do not heartbeat together forever after, in one burst of 1,000 PATCHes.
+kubelet's ``nodeStatusReportFrequency``) and ``spread_heartbeats``, which
+gives each profile's first heartbeat a fixed phase in the period (from a
+hash of its name), so profiles written together at start-up do not
+heartbeat together forever after, in one burst of PATCHes.
+
+The writer thread may not die: a write that fails in any way is logged and
+retried (API errors that are worth it) or dropped, and the thread goes on.
+Its memory is bounded by the live profiles: a profile the server no longer
+has (404) is forgotten, and so is one the supervisor says is gone. Writes of
+one batch go out concurrently, at most ``concurrency`` at a time, so the final
+statuses of a large pool are written within the shutdown deadline.
 """
 
 from __future__ import annotations
@@ -22,21 +27,22 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import tenacity
-
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi
 from agentpool.model import TickResult
-from agentpool.retrying import wait_delay
+from agentpool.retrying import exponential_delay
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 300.0
 """The agent's status heartbeat: an unchanged status is rewritten this often."""
+CONCURRENCY = 8
+"""Status writes in flight at once (below the API client's connection pool size)."""
 
 
 @dataclass
@@ -87,12 +93,14 @@ class StatusWriter:
         clock: Callable[[], float] = time.monotonic,
         max_backoff_s: float = 30.0,
         spread_heartbeats: bool = False,
+        concurrency: int = CONCURRENCY,
     ) -> None:
         self._api = api
         self._heartbeat_s = heartbeat_s
         self._spread = spread_heartbeats
         self._clock = clock
-        self._backoff = tenacity.wait_exponential_jitter(multiplier=0.5, max=max_backoff_s)
+        self._max_backoff_s = max_backoff_s
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="status")
         self._written: dict[str, _Written] = {}
         self._pending: dict[str, _Pending] = {}
         self._cond = threading.Condition()
@@ -131,9 +139,10 @@ class StatusWriter:
             self._written.pop(profile, None)
             self._pending.pop(profile, None)
 
-    def pending(self) -> int:
+    def remembered(self) -> int:
+        """Profiles the writer holds state for (written or pending)."""
         with self._cond:
-            return len(self._pending)
+            return len(self._written.keys() | self._pending.keys())
 
     def flush(self, timeout: float) -> bool:
         """Wait until nothing is pending (or ``timeout``); True when all was written."""
@@ -154,6 +163,7 @@ class StatusWriter:
             self._stop = True
             self._cond.notify()
         self._thread.join(2)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _next_batch(self) -> list[tuple[str, _Pending]] | None:
         with self._cond:
@@ -171,11 +181,23 @@ class StatusWriter:
 
     def _run(self) -> None:
         while (batch := self._next_batch()) is not None:
-            for profile, entry in batch:
-                self._write(profile, entry)
+            try:
+                list(self._pool.map(lambda item: self._write_safely(*item), batch))
+            except Exception:  # the pool itself failed (shut down): write in this thread
+                log.exception("status writer: concurrent writes failed; writing one by one")
+                for profile, entry in batch:
+                    self._write_safely(profile, entry)
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
+
+    def _write_safely(self, profile: str, entry: _Pending) -> None:
+        try:
+            self._write(profile, entry)
+        except Exception:  # a bug or an unexpected error: lose this write, not the writer
+            with self._cond:
+                self.failures += 1
+            log.exception("status of %s (%s) not written", entry.node, profile)
 
     def _write(self, profile: str, entry: _Pending) -> None:
         with self._cond:
@@ -184,30 +206,36 @@ class StatusWriter:
         try:
             self._api.patch_telemetry_status(profile, status_body(entry.result, frozenset(stale)))
         except KubeTemporaryError as exc:
-            self.failures += 1
-            entry.attempt += 1
-            delay = wait_delay(self._backoff, entry.attempt)
-            if exc.status == 429:
-                delay = max(delay, exc.delay)
-            log.warning("status of %s (%s): %s; retry in %.1fs", entry.node, profile, exc, delay)
-            with self._cond:
-                newer = self._pending.get(profile)
-                if newer is None:
-                    entry.not_before = time.monotonic() + delay
-                    self._pending[profile] = entry
-                else:
-                    newer.attempt, newer.not_before = entry.attempt, time.monotonic() + delay
+            self._retry_later(profile, entry, exc)
             return
         except KubeError as exc:
-            self.failures += 1
+            with self._cond:
+                self.failures += 1
+                if exc.status == 404:  # gone from the server: nothing to remember it by
+                    self._written.pop(profile, None)
             log.warning("status of %s (%s) not written: %s", entry.node, profile, exc)
             return
-        self.writes += 1
         now = self._clock()
         period = self._heartbeat_s
         if self._spread and last is None:  # first write: the first heartbeat gets its phase
             period *= (zlib.crc32(profile.encode()) % 1000 + 1) / 1000
         with self._cond:
+            self.writes += 1
             self._written[profile] = _Written(
                 entry.result.status_key(), now + period, frozenset(entry.result.observed)
             )
+
+    def _retry_later(self, profile: str, entry: _Pending, exc: KubeTemporaryError) -> None:
+        entry.attempt += 1
+        delay = exponential_delay(entry.attempt, 0.5, self._max_backoff_s, 1.0)
+        if exc.status == 429:
+            delay = max(delay, exc.delay)
+        log.warning("status of %s (%s): %s; retry in %.1fs", entry.node, profile, exc, delay)
+        with self._cond:
+            self.failures += 1
+            newer = self._pending.get(profile)
+            if newer is None:
+                entry.not_before = time.monotonic() + delay
+                self._pending[profile] = entry
+            else:
+                newer.attempt, newer.not_before = entry.attempt, time.monotonic() + delay

@@ -1,18 +1,16 @@
 """When to restart a dead worker: exponential backoff with jitter, reset when healthy.
 
-One small object holds the numbers. The delays come from tenacity's
-``wait_exponential_jitter`` (first retry after about 1 s, doubling, capped at
-60 s); a worker that ran healthily for ``reset_after_s`` starts again from
+One small object holds the numbers. The delays come from
+:func:`agentpool.retrying.exponential_delay` (first retry after about 1 s,
+doubling, capped at 60 s); a worker that ran healthily for ``reset_after_s`` starts again from
 the first delay. Time is passed in, so the policy is tested without clocks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import tenacity
-
-from agentpool.retrying import wait_delay
+from agentpool.retrying import exponential_delay
 
 INITIAL_DELAY_S = 1.0
 MAX_DELAY_S = 60.0
@@ -32,19 +30,13 @@ class RestartPolicy:
     """Consecutive deaths without a healthy stretch of ``reset_after_s``."""
     restarts: int = 0
     """Total restarts (the ``agentpool_worker_restarts_total`` value)."""
-    _wait: tenacity.wait.wait_base = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._wait = tenacity.wait_exponential_jitter(
-            multiplier=self.initial_s, max=self.max_s, exp_base=2, jitter=self.jitter_s
-        )
 
     def on_death(self, started_at: float, died_at: float) -> float:
         """Record a death; returns the delay before the next start."""
         if died_at - started_at >= self.reset_after_s:
             self.failures = 0
         self.failures += 1
-        return min(self.max_s, wait_delay(self._wait, self.failures))
+        return exponential_delay(self.failures, self.initial_s, self.max_s, self.jitter_s)
 
     def on_restart(self) -> None:
         self.restarts += 1

@@ -2,7 +2,8 @@
 
 ``/healthz`` answers 200 while the supervisor's main loop keeps turning (it
 is what a liveness probe should restart us for); ``/readyz`` answers 200 once
-the caches are synced and the API answered recently.
+the caches are synced and every one was confirmed fresh recently, and 503
+otherwise with a body that says which cache and why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 log = logging.getLogger(__name__)
 
+REQUEST_TIMEOUT_S = 10.0
+"""A client that sends nothing (or reads nothing) for this long loses its connection,
+so stuck connections cannot pile up handler threads."""
+
+Readiness = Callable[[], tuple[bool, str]]
+"""Ready or not, and the body to answer with."""
+
 
 class AgentHttpServer:
     def __init__(
@@ -25,7 +33,7 @@ class AgentHttpServer:
         port: int,
         registry: CollectorRegistry,
         healthy: Callable[[], bool],
-        ready: Callable[[], bool],
+        ready: Readiness,
         on_scrape: Callable[[float], None] | None = None,
         render: Callable[[], bytes] | None = None,
     ) -> None:
@@ -34,6 +42,8 @@ class AgentHttpServer:
         scrape_lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S
+
             def log_message(self, format: str, *args: object) -> None:
                 pass  # scrapes and probes every few seconds would drown the log
 
@@ -58,8 +68,8 @@ class AgentHttpServer:
                     ok = healthy()
                     self._send(200 if ok else 503, b"ok\n" if ok else b"main loop stalled\n")
                 elif path == "/readyz":
-                    ok = ready()
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
+                    ok, why = ready()
+                    self._send(200 if ok else 503, why.encode() + b"\n")
                 else:
                     self._send(404, b"not found\n")
 

@@ -2,11 +2,14 @@
 
 Order matters: the fork server is started before any thread exists, and the
 multiprocess metrics directory is set in the environment before it starts,
-because the fork server and every worker inherit both.
+because the fork server and every worker inherit both. Everything started is
+registered on one ``ExitStack`` as it starts, so it is stopped in reverse
+order however far start-up got.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing.forkserver
 import os
@@ -15,7 +18,9 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -27,21 +32,51 @@ from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.httpserver import AgentHttpServer
+from agentpool.supervisor.nodefiles import NodeFiles
+from agentpool.supervisor.orphans import stop_helpers
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.supervisor import Supervisor
-from agentpool.supervisor.workers import fork_server_context
+from agentpool.supervisor.worker_handles import ForkServerLauncher, fork_server_context
 
 log = logging.getLogger(__name__)
 
 EXIT_STARTUP = 1
+LOOP_STALL_S = 30.0
+"""``/healthz`` fails when the loop has not turned for this long."""
+FRESHNESS_SLACK_S = 30.0
+"""A cache is stale once unconfirmed for WATCH_TIMEOUT (a quiet watch ends and reopens
+that often) plus this much."""
+RESERVED_FDS = 256
+"""Descriptors for everything but the workers: API and HTTP sockets, logs, the selector."""
+FDS_PER_NODE = 5
+"""A worker's pipe and exit sentinel, and its three metrics files the collector keeps open."""
+OPEN_METRICS_FILES_PER_NODE = 3
 
 
-def _raise_fd_limit() -> None:
-    # Two descriptors per worker (pipe + sentinel): 1,000 workers outgrow a soft limit of 1024.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
+class _Service(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class StartupError(Exception):
+    """Start-up cannot go on; the message is printed as is."""
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; the soft limit now in force."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def node_capacity(fd_limit: int) -> int:
+    """How many nodes a process with ``fd_limit`` descriptors can control."""
+    if fd_limit == resource.RLIM_INFINITY:
+        return sys.maxsize
+    return max(0, (fd_limit - RESERVED_FDS) // FDS_PER_NODE)
 
 
 def prepare_metrics_dir(configured: str | None) -> tuple[str, bool]:
@@ -55,116 +90,178 @@ def prepare_metrics_dir(configured: str | None) -> tuple[str, bool]:
     return tempfile.mkdtemp(prefix="agentpool-metrics-"), True
 
 
+def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack) -> str:
+    """``configured`` (created if missing, never wiped), or a temporary dir removed at exit."""
+    if configured:
+        os.makedirs(configured, exist_ok=True)
+        return configured
+    path = tempfile.mkdtemp(prefix=prefix)
+    stack.callback(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _informers(
+    settings: Settings, api: KubeApi, supervisor: Supervisor, counters: ApiCounters
+) -> list[Informer]:
+    if settings.mode is AgentMode.DAEMONSET:
+        nodes_label, nodes_field = None, f"metadata.name={settings.node_name}"
+    else:
+        nodes_label, nodes_field = settings.pool_node_selector, None
+    return [
+        Informer(
+            api,
+            kind,
+            supervisor.feed,
+            label_selector=nodes_label if kind is Resource.NODES else None,
+            field_selector=nodes_field if kind is Resource.NODES else None,
+            watch_timeout_s=settings.watch_timeout_s,
+            on_watch_restart=counters.on_watch_restart,
+        )
+        for kind in Resource
+    ]
+
+
+class _Readiness:
+    """``/readyz``: every cache listed, and confirmed fresh within the bound."""
+
+    def __init__(self, informers: list[Informer], bound_s: float) -> None:
+        self.informers = informers
+        self.bound_s = bound_s
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def __call__(self) -> tuple[bool, str]:
+        now = time.monotonic()
+        problems = []
+        for informer in self.informers:
+            age, error = informer.staleness(now)
+            if not informer.synced.is_set():
+                problems.append(f"{informer.resource}: not listed yet ({error or 'listing'})")
+            elif error is not None or age > self.bound_s:
+                problems.append(
+                    f"{informer.resource}: not confirmed for {age:.0f}s "
+                    f"(bound {self.bound_s:.0f}s); last error: {error or informer.last_error}"
+                )
+        return (False, "not ready: " + "; ".join(problems)) if problems else (True, "ok")
+
+
 def run(settings: Settings) -> int:
     setup_logging(settings.log_format, settings.log_level)
-    _raise_fd_limit()
+    try:
+        with contextlib.ExitStack() as stack:
+            return _run(settings, stack)
+    except StartupError as exc:
+        print(f"agentpool: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
+    finally:
+        # Interpreter shutdown resets Python-level handlers to the default, so a second
+        # SIGTERM or Ctrl-C now would kill us with -15 after a clean stop: ignore them.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
+    capacity = node_capacity(raise_fd_limit())
+    if capacity < 1:
+        raise StartupError(
+            f"RLIMIT_NOFILE ({resource.getrlimit(resource.RLIMIT_NOFILE)[1]}) leaves no "
+            f"descriptors for a worker: at least {RESERVED_FDS + FDS_PER_NODE} are needed, "
+            f"and {FDS_PER_NODE} more per node"
+        )
     metrics_dir, private = prepare_metrics_dir(settings.multiproc_dir)
-    # Kept across supervisor restarts (not wiped): the host values found before our first
-    # write, so a restarted agent restores the real originals, not its own throttle.
-    state_dir = os.path.join(metrics_dir, "state")
-    os.makedirs(state_dir, exist_ok=True)
+    if private:
+        stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
+    files = NodeFiles(metrics_dir, _private_or(settings.state_dir, "agentpool-state-", stack))
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     ctx = fork_server_context(["agentpool.supervisor.preload"])
     multiprocessing.forkserver.ensure_running()
+    stack.callback(stop_helpers)  # last out: after every worker is gone
 
     counters = ApiCounters()
     try:
         api = KubeApi(load_client(settings.kubeconfig), on_request=counters.on_request)
     except KubeError as exc:
-        print(f"agentpool: {exc}", file=sys.stderr)
-        return EXIT_STARTUP
-    view = ClusterView(settings)
+        raise StartupError(str(exc)) from exc
+    stack.callback(api.close)
     collector = SupervisorCollector(counters)
     status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True)
-    supervisor: Supervisor
-    informers: list[Informer] = []
+    readiness = _Readiness([], settings.watch_timeout_s + FRESHNESS_SLACK_S)
+    supervisor = Supervisor(
+        settings,
+        ForkServerLauncher(ctx, settings, files),
+        ClusterView(settings),
+        status,
+        collector,
+        files,
+        readiness.synced,
+        max_workers=capacity,
+    )
+    stack.callback(supervisor.close)
+    readiness.informers.extend(_informers(settings, api, supervisor, counters))
+    server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack)
+    supervisor.install_signal_handlers()
+    services: list[_Service] = [server, collector, status, *readiness.informers]
+    for component in services:
+        component.start()
+        stack.callback(component.stop)
+    _log_start(settings, server.port, capacity)
+    return supervisor.run()
 
-    def synced() -> bool:
-        return all(i.synced.is_set() for i in informers)
 
-    def ready() -> bool:
-        return synced() and all(i.healthy.is_set() for i in informers)
-
-    supervisor = Supervisor(settings, ctx, view, status, collector, metrics_dir, state_dir, synced)
-    if settings.mode is AgentMode.DAEMONSET:
-        node_selectors: dict[str, str | None] = {
-            "label_selector": None,
-            "field_selector": f"metadata.name={settings.node_name}",
-        }
-    else:
-        node_selectors = {"label_selector": settings.pool_node_selector, "field_selector": None}
-    for resource_kind in Resource:
-        selectors = node_selectors if resource_kind is Resource.NODES else {}
-        informers.append(
-            Informer(
-                api,
-                resource_kind,
-                supervisor.feed,
-                watch_timeout_s=settings.watch_timeout_s,
-                on_watch_restart=counters.on_watch_restart,
-                **selectors,  # type: ignore[arg-type]
-            )
-        )
-
+def _http_server(
+    settings: Settings,
+    supervisor: Supervisor,
+    collector: SupervisorCollector,
+    readiness: _Readiness,
+    metrics_dir: str,
+    capacity: int,
+    stack: contextlib.ExitStack,
+) -> AgentHttpServer:
     # The workers' series are rendered straight to text (the bulk of a scrape at 1,000
     # workers); the supervisor's own series go through a registry.
-    workers_metrics = FastMultiProcessCollector(metrics_dir)
+    max_open = min(capacity, 1 << 20) * OPEN_METRICS_FILES_PER_NODE
+    workers_metrics = FastMultiProcessCollector(metrics_dir, max_open=max_open)
+    stack.callback(workers_metrics.close)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
 
     def healthy() -> bool:
-        return supervisor.clock() - supervisor.loop_heartbeat < 30.0
+        return supervisor.clock() - supervisor.loop_heartbeat < LOOP_STALL_S
 
     def on_scrape(seconds: float) -> None:
         collector.last_scrape_s = seconds
 
     try:
-        server = AgentHttpServer(
+        return AgentHttpServer(
             settings.metrics_host,
             settings.metrics_port,
             registry,
             healthy,
-            ready,
+            readiness,
             on_scrape,
             render=workers_metrics.render,
         )
     except OSError as exc:
-        print(f"agentpool: cannot listen on METRICS_ADDR: {exc}", file=sys.stderr)
-        return EXIT_STARTUP
-    supervisor.install_signal_handlers()
-    server.start()
-    collector.start()
-    status.start()
-    for informer in informers:
-        informer.start()
-    log.info(
-        "agentpool %s mode%s: metrics on http://%s:%d/metrics, reconcile every %gs%s",
-        settings.mode.value,
-        (
+        raise StartupError(f"cannot listen on METRICS_ADDR: {exc}") from exc
+
+
+def _log_start(settings: Settings, port: int, capacity: int) -> None:
+    if settings.mode is AgentMode.POOL:
+        where = (
             f" (shard {settings.pool_shard_id} of {max(1, settings.pool_shards)}, "
             f"selector {settings.pool_node_selector!r})"
-            if settings.mode is AgentMode.POOL
-            else f" (node {settings.node_name})"
-        ),
+        )
+    else:
+        where = f" (node {settings.node_name})"
+    log.info(
+        "agentpool %s mode%s: metrics on http://%s:%d/metrics, reconcile every %gs, "
+        "room for %s nodes%s",
+        settings.mode.value,
+        where,
         settings.metrics_host or "0.0.0.0",
-        server.port,
+        port,
         settings.reconcile_interval_s,
+        capacity if capacity < sys.maxsize else "unlimited",
         ", SIMULATE-ONLY: nothing will be written" if settings.simulate_only else "",
     )
-    try:
-        code = supervisor.run()
-    finally:
-        for informer in informers:
-            informer.stop()
-        status.stop()
-        collector.stop()
-        server.stop()
-        workers_metrics.close()
-        api.close()
-        if private:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-        # Interpreter shutdown resets Python-level handlers to the default, so a second
-        # SIGTERM or Ctrl-C now would kill us with -15 after a clean stop: ignore them.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return code

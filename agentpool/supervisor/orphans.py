@@ -1,4 +1,5 @@
-"""PID 1 duty: reap orphaned processes, never the children multiprocessing owns.
+"""PID 1 duty: reap orphaned processes, never the children multiprocessing owns; and at
+exit, stop those children too (the fork server and the resource tracker).
 
 In a container the supervisor is usually PID 1, so every orphan in the pod
 (a worker whose fork server died, anything a worker spawned) is re-parented
@@ -9,8 +10,11 @@ resource tracker, which multiprocessing itself waits for, are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +43,56 @@ def reap_orphans(pid1: bool | None = None) -> int:
         if info is None or info.si_pid == 0:
             return reaped
         if info.si_pid in multiprocessing_helpers():
-            # Its owner reaps it; a dead fork server is restarted at the next spawn.
-            return reaped
+            # Its owner reaps it (a dead fork server is restarted at the next spawn), but it
+            # hides any orphan that exited after it from the peek: look at each child.
+            return reaped + _reap_each_child(multiprocessing_helpers())
         os.waitpid(info.si_pid, 0)
         reaped += 1
         log.info("reaped orphan pid %d", info.si_pid)
+
+
+def _reap_each_child(spare: set[int]) -> int:
+    """Reap every exited child but ``spare``, one pid at a time (a scan of /proc)."""
+    import psutil
+
+    reaped = 0
+    for child in psutil.Process().children():
+        if child.pid in spare:
+            continue
+        with contextlib.suppress(ChildProcessError):
+            pid, _ = os.waitpid(child.pid, os.WNOHANG)
+            if pid:
+                reaped += 1
+                log.info("reaped orphan pid %d", pid)
+    return reaped
+
+
+def stop_helpers(timeout: float = 5.0) -> list[int]:
+    """Stop and reap the fork server and the resource tracker (at exit); returns the pids
+    that had to be SIGKILLed.
+
+    Each is stopped by multiprocessing's own ``_stop()`` (close its "alive"
+    pipe, wait for it), run in a thread so a helper that does not exit cannot
+    hold up ours: past ``timeout`` it gets SIGKILL, and ``_stop()`` then reaps it.
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    killed = []
+    for owner, attr in (
+        (getattr(forkserver, "_forkserver", None), "_forkserver_pid"),
+        (getattr(resource_tracker, "_resource_tracker", None), "_pid"),
+    ):
+        pid = getattr(owner, attr, None)
+        stop = getattr(owner, "_stop", None)
+        if not isinstance(pid, int) or not callable(stop):
+            continue
+        stopper = threading.Thread(target=stop, name="stop-helper", daemon=True)
+        stopper.start()
+        stopper.join(timeout)
+        if stopper.is_alive():
+            log.warning("multiprocessing helper (pid %d) did not stop: SIGKILL", pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            stopper.join(timeout)
+    return killed

@@ -20,7 +20,7 @@ import gc
 
 import agentpool.controller.node
 import agentpool.metrics
-import agentpool.supervisor.worker  # noqa: F401 - imported for its side effect of loading
+import agentpool.supervisor.worker_process  # noqa: F401 - imported for its side effect of loading
 
 WARM_ROUNDS = 20
 """More than CPython's warm-up threshold, so the exercised code is specialised."""

@@ -19,11 +19,17 @@ from typing import Any
 
 from agentpool.config import AgentMode, Settings
 from agentpool.kube.api import Resource
-from agentpool.kube.informer import Change, InformerEvent, Snapshot
+from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.labels import parse_selector
 from agentpool.model import NodeInputs
-from agentpool.profiles import target_of
+from agentpool.profiles import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, target_of
 from agentpool.sharding import owns
+
+HEARTBEAT_SLACK_S = 30.0
+"""Added to the ticks a worker may legally spend silent."""
+HTTP_REQUESTS_PER_TICK = 3
+"""The most HTTP requests one reconcile makes: a RAPL control request refused, then the
+DVFS fallback's telemetry read and its throttle request."""
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -49,6 +55,44 @@ def _tp_node(obj: dict[str, Any]) -> str | None:
     return node if scope == "node" and node else None
 
 
+def longest_tick_s(telemetry_profile: dict[str, Any] | None) -> float:
+    """How long one tick may legally spend waiting on this profile's HTTP endpoints.
+
+    Each request may take its endpoint's ``timeoutSeconds`` (at most
+    :data:`MAX_TIMEOUT_S`, as the parser and the CRD schema allow); a
+    malformed value counts as the longest, since the worker will report the
+    error rather than wait on it.
+    """
+    spec = (telemetry_profile or {}).get("spec")
+    if not isinstance(spec, dict):
+        return 0.0
+    longest = 0.0
+    for part in ("sources", "controls"):
+        section = spec.get(part)
+        for entry in section.values() if isinstance(section, dict) else ():
+            http = entry.get("http") if isinstance(entry, dict) else None
+            if not isinstance(http, dict):
+                continue
+            timeout = http.get("timeoutSeconds", DEFAULT_TIMEOUT_S)
+            legal = isinstance(timeout, int | float) and 0 < timeout <= MAX_TIMEOUT_S
+            longest = max(longest, float(timeout) if legal else MAX_TIMEOUT_S)
+    return HTTP_REQUESTS_PER_TICK * longest
+
+
+def heartbeat_limit(settings: Settings, telemetry_profile: dict[str, Any] | None) -> float:
+    """How long a node's worker may stay silent before it is killed as hung.
+
+    ``HEARTBEAT_TIMEOUT`` when set; otherwise three reconcile intervals plus
+    slack, and never less than one interval plus the longest tick the node's
+    TelemetryProfile makes legal, so a slow but valid endpoint is not taken
+    for a hang.
+    """
+    if settings.heartbeat_timeout_s is not None:
+        return settings.heartbeat_timeout_s
+    interval = settings.reconcile_interval_s
+    return max(3 * interval, interval + longest_tick_s(telemetry_profile)) + HEARTBEAT_SLACK_S
+
+
 def _oldest(objs: list[dict[str, Any]]) -> dict[str, Any]:
     return min(objs, key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), _name(o)))
 
@@ -69,7 +113,7 @@ class ClusterView:
 
     def apply(self, event: InformerEvent) -> set[str]:
         """Apply an informer event; returns the nodes whose inputs or scope may have changed."""
-        if isinstance(event, Snapshot):
+        if isinstance(event, Relisted):
             return self._replace(event.resource, event.items)
         return self._change(event)
 

@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from agentpool.supervisor.workers import WorkerState
+from agentpool.supervisor.worker_handles import WorkerState
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,23 @@ are no locks around the worker table. Each turn of the loop:
 1. act on recorded signals (handlers only record them);
 2. apply informer events to the :class:`ClusterView`;
 3. read worker reports (tick results double as heartbeats);
-4. notice dead workers, decode how they died, schedule restarts with backoff;
-5. kill workers that went silent, SIGKILL workers that overstayed a stop;
-6. start/stop workers so that exactly the owned nodes have one, and send each
-   worker its node's inputs when they changed.
+4. notice dead workers, decode how they died, schedule restarts with backoff,
+   but never start a node's new process while its previous one still runs;
+5. kill workers that went silent or stopped reading their pipe, SIGKILL
+   workers that overstayed a stop;
+6. start/stop workers so that exactly the owned nodes have one, and hand each
+   worker its node's latest inputs when its pipe can take them.
 
-Why an epoll selector that lives as long as the loop: with 1,000 workers
-reporting every 10 s the loop wakes ~100 times a second. Building a poll set
-of 2,000 descriptors per wake-up and asking every worker's pipe and process
-whether it is ready made each turn O(workers) and cost a third of a core.
-Each worker's pipe and exit sentinel are registered once, when it starts, and
-unregistered before they are closed, so a turn touches only the workers that
-have something to say. The scans over every worker (heartbeats, kill
-deadlines, due restarts, the metrics snapshot) run once per ``LOOP_PERIOD_S``.
+Nothing in a turn may block or escape: sends to a worker never block (see
+:mod:`agentpool.supervisor.protocol`), a worker that cannot be started backs
+off like one that died, and an unexpected exception ends the loop through
+the same orderly shutdown as SIGTERM, with a non-zero exit status.
+
+Each worker's pipe and exit sentinel are registered with one long-lived epoll
+selector when it starts and unregistered before they are closed, so a turn
+touches only the workers that have something to say. The scans over every
+worker (heartbeats, kill deadlines, due restarts, the metrics snapshot) run
+once per ``loop_period_s``.
 """
 
 from __future__ import annotations
@@ -28,32 +32,30 @@ import contextlib
 import logging
 import os
 import queue
-import selectors
 import signal
 import time
 from collections.abc import Callable
-from multiprocessing.context import ForkServerContext
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from prometheus_client.multiprocess import mark_process_dead
+import psutil
 
 from agentpool.config import Settings
+from agentpool.errors import AgentError
 from agentpool.kube.informer import InformerEvent
-from agentpool.kube.status import StatusWriter
-from agentpool.model import TickResult
+from agentpool.model import NodeInputs, TickResult
 from agentpool.supervisor import statuses
+from agentpool.supervisor.loopio import LoopIO
+from agentpool.supervisor.nodefiles import NodeFiles
 from agentpool.supervisor.orphans import reap_orphans
-from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport
-from agentpool.supervisor.scope import ClusterView
+from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport, frame
+from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
-from agentpool.supervisor.worker import metrics_id
-from agentpool.supervisor.workers import (
+from agentpool.supervisor.worker_handles import (
+    Launch,
     StopReason,
     WorkerHandle,
     WorkerState,
     describe_exit,
-    spawn,
 )
 
 log = logging.getLogger(__name__)
@@ -61,9 +63,27 @@ log = logging.getLogger(__name__)
 LOOP_PERIOD_S = 0.5
 """Longest sleep of the loop, and the period of the scans over every worker."""
 KILL_GRACE_S = 2.0
-"""A silent worker gets SIGTERM, then SIGKILL this much later."""
+"""A silent worker gets SIGTERM, then SIGKILL this much later; after the shutdown
+deadline, how long the SIGKILLed workers are waited for."""
 MAX_STARTS_PER_TURN = 64
 """Start workers in batches so reports keep flowing during a mass start."""
+FINAL_STATUS_MIN_S = 5.0
+"""The final statuses get at least this long to be written, whatever the deadline left."""
+EXIT_FATAL = 1
+"""Exit status after the loop failed and stopped everything in order."""
+
+
+
+class CapacityError(AgentError):
+    """More owned nodes than the process's descriptor limit can run workers for."""
+
+
+class StatusSink(Protocol):
+    """Where the supervisor offers node statuses (the :class:`StatusWriter`)."""
+
+    def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool: ...
+
+    def flush(self, timeout: float) -> bool: ...
 
 
 def _node_log(level: int, node: str, message: str, *args: object) -> None:
@@ -72,80 +92,95 @@ def _node_log(level: int, node: str, message: str, *args: object) -> None:
     log.log(level, message, node, *args, extra={"node": node})
 
 
+def pid_running(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie has finished)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class Supervisor:
     """Owns the worker table. Only ``run()``'s thread touches it."""
 
     def __init__(
         self,
         settings: Settings,
-        ctx: ForkServerContext,
+        launch: Launch,
         view: ClusterView,
-        status: StatusWriter | None,
+        status: StatusSink | None,
         collector: SupervisorCollector,
-        multiproc_dir: str,
-        state_dir: str,
+        files: NodeFiles,
         synced: Callable[[], bool],
         clock: Callable[[], float] = time.monotonic,
+        loop_period_s: float = LOOP_PERIOD_S,
+        max_workers: int | None = None,
     ) -> None:
         self.settings = settings
-        self.ctx = ctx
+        self.launch = launch
         self.view = view
         self.status = status
         self.collector = collector
-        self.multiproc_dir = multiproc_dir
-        self.state_dir = state_dir
+        self.files = files
         self.synced = synced
         self.clock = clock
+        self.loop_period_s = loop_period_s
+        self.max_workers = max_workers
+        """How many workers the descriptor limit allows; owning more nodes is fatal."""
         self.workers: dict[str, WorkerHandle] = {}
         self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._readable: set[str] = set()
-        """Nodes whose worker pipe has data or hit EOF since the last read."""
-        self._exited: set[str] = set()
-        """Nodes whose worker's exit sentinel fired since the last reap."""
+        self.io = LoopIO()
         self._next_scan = 0.0
-        self._changed = True
+        self._table_changed = True
         """A worker started, stopped, died or began running: publish a fresh snapshot."""
-        self._dirty: set[str] = set()
-        self._scope_dirty = True
+        self._inputs_changed: set[str] = set()
+        """Nodes whose inputs may differ from what their worker was last sent."""
+        self._scope_stale = True
+        """Which nodes this pod owns may have changed: reconcile the worker table."""
         self._stopping = False
         self.loop_heartbeat = clock()
 
     # -- inputs from other threads -------------------------------------------------------------
 
-    def wake(self) -> None:
-        # A full pipe means the loop is already due to wake.
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"\0")
-
     def feed(self, event: InformerEvent) -> None:
         """Informer sink (called from informer threads)."""
         self.events.put(event)
-        self.wake()
+        self.io.wake()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.signals.put(signum)  # only record it; the loop acts
 
     def install_signal_handlers(self) -> None:
-        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        self.io.wake_on_signals()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
+
+    def close(self) -> None:
+        """Release the selector and the wake-up pipe (after ``run``)."""
+        self.io.close()
 
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        while not self._stopping:
-            self._turn()
-        return self._shutdown()
+        """Turn until SIGTERM/SIGINT, then stop every worker; the process's exit status."""
+        code = 0
+        try:
+            while not self._stopping:
+                self.turn()
+        except CapacityError as exc:
+            log.error("%s; stopping every worker", exc)
+            code = EXIT_FATAL
+        except Exception:
+            log.exception("the supervisor's loop failed: stopping every worker")
+            code = EXIT_FATAL
+        return self._shutdown(code)
 
-    def _turn(self) -> None:
-        busy = self._scope_dirty or not self.events.empty()
-        self._wait(0.0 if busy else max(0.0, min(LOOP_PERIOD_S, self._next_scan - self.clock())))
+    def turn(self) -> None:
+        """One turn of the loop: wait for something to do (at most one loop period), do it."""
+        busy = self._scope_stale or not self.events.empty()
+        until_scan = max(0.0, min(self.loop_period_s, self._next_scan - self.clock()))
+        self.io.wait(0.0 if busy else until_scan)
         now = self.clock()
         self.loop_heartbeat = now
         self._handle_signals()
@@ -156,63 +191,19 @@ class Supervisor:
         self._reap(now)
         scan = now >= self._next_scan
         if scan:
-            self._next_scan = now + LOOP_PERIOD_S
+            self._next_scan = now + self.loop_period_s
             self._check_heartbeats(now)
             self._enforce_kill_deadlines(now)
-        if self._scope_dirty:
+            self._check_lingering(now)
+        if self._scope_stale:
             self._reconcile_scope(now)
         if scan:
             self._restart_due(now)
-        self._send_inputs()
+        self._deliver_inputs(now)
         if scan:
             reap_orphans()
-        if scan or self._changed:
+        if scan or self._table_changed:
             self._publish()
-
-    def _wait(self, timeout: float) -> None:
-        for key, _ in self._selector.select(timeout):
-            if key.data is None:
-                self._drain_wake_pipe()
-                continue
-            node, what = key.data
-            (self._readable if what == "conn" else self._exited).add(node)
-
-    def _drain_wake_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-    # -- descriptors: registered with the selector while open ------------------------------------
-
-    def _register(self, fd: int, data: tuple[str, str]) -> None:
-        try:
-            self._selector.register(fd, selectors.EVENT_READ, data)
-        except KeyError:  # a stale entry for a reused number: replace it
-            self._selector.modify(fd, selectors.EVENT_READ, data)
-
-    def _unregister(self, fd: int) -> None:
-        try:
-            self._selector.unregister(fd)
-        except (KeyError, ValueError, OSError):
-            pass  # never registered, or already gone
-
-    def _watch(self, handle: WorkerHandle) -> None:
-        """Register a freshly spawned worker's pipe and exit sentinel."""
-        if handle.conn is not None:
-            self._register(handle.conn.fileno(), (handle.node, "conn"))
-        if handle.process is not None:
-            self._register(handle.process.sentinel, (handle.node, "exit"))
-
-    def _close_conn(self, handle: WorkerHandle) -> None:
-        conn, handle.conn = handle.conn, None
-        self._readable.discard(handle.node)
-        if conn is None:
-            return
-        with contextlib.suppress(OSError):
-            self._unregister(conn.fileno())
-        conn.close()
 
     def _handle_signals(self) -> None:
         while True:
@@ -231,15 +222,15 @@ class Supervisor:
                 event = self.events.get_nowait()
             except queue.Empty:
                 break
-            self._dirty |= self.view.apply(event)
+            self._inputs_changed |= self.view.apply(event)
             changed = True
         if changed:
-            self._scope_dirty = True
+            self._scope_stale = True
 
     # -- reports ---------------------------------------------------------------------------------
 
     def _read_reports(self, now: float) -> None:
-        ready, self._readable = self._readable, set()
+        ready, self.io.readable = self.io.readable, set()
         for node in ready:
             handle = self.workers.get(node)
             if handle is not None:
@@ -253,27 +244,27 @@ class Supervisor:
             while conn.poll(0):
                 self._on_message(handle, conn.recv(), now)
         except (EOFError, OSError):
-            self._close_conn(handle)  # the process sentinel tells us how it ended
+            self.io.close_conn(handle)  # the process sentinel tells us how it ended
 
     def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
         handle.last_seen = now
         if isinstance(message, TickReport):
             if handle.state is WorkerState.STARTING:
                 handle.state = WorkerState.RUNNING
-                self._changed = True
+                self._table_changed = True
                 _node_log(
                     logging.INFO, handle.node, "worker for node %s running (pid %s)", handle.pid
                 )
-            previous = handle.last_result
-            handle.last_result = message.result
+            previous, handle.last_result = handle.last_result, message.result
             if previous is None or previous.status_key() != message.result.status_key():
+                result = message.result
                 _node_log(
                     logging.INFO,
                     handle.node,
                     "node %s: %s %s: %s",
-                    message.result.backend.value,
-                    message.result.result.value,
-                    message.result.message,
+                    result.backend.value,
+                    result.result.value,
+                    result.message,
                 )
             self._offer_status(handle.node, message.result)
         elif isinstance(message, Stopped):
@@ -286,10 +277,10 @@ class Supervisor:
         if profile is not None:
             self.status.offer(profile, node, result, force=force)
 
-    # -- deaths, heartbeats, stops ---------------------------------------------------------------
+    # -- deaths ----------------------------------------------------------------------------------
 
     def _reap(self, now: float) -> None:
-        exited, self._exited = self._exited, set()
+        exited, self.io.exited = self.io.exited, set()
         for node in exited:
             handle = self.workers.get(node)
             process = handle.process if handle is not None else None
@@ -298,40 +289,73 @@ class Supervisor:
             if process.exitcode is None:  # not gone after all: wait for the next wake-up
                 continue
             self._read_from(handle, now)  # a Stopped message may still be in the pipe
-            how = describe_exit(process.exitcode)
+            handle.exit_how = describe_exit(process.exitcode)
             pid = process.pid
-            self._unregister(process.sentinel)
+            self.io.unregister(process.sentinel)
             process.close()
             handle.process = None
-            self._changed = True
-            self._close_conn(handle)
-            ident = metrics_id(node)
-            mark_process_dead(ident, self.multiproc_dir)  # type: ignore[no-untyped-call]
-            reason = handle.stop_reason
-            if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
-                _node_log(logging.INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
-                if reason is StopReason.SCOPE:
-                    self._final_scope_status(handle)
-                    self._forget(node)
-                    self._scope_dirty = True  # it may have come back meanwhile
+            self._table_changed = True
+            self.io.close_conn(handle)
+            if pid is not None and pid_running(pid):
+                # Reported dead by a fork server that lost it, yet still restoring the
+                # host: one process per node, so nothing starts until it is gone.
+                handle.lingering, handle.state = pid, WorkerState.STOPPING
+                handle.kill_at = now + self.settings.shutdown_timeout_s
+                _node_log(
+                    logging.WARNING,
+                    node,
+                    "worker for node %s (pid %s) %s but is still running: waiting for it",
+                    pid,
+                    handle.exit_how,
+                )
                 continue
-            delay = handle.policy.on_death(handle.started_at, now)
-            handle.state = WorkerState.BACKOFF
-            handle.restart_at = now + delay
-            cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
-            _node_log(
-                logging.ERROR,
-                node,
-                "worker for node %s (pid %s) %s: %s; restart %d in %.1fs",
-                pid,
-                cause,
-                how,
-                handle.policy.restarts + 1,
-                delay,
-            )
-            self._offer_status(
-                node, statuses.restarting(cause, how, handle.policy.restarts + 1, delay)
-            )
+            self._settle(handle, pid, now)
+
+    def _settle(self, handle: WorkerHandle, pid: int | None, now: float) -> None:
+        """The node's process is gone for sure: forget it, or schedule its restart."""
+        node, how, reason = handle.node, handle.exit_how, handle.stop_reason
+        self.files.worker_gone(node)
+        if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
+            _node_log(logging.INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+            if reason is StopReason.SCOPE:
+                self._final_scope_status(handle)
+                self._forget(node)
+                self._scope_stale = True  # it may have come back meanwhile
+            return
+        cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
+        delay = self._back_off(handle, now, handle.started_at)
+        _node_log(
+            logging.ERROR,
+            node,
+            "worker for node %s (pid %s) %s: %s; restart %d in %.1fs",
+            pid,
+            cause,
+            how,
+            handle.policy.restarts + 1,
+            delay,
+        )
+        self._offer_status(node, statuses.restarting(cause, how, handle.policy.restarts + 1, delay))
+
+    def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
+        delay = handle.policy.on_death(started_at, now)
+        handle.state, handle.restart_at = WorkerState.BACKOFF, now + delay
+        handle.stop_reason, handle.kill_at = None, None
+        self._table_changed = True
+        return delay
+
+    def _check_lingering(self, now: float) -> None:
+        for handle in list(self.workers.values()):
+            pid = handle.lingering
+            if pid is None:
+                continue
+            if not pid_running(pid):
+                handle.lingering = None
+                self._settle(handle, pid, now)
+            elif handle.kill_at is not None and now >= handle.kill_at:
+                _node_log(logging.WARNING, handle.node, "old worker of node %s (%s): SIGKILL", pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                handle.kill_at = None
 
     def _final_scope_status(self, handle: WorkerHandle) -> None:
         """Say why a node is no longer controlled, unless another pod now owns it.
@@ -346,38 +370,48 @@ class Supervisor:
             self._offer_status(handle.node, result, force=True)
 
     def _forget(self, node: str) -> None:
-        """A node left this pod's scope: drop its worker entry and every metrics file."""
+        """A node left this pod's scope: drop its worker entry and its files."""
         self.workers.pop(node, None)
-        self._changed = True
-        ident = metrics_id(node)
-        for name in os.listdir(self.multiproc_dir):
-            if name.endswith(f"_{ident}.db"):
-                Path(self.multiproc_dir, name).unlink(missing_ok=True)
-        Path(self.state_dir, f"{ident}.json").unlink(missing_ok=True)
+        self._table_changed = True
+        self.files.forget(node)
+
+    # -- heartbeats and stops --------------------------------------------------------------------
 
     def _check_heartbeats(self, now: float) -> None:
-        limit = self.settings.heartbeat_timeout_s
         for handle in self.workers.values():
             if handle.state not in (WorkerState.STARTING, WorkerState.RUNNING):
                 continue
-            if now - handle.last_seen > limit and handle.process is not None:
-                _node_log(
-                    logging.ERROR,
-                    handle.node,
-                    "worker for node %s (pid %s) silent for %.0fs: terminating",
-                    handle.pid,
-                    now - handle.last_seen,
-                )
-                self._stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
+            if handle.process is None:
+                continue
+            limit = handle.heartbeat_s
+            if now - handle.last_seen > limit:
+                why = f"silent for {now - handle.last_seen:.0f}s"
+            elif handle.outbox_since is not None and now - handle.outbox_since > limit:
+                why = f"not reading its pipe for {now - handle.outbox_since:.0f}s"
+            else:
+                continue
+            _node_log(
+                logging.ERROR,
+                handle.node,
+                "worker for node %s (pid %s) %s: terminating",
+                handle.pid,
+                why,
+            )
+            self._stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
+
+    def _set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
+        """The worker is being given ``inputs``; its heartbeat limit follows them."""
+        handle.heartbeat_s = heartbeat_limit(self.settings, inputs.telemetry_profile)
 
     def _stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
         handle.state = WorkerState.STOPPING
-        self._changed = True
+        self._table_changed = True
         handle.stop_reason = reason
         handle.kill_at = now + grace
-        if handle.conn is not None:
-            with contextlib.suppress(OSError, EOFError):
-                handle.conn.send(StopWorker())
+        handle.unsent = None
+        if handle.conn is not None and not handle.outbox:
+            handle.outbox += frame(StopWorker())
+            self.io.flush(handle, now)
         if handle.process is not None and handle.process.exitcode is None:
             handle.process.terminate()
 
@@ -396,43 +430,66 @@ class Supervisor:
                 process.kill()
                 handle.kill_at = None
 
-    # -- scope -----------------------------------------------------------------------------------
+    # -- scope and starts ------------------------------------------------------------------------
 
     def _reconcile_scope(self, now: float) -> None:
-        self._scope_dirty = False
+        self._scope_stale = False
         owned = self.view.owned()
+        if self.max_workers is not None and len(owned) > self.max_workers:
+            raise CapacityError(
+                f"this pod owns {len(owned)} nodes but RLIMIT_NOFILE covers "
+                f"{self.max_workers}: raise the limit or add shards"
+            )
         for node, handle in list(self.workers.items()):
             if node in owned or handle.stop_reason is StopReason.SCOPE:
                 continue
-            if handle.process is None:  # in backoff: nothing runs, just forget it
+            if handle.lingering is not None:  # settled, and forgotten, once it is gone
+                handle.stop_reason = StopReason.SCOPE
+            elif handle.process is None:  # in backoff: nothing runs, just forget it
                 _node_log(
                     logging.INFO, node, "node %s left this pod's scope (its worker was in backoff)"
                 )
                 self._forget(node)
-                continue
-            _node_log(logging.INFO, node, "node %s left this pod's scope: stopping its worker")
-            self._stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
+            else:
+                _node_log(logging.INFO, node, "node %s left this pod's scope: stopping its worker")
+                self._stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
         # A node still stopping from an earlier scope loss keeps its handle until the
-        # worker is gone; _reap then marks the scope dirty and it starts again here.
+        # worker is gone; _settle then marks the scope stale and it starts again here.
         for count, node in enumerate(sorted(owned - self.workers.keys())):
             if count >= MAX_STARTS_PER_TURN:
-                self._scope_dirty = True  # the rest next turn, so reports keep flowing
+                self._scope_stale = True  # the rest next turn, so reports keep flowing
                 break
             handle = WorkerHandle(node)
             self.workers[node] = handle
             self._start(handle, now)
 
     def _start(self, handle: WorkerHandle, now: float) -> None:
-        journal = str(Path(self.state_dir, f"{metrics_id(handle.node)}.json"))
-        spawn(self.ctx, handle, self.settings, journal, now, self.view.inputs_for(handle.node))
-        self._watch(handle)
-        self._changed = True
-        self._dirty.add(handle.node)
+        inputs = self.view.inputs_for(handle.node)
+        try:
+            process, conn = self.launch(handle.node, inputs)
+        except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
+            delay = self._back_off(handle, now, now)
+            how = f"{type(exc).__name__}: {exc}"
+            _node_log(
+                logging.ERROR,
+                handle.node,
+                "worker for node %s could not be started: %s; retry in %.1fs",
+                how,
+                delay,
+            )
+            status = statuses.restarting("not started", how, handle.policy.restarts + 1, delay)
+            self._offer_status(handle.node, status)
+            return
+        handle.started(process, conn, now)
+        handle.last_sent = inputs
+        self._set_heartbeat(handle, inputs)
+        self.io.add_worker(handle)
+        self._table_changed = True
 
     def _restart_due(self, now: float) -> None:
         for handle in self.workers.values():
             due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
-            if due and handle.process is None:
+            if due and handle.process is None and handle.lingering is None:
                 handle.policy.on_restart()
                 _node_log(
                     logging.INFO,
@@ -442,25 +499,27 @@ class Supervisor:
                 )
                 self._start(handle, now)
 
-    def _send_inputs(self) -> None:
-        if not self._dirty:
-            return
-        dirty, self._dirty = self._dirty, set()
-        for node in dirty:
+    # -- sending inputs: only the latest, only when the pipe can take it -------------------------
+
+    def _deliver_inputs(self, now: float) -> None:
+        changed, self._inputs_changed = self._inputs_changed, set()
+        for node in changed:
             handle = self.workers.get(node)
             if handle is None or handle.conn is None or handle.state is WorkerState.STOPPING:
                 continue
             inputs = self.view.inputs_for(node)
-            if inputs == handle.last_sent:
-                continue
-            try:
-                handle.conn.send(inputs)
-                handle.last_sent = inputs
-            except (OSError, EOFError):
-                self._dirty.add(node)  # retried after the restart
+            handle.unsent = None if inputs == handle.last_sent else inputs
+            if handle.unsent is not None:
+                self._set_heartbeat(handle, inputs)
+            self.io.flush(handle, now)
+        writable, self.io.writable = self.io.writable, set()
+        for node in writable - changed:
+            handle = self.workers.get(node)
+            if handle is not None:
+                self.io.flush(handle, now)
 
     def _publish(self) -> None:
-        self._changed = False
+        self._table_changed = False
         s = self.settings
         self.collector.publish(
             Snapshot(
@@ -476,7 +535,8 @@ class Supervisor:
 
     # -- shutdown --------------------------------------------------------------------------------
 
-    def _shutdown(self) -> int:
+    def _shutdown(self, code: int) -> int:
+        """Stop every worker at once, SIGKILL all that overstay together, write final statuses."""
         now = self.clock()
         deadline = now + self.settings.shutdown_timeout_s
         for handle in self.workers.values():
@@ -484,30 +544,47 @@ class Supervisor:
                 self._stop(handle, StopReason.SHUTDOWN, now, self.settings.shutdown_timeout_s)
             else:
                 handle.stop_reason = StopReason.SHUTDOWN
-        while any(h.process is not None for h in self.workers.values()):
-            now = self.clock()
-            if now >= deadline:
-                for handle in self.workers.values():
-                    if handle.process is not None and handle.process.exitcode is None:
-                        _node_log(
-                            logging.ERROR,
-                            handle.node,
-                            "worker for node %s did not stop in time: SIGKILL",
-                        )
-                        handle.process.kill()
-                        handle.process.join(2)
-                    if handle.process is not None:
-                        self._exited.add(handle.node)
-                self._reap(self.clock())
-                break
-            self._wait(min(LOOP_PERIOD_S, deadline - now))
-            now = self.clock()
-            self._read_reports(now)
-            self._reap(now)
+        self._await_exits(deadline)
+        if self._running():
+            self._kill_all()
+            self._await_exits(self.clock() + KILL_GRACE_S)
         for node, handle in self.workers.items():
             result = statuses.agent_stopped(self.settings, handle.restore_problems)
             self._offer_status(node, result, force=True)
         if self.status is not None:
-            self.status.flush(timeout=min(5.0, max(1.0, deadline - self.clock())))
+            left = deadline - self.clock()
+            if not self.status.flush(timeout=max(FINAL_STATUS_MIN_S, left)):
+                log.warning("not every final status was written in time")
+        left_over = self._running()
+        if left_over:
+            log.error("%d workers could not be stopped: %s", len(left_over), sorted(left_over))
         log.info("all workers stopped")
-        return 0
+        return code
+
+    def _running(self) -> set[str]:
+        return {n for n, h in self.workers.items() if h.process is not None or h.lingering}
+
+    def _await_exits(self, deadline: float) -> None:
+        while self._running():
+            now = self.clock()
+            if now >= deadline:
+                return
+            self.io.wait(min(self.loop_period_s, deadline - now))
+            now = self.clock()
+            self._read_reports(now)
+            self._reap(now)
+            self._check_lingering(now)
+
+    def _kill_all(self) -> None:
+        running = self._running()
+        log.error("%d workers did not stop in time: SIGKILL to all of them", len(running))
+        for node in running:
+            handle = self.workers[node]
+            _node_log(logging.ERROR, node, "worker for node %s did not stop in time: SIGKILL")
+            if handle.process is not None and handle.process.exitcode is None:
+                handle.process.kill()
+            if handle.process is not None:
+                self.io.exited.add(node)  # its sentinel fires; reap it even if it already did
+            if handle.lingering is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(handle.lingering, signal.SIGKILL)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentpool.kube.api import KubeApi, Resource, load_client
-from agentpool.kube.informer import Change, Informer, InformerEvent, Snapshot
+from agentpool.kube.informer import Change, Informer, InformerEvent, Relisted
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.cluster import wait_until
 
@@ -50,7 +50,7 @@ def test_snapshot_then_changes_with_selector(api_emulator: ApiEmulator, api: Kub
     informer.start()
     try:
         first = sink.next()
-        assert isinstance(first, Snapshot)
+        assert isinstance(first, Relisted)
         assert [i["metadata"]["name"] for i in first.items] == ["a"]
         api_emulator.patch("nodes", "b", {"metadata": {"labels": {"joulie.io/managed": "true"}}})
         change = sink.next()
@@ -75,9 +75,9 @@ def test_gone_relists_and_counts_a_watch_restart(api_emulator: ApiEmulator, api:
     )
     informer.start()
     try:
-        assert isinstance(sink.next(), Snapshot)
+        assert isinstance(sink.next(), Relisted)
         second = sink.next()
-        assert isinstance(second, Snapshot), "410 Gone must trigger a full relist"
+        assert isinstance(second, Relisted), "410 Gone must trigger a full relist"
         assert restarts == [(Resource.NODES, "gone")]
         counts = api_emulator.request_counts()
         assert counts[("list", "nodes")] == 2
@@ -93,7 +93,7 @@ def test_server_errors_back_off_then_recover(api_emulator: ApiEmulator, api: Kub
     informer.start()
     try:
         snapshot = sink.next(timeout=10)
-        assert isinstance(snapshot, Snapshot)
+        assert isinstance(snapshot, Relisted)
         assert api_emulator.request_counts()[("list", "nodes")] == 3
         assert informer.healthy.is_set()
     finally:
@@ -111,7 +111,7 @@ def test_a_silent_watch_is_noticed_by_the_read_timeout(
     informer = Informer(api, Resource.NODES, sink, watch_timeout_s=1.0, max_backoff_s=0.2)
     informer.start()
     try:
-        assert isinstance(sink.next(), Snapshot)
+        assert isinstance(sink.next(), Relisted)
         wait_until(lambda: api_emulator.request_counts().get(("watch", "nodes"), 0) >= 2, 20)
         api_emulator.create("nodes", node("late"))
         change = sink.next(timeout=10)

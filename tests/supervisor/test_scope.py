@@ -6,7 +6,7 @@ from typing import Any
 
 from agentpool.config import load_settings
 from agentpool.kube.api import Resource
-from agentpool.kube.informer import Change, Snapshot
+from agentpool.kube.informer import Change, Relisted
 from agentpool.sharding import shard_of
 from agentpool.supervisor.scope import ClusterView
 
@@ -45,7 +45,7 @@ def pool_view(shards: int = 1, shard: int = 0, selector: str | None = None) -> C
 def test_selector_is_rechecked_client_side() -> None:
     view = pool_view()
     # An emulator or server that ignored labelSelector would send all of these.
-    view.apply(Snapshot(Resource.NODES, [node("a", **MANAGED), node("b"), node("c", x="y")]))
+    view.apply(Relisted(Resource.NODES, [node("a", **MANAGED), node("b"), node("c", x="y")]))
     assert view.owned() == {"a"}
 
 
@@ -54,7 +54,7 @@ def test_shards_partition_the_managed_nodes() -> None:
     owned: list[set[str]] = []
     for shard in range(3):
         view = pool_view(shards=3, shard=shard)
-        view.apply(Snapshot(Resource.NODES, [node(n, **MANAGED) for n in names]))
+        view.apply(Relisted(Resource.NODES, [node(n, **MANAGED) for n in names]))
         owned.append(view.owned())
         assert all(shard_of(n, 3) == shard for n in owned[-1])
     assert set().union(*owned) == set(names)
@@ -63,7 +63,7 @@ def test_shards_partition_the_managed_nodes() -> None:
 
 def test_label_changes_move_a_node_in_and_out_of_scope() -> None:
     view = pool_view()
-    view.apply(Snapshot(Resource.NODES, [node("a")]))
+    view.apply(Relisted(Resource.NODES, [node("a")]))
     assert view.owned() == set()
     assert view.apply(Change(Resource.NODES, "MODIFIED", node("a", **MANAGED))) == {"a"}
     assert view.owned() == {"a"}
@@ -74,15 +74,15 @@ def test_label_changes_move_a_node_in_and_out_of_scope() -> None:
 def test_daemonset_mode_owns_only_its_node_once_seen() -> None:
     view = ClusterView(load_settings({"NODE_NAME": "worker-1"}))
     assert view.owned() == set()
-    view.apply(Snapshot(Resource.NODES, [node("worker-1"), node("worker-2", **MANAGED)]))
+    view.apply(Relisted(Resource.NODES, [node("worker-1"), node("worker-2", **MANAGED)]))
     assert view.owned() == {"worker-1"}
 
 
 def test_inputs_carry_the_nodes_profiles_trimmed() -> None:
     view = pool_view()
-    view.apply(Snapshot(Resource.NODES, [node("a", **MANAGED)]))
-    view.apply(Snapshot(Resource.NODE_POWER_PROFILES, [npp("p-a", "a", 120), npp("p-b", "b", 90)]))
-    view.apply(Snapshot(Resource.TELEMETRY_PROFILES, [tp("t-a", "a")]))
+    view.apply(Relisted(Resource.NODES, [node("a", **MANAGED)]))
+    view.apply(Relisted(Resource.NODE_POWER_PROFILES, [npp("p-a", "a", 120), npp("p-b", "b", 90)]))
+    view.apply(Relisted(Resource.TELEMETRY_PROFILES, [tp("t-a", "a")]))
     inputs = view.inputs_for("a")
     assert inputs.labels == MANAGED
     assert inputs.power_profile is not None
@@ -94,8 +94,8 @@ def test_inputs_carry_the_nodes_profiles_trimmed() -> None:
 
 def test_our_own_status_writes_do_not_change_a_nodes_inputs() -> None:
     view = pool_view()
-    view.apply(Snapshot(Resource.NODES, [node("a", **MANAGED)]))
-    view.apply(Snapshot(Resource.TELEMETRY_PROFILES, [tp("t-a", "a")]))
+    view.apply(Relisted(Resource.NODES, [node("a", **MANAGED)]))
+    view.apply(Relisted(Resource.TELEMETRY_PROFILES, [tp("t-a", "a")]))
     before = view.inputs_for("a")
     view.apply(Change(Resource.TELEMETRY_PROFILES, "MODIFIED", tp("t-a", "a", status="applied")))
     assert view.inputs_for("a") == before
@@ -103,9 +103,9 @@ def test_our_own_status_writes_do_not_change_a_nodes_inputs() -> None:
 
 def test_two_profiles_for_one_node_pick_the_oldest_and_say_so() -> None:
     view = pool_view()
-    view.apply(Snapshot(Resource.NODES, [node("a", **MANAGED)]))
+    view.apply(Relisted(Resource.NODES, [node("a", **MANAGED)]))
     view.apply(
-        Snapshot(
+        Relisted(
             Resource.NODE_POWER_PROFILES,
             [
                 npp("newer", "a", 200, created="2026-02-01T00:00:00Z"),
@@ -122,8 +122,8 @@ def test_two_profiles_for_one_node_pick_the_oldest_and_say_so() -> None:
 
 def test_retargeting_a_profile_marks_both_nodes() -> None:
     view = pool_view()
-    view.apply(Snapshot(Resource.NODES, [node("a", **MANAGED), node("b", **MANAGED)]))
-    view.apply(Snapshot(Resource.NODE_POWER_PROFILES, [npp("p", "a", 100)]))
+    view.apply(Relisted(Resource.NODES, [node("a", **MANAGED), node("b", **MANAGED)]))
+    view.apply(Relisted(Resource.NODE_POWER_PROFILES, [npp("p", "a", 100)]))
     affected = view.apply(Change(Resource.NODE_POWER_PROFILES, "MODIFIED", npp("p", "b", 100)))
     assert affected == {"a", "b"}
     assert view.inputs_for("a").power_profile is None

@@ -89,6 +89,12 @@ nodes unmanaged.
 /var/run/agentpool/metrics
 {{- end }}
 
+{{/* Where workers journal the host values found before their first write (an emptyDir
+of its own: it outlives container restarts, so a restarted agent restores the originals). */}}
+{{- define "joulie.stateDir" -}}
+/var/lib/agentpool/state
+{{- end }}
+
 {{/* Pod metadata shared by both workloads. */}}
 {{- define "joulie.podMetadata" -}}
 labels:
@@ -114,6 +120,8 @@ annotations:
   value: {{ printf "%ds" (int .Values.agent.shutdownTimeoutSeconds) | quote }}
 - name: PROMETHEUS_MULTIPROC_DIR
   value: {{ include "joulie.multiprocDir" . | quote }}
+- name: STATE_DIR
+  value: {{ include "joulie.stateDir" . | quote }}
 {{- end }}
 
 {{/* Longer than the supervisor's own deadline, so it is never SIGKILLed mid-restore. */}}
@@ -149,16 +157,20 @@ resources:
 {{- end }}
 {{- end }}
 
-{{/* Volumes both modes mount: the metrics directory and a writable /tmp. */}}
+{{/* Volumes both modes mount: the metrics and state directories and a writable /tmp. */}}
 {{- define "joulie.commonVolumeMounts" -}}
 - name: metrics-multiproc
   mountPath: {{ include "joulie.multiprocDir" . }}
+- name: agent-state
+  mountPath: {{ include "joulie.stateDir" . }}
 - name: tmp
   mountPath: /tmp
 {{- end }}
 
 {{- define "joulie.commonVolumes" -}}
 - name: metrics-multiproc
+  emptyDir: {}
+- name: agent-state
   emptyDir: {}
 - name: tmp
   emptyDir: {}

@@ -15,11 +15,11 @@ import contextlib
 import ctypes
 import logging
 import os
-import re
 import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
@@ -28,10 +28,10 @@ from typing import Any
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings
 from agentpool.controller.node import NodeController
-from agentpool.faults import Faults
+from agentpool.faults import tick_with_faults
 from agentpool.logs import setup_logging
-from agentpool.model import NodeInputs
-from agentpool.sharding import fnv32a
+from agentpool.model import NodeInputs, TickResult
+from agentpool.supervisor.nodefiles import metrics_id
 from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport
 
 log = logging.getLogger(__name__)
@@ -39,18 +39,6 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 EXIT_CRASH = 70
 """An unexpected exception escaped the controller (EX_SOFTWARE)."""
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
-
-
-def metrics_id(node: str) -> str:
-    """A stable, filename-safe stand-in for the pid in prometheus_client's file names.
-
-    Stable per node so that a restarted worker reuses its predecessor's files
-    (their number stays bounded however often workers die); the hash keeps
-    names unique after unsafe characters are replaced.
-    """
-    return f"n-{_UNSAFE.sub('_', node)[:80]}-{fnv32a(node):08x}"
 
 
 def _find_prctl() -> Any:
@@ -61,8 +49,7 @@ def _find_prctl() -> Any:
 
 
 _PRCTL = _find_prctl()
-"""Resolved once at import, i.e. in the fork server (preload), not in each of 1,000 workers:
-``ctypes.util.find_library`` runs ``ldconfig -p`` in a subprocess every time it is called."""
+"""Resolved once at import, i.e. in the fork server (preload), not in every worker."""
 
 
 def _die_with_parent() -> None:
@@ -106,29 +93,30 @@ def run_worker(
     ``inputs`` are the node's inputs at spawn time, so the first tick already
     enforces the profile instead of reporting "nothing to enforce" (and
     costing a status write) while the first pipe message is on its way.
+    Whatever fails, from the first line on, ends in :data:`EXIT_CRASH` after
+    restoring what could be restored, never in multiprocessing's generic 1.
     """
-    _die_with_parent()
-    stop = _StopFlag()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which stops us
-    setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
-    _use_node_metrics_files(node)
-    from agentpool.metrics import NodeMetrics
-
-    faults = Faults.from_env(node)
-    faults.at_start()
-    controller = NodeController(
-        settings, node, NodeMetrics(node), Originals(Path(journal) if journal else None)
-    )
-    if inputs is not None:
-        controller.update(inputs)
     code = 0
+    controller: NodeController | None = None
     try:
-        _loop(controller, settings, conn, stop, faults)
+        _die_with_parent()
+        stop = _StopFlag()
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor
+        setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
+        _use_node_metrics_files(node)
+        from agentpool.metrics import NodeMetrics
+
+        originals = Originals(Path(journal) if journal else None)
+        controller = NodeController(settings, node, NodeMetrics(node), originals)
+        tick = tick_with_faults(node, controller.tick)
+        if inputs is not None:
+            controller.update(inputs)
+        _loop(controller, tick, settings, conn, stop)
     except BaseException:  # report how we died, then exit non-zero; the supervisor restarts us
         log.error("worker for node %s crashed:\n%s", node, traceback.format_exc())
         code = EXIT_CRASH
-    problems = controller.restore()
+    problems = controller.restore() if controller is not None else []
     for problem in problems:
         log.error("node %s: could not restore host value: %s", node, problem)
     # If the supervisor is gone the send fails; the host was restored all the same.
@@ -140,10 +128,10 @@ def run_worker(
 
 def _loop(
     controller: NodeController,
+    tick: Callable[[], TickResult],
     settings: Settings,
     conn: Connection,
     stop: _StopFlag,
-    faults: Faults,
 ) -> None:
     interval = settings.reconcile_interval_s
     next_tick = time.monotonic()
@@ -168,8 +156,7 @@ def _loop(
                 next_tick = time.monotonic()  # act on a change at once
             continue
         started = time.monotonic()
-        faults.in_tick()
-        result = controller.tick()
+        result = tick()
         duration = time.monotonic() - started
         try:
             conn.send(TickReport(controller.node, result, duration))

@@ -1,0 +1,180 @@
+"""The supervisor's side of its workers: states, the handle kept per node, and spawning.
+
+Workers are started through multiprocessing's fork server: a clean,
+single-threaded process that has already imported the agent (see
+:mod:`agentpool.supervisor.preload`) and frozen its heap, so each worker is a
+fork sharing those pages copy-on-write, and no worker inherits the
+supervisor's threads, sockets or locks. The supervisor only sees a
+:class:`WorkerProcess` and a pipe, through a :data:`Launch` function, so its
+decisions can be driven with stand-in processes on a fake clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import multiprocessing
+import multiprocessing.context
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Protocol
+
+from agentpool.config import Settings
+from agentpool.model import NodeInputs, TickResult
+from agentpool.supervisor.backoff import RestartPolicy
+from agentpool.supervisor.nodefiles import NodeFiles
+from agentpool.supervisor.worker_process import run_worker
+
+
+class WorkerState(enum.StrEnum):
+    STARTING = "starting"
+    """Process started, no tick reported yet."""
+    RUNNING = "running"
+    """Reported at least one tick and is alive."""
+    STOPPING = "stopping"
+    """Asked to stop (SIGTERM sent); waiting for it to restore the host and exit."""
+    BACKOFF = "backoff"
+    """Died unexpectedly, or could not be started; waiting for its restart time."""
+
+
+class StopReason(enum.StrEnum):
+    SCOPE = "scope"
+    """The node was deleted, lost the selector's labels, or belongs to another shard."""
+    SHUTDOWN = "shutdown"
+    """The supervisor is stopping."""
+    HEARTBEAT = "heartbeat"
+    """The worker stopped reporting ticks, or stopped reading its pipe; it is restarted."""
+
+
+class WorkerProcess(Protocol):
+    """What the supervisor uses of a worker process (``multiprocessing``'s ``Process``)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    @property
+    def sentinel(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+Launch = Callable[[str, NodeInputs | None], tuple[WorkerProcess, Connection]]
+"""Start the worker of a node with its current inputs: its process and the supervisor's
+end of its pipe. Raises ``OSError`` when no process could be started."""
+
+
+@dataclass
+class WorkerHandle:
+    """Everything the supervisor tracks about one node's worker."""
+
+    node: str
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    state: WorkerState = WorkerState.BACKOFF
+    process: WorkerProcess | None = None
+    conn: Connection | None = None
+    started_at: float = 0.0
+    last_seen: float = 0.0
+    restart_at: float = 0.0
+    stop_reason: StopReason | None = None
+    kill_at: float | None = None
+    """When a stopping worker (or a lingering predecessor) gets SIGKILL."""
+    heartbeat_s: float = 0.0
+    """How long the worker may stay silent before it is killed (set with its inputs)."""
+    last_sent: NodeInputs | None = None
+    """The inputs last handed to the pipe (or given at spawn)."""
+    unsent: NodeInputs | None = None
+    """Newer inputs waiting for the pipe to drain; only the latest is kept."""
+    outbox: bytearray = field(default_factory=bytearray)
+    """The rest of a message the pipe could not take at once."""
+    outbox_since: float | None = None
+    """Since when the pipe has refused part of a message (a worker that stopped reading)."""
+    lingering: int | None = None
+    """Pid of this node's previous process, reported dead but still running (it lost its
+    fork server and is restoring the host): no new worker starts until it is gone."""
+    exit_how: str = ""
+    """How the last process ended, for the log and status once it is settled."""
+    last_result: TickResult | None = None
+    restore_problems: tuple[str, ...] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def started(self, process: WorkerProcess, conn: Connection, now: float) -> None:
+        """A process was launched for this node with the inputs ``last_sent``."""
+        self.process, self.conn = process, conn
+        self.state = WorkerState.STARTING
+        self.started_at = self.last_seen = now
+        self.stop_reason, self.kill_at = None, None
+        self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
+        self.restore_problems = None
+
+
+def fork_server_context(preload: list[str]) -> multiprocessing.context.ForkServerContext:
+    ctx = multiprocessing.get_context("forkserver")
+    assert isinstance(ctx, multiprocessing.context.ForkServerContext)
+    ctx.set_forkserver_preload(preload)
+    return ctx
+
+
+class ForkServerLauncher:
+    """The production :data:`Launch`: a worker forked by the fork server."""
+
+    def __init__(
+        self, ctx: multiprocessing.context.ForkServerContext, settings: Settings, files: NodeFiles
+    ) -> None:
+        self.ctx = ctx
+        self.settings = settings
+        self.files = files
+
+    def __call__(self, node: str, inputs: NodeInputs | None) -> tuple[WorkerProcess, Connection]:
+        ours, theirs = self.ctx.Pipe(duplex=True)
+        try:
+            process = self.ctx.Process(
+                target=run_worker,
+                args=(node, self.settings, theirs, self.files.journal(node), inputs),
+                name=f"agentpool-worker:{node}",
+            )
+            process.start()
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        _untrack(process)
+        return process, ours
+
+
+def _untrack(process: multiprocessing.process.BaseProcess) -> None:
+    """Take the worker out of multiprocessing's own list of children.
+
+    ``Process.start()`` first polls every child still in that list, each poll
+    building a selector around the child's sentinel, so starts get slower with
+    every live worker. The supervisor reaps its workers itself (their
+    sentinels are in its selector), so the list only ever served that scan.
+    The attribute is private: read defensively, and without it nothing
+    breaks, starts are only slower.
+    """
+    children = getattr(multiprocessing.process, "_children", None)
+    if isinstance(children, set):
+        children.discard(process)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name}"
+    return f"exited with code {exitcode}"
