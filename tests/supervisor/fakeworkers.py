@@ -1,0 +1,224 @@
+"""Stand-ins for worker processes and a clock, to drive the supervisor's loop by hand.
+
+What is fake, and why: the worker *processes* (forking 1,000 real ones, or
+making one hang, die or linger exactly when a rule says, cannot be done on
+demand and in milliseconds) and the clock (so that "silent for 90 s" takes
+no time). What is real: the supervisor itself, its epoll selector, each
+worker's pipe (a real socket pair, whose other end the test holds) and exit
+sentinel (a real pipe the stand-in closes when it "exits"), the ClusterView
+fed with informer events, and the restart policy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from agentpool.config import AgentMode, Settings
+from agentpool.kube.api import Resource
+from agentpool.kube.informer import Change, Relisted
+from agentpool.model import Backend, NodeInputs, Result, TickResult
+from agentpool.supervisor.nodefiles import NodeFiles
+from agentpool.supervisor.protocol import TickReport
+from agentpool.supervisor.scope import ClusterView
+from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
+from agentpool.supervisor.supervisor import Supervisor
+from agentpool.supervisor.worker_handles import WorkerProcess
+
+MANAGED = {"joulie.io/managed": "true"}
+# Above the kernel's largest pid_max (2**22): no process ever has these pids.
+_PIDS = itertools.count(10**9)
+
+
+class FakeClock:
+    """Monotonic seconds that move only when told (or by ``step`` on every read)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.step = 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeProcess:
+    """A worker process as the supervisor sees it; ``exit`` fires its real sentinel."""
+
+    def __init__(self, pid: int | None = None, obeys_sigterm: bool = True) -> None:
+        self._pid = next(_PIDS) if pid is None else pid
+        self._r, self._w = os.pipe()
+        self._exitcode: int | None = None
+        self.obeys_sigterm = obeys_sigterm
+        self.signals: list[str] = []
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._exitcode
+
+    @property
+    def sentinel(self) -> int:
+        return self._r
+
+    def exit(self, code: int) -> None:
+        if self._exitcode is None:
+            self._exitcode = code
+            os.close(self._w)
+
+    def terminate(self) -> None:
+        self.signals.append("SIGTERM")
+        if self.obeys_sigterm:
+            self.exit(-15)
+
+    def kill(self) -> None:
+        self.signals.append("SIGKILL")
+        self.exit(-9)
+
+    def close(self) -> None:
+        os.close(self._r)
+
+
+@dataclass
+class FakeWorker:
+    node: str
+    process: FakeProcess
+    pipe: Connection
+    """The worker's end: the test reads what the supervisor sent and writes reports."""
+    inputs: NodeInputs | None
+
+    def report(self, result: Result = Result.APPLIED) -> None:
+        tick = TickResult(Backend.RAPL, result, "ok")
+        self.pipe.send(TickReport(self.node, tick, 0.01))
+
+
+@dataclass
+class FakeLauncher:
+    """The supervisor's ``launch``: records each start; ``fail_with`` makes the next ones fail."""
+
+    started: list[FakeWorker] = field(default_factory=list)
+    fail_with: BaseException | None = None
+    obeys_sigterm: bool = True
+    pids: Iterator[int] | None = None
+
+    def __call__(self, node: str, inputs: NodeInputs | None) -> tuple[WorkerProcess, Connection]:
+        if self.fail_with is not None:
+            raise self.fail_with
+        ours, theirs = multiprocessing.Pipe(duplex=True)
+        pid = next(self.pids) if self.pids is not None else None
+        process = FakeProcess(pid, obeys_sigterm=self.obeys_sigterm)
+        self.started.append(FakeWorker(node, process, theirs, inputs))
+        return process, ours
+
+    def of(self, node: str) -> list[FakeWorker]:
+        return [w for w in self.started if w.node == node]
+
+
+@dataclass
+class RecordingStatus:
+    """The supervisor's status sink, remembering what it was offered."""
+
+    offered: list[tuple[str, str, TickResult]] = field(default_factory=list)
+
+    def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool:
+        self.offered.append((profile, node, result))
+        return True
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+    def last(self, node: str) -> TickResult | None:
+        mine = [r for _, n, r in self.offered if n == node]
+        return mine[-1] if mine else None
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def telemetry(name: str, node_name: str, timeout_s: float = 2.0) -> dict[str, Any]:
+    http = {"endpoint": "http://127.0.0.1:1/{node}", "timeoutSeconds": timeout_s}
+    return {
+        "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {
+            "target": {"scope": "node", "nodeName": node_name},
+            "sources": {"cpu": {"type": "http", "http": http}},
+            "controls": {"cpu": {"type": "http", "http": dict(http, mode="auto")}},
+        },
+    }
+
+
+def power(name: str, node_name: str, cap: float) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": node_name, "profile": "eco", "cpu": {"packagePowerCapWatts": cap}},
+    }
+
+
+class Loop:
+    """A supervisor wired to stand-ins; ``turn`` runs one turn at a given fake time."""
+
+    def __init__(self, launcher: FakeLauncher | None = None, **overrides: Any) -> None:
+        options: dict[str, Any] = {
+            "mode": AgentMode.POOL,
+            "reconcile_interval_s": 10.0,
+            "shutdown_timeout_s": 20.0,
+        }
+        options.update(overrides)
+        self.settings = Settings(**options)
+        self.clock = FakeClock()
+        self.launcher = launcher or FakeLauncher()
+        self.status = RecordingStatus()
+        self._dirs = tempfile.TemporaryDirectory(prefix="agentpool-loop-")
+        metrics, state = (os.path.join(self._dirs.name, d) for d in ("metrics", "state"))
+        os.makedirs(metrics)
+        os.makedirs(state)
+        self.supervisor = Supervisor(
+            self.settings,
+            self.launcher,
+            ClusterView(self.settings),
+            self.status,
+            SupervisorCollector(ApiCounters()),
+            NodeFiles(metrics, state),
+            lambda: True,
+            clock=self.clock,
+            loop_period_s=0.01,
+        )
+
+    def close(self) -> None:
+        self.supervisor.close()
+        for worker in self.launcher.started:
+            worker.pipe.close()
+        self._dirs.cleanup()
+
+    def __enter__(self) -> Loop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def turn(self, advance: float = 0.01) -> None:
+        """Move the clock (at least one loop period, so the turn never sleeps), turn once."""
+        self.clock.advance(max(advance, 0.01))
+        self.supervisor.turn()
+
+    def nodes(self, *names: str) -> None:
+        self.supervisor.feed(Relisted(Resource.NODES, [node(n, **MANAGED) for n in names]))
+
+    def change(self, resource: Resource, obj: dict[str, Any], kind: str = "MODIFIED") -> None:
+        self.supervisor.feed(Change(resource, kind, obj))
+
+    def handle(self, name: str) -> Any:
+        return self.supervisor.workers[name]

@@ -1,0 +1,335 @@
+"""The supervisor loop's decisions on a fake clock, with stand-in worker processes.
+
+Each rule is checked exactly, and each test takes milliseconds: restart and
+backoff, heartbeat kill (and the heartbeat's derivation), scope changes,
+stop deadlines, shutdown, spawn failures, sends that may not block, and a
+node's replacement process waiting for its predecessor to be gone.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import subprocess
+import threading
+
+import pytest
+
+from agentpool.kube.api import Resource
+from agentpool.model import Result
+from agentpool.supervisor.nodefiles import metrics_id
+from agentpool.supervisor.scope import heartbeat_limit
+from agentpool.supervisor.supervisor import EXIT_FATAL, KILL_GRACE_S
+from agentpool.supervisor.worker_handles import StopReason, WorkerState
+
+from .fakeworkers import FakeLauncher, Loop, power, telemetry
+
+
+def test_a_node_in_scope_gets_one_worker_with_its_inputs() -> None:
+    with Loop() as loop:
+        loop.change(Resource.NODE_POWER_PROFILES, power("p-a", "a", 120), "ADDED")
+        loop.nodes("a")
+        loop.turn()
+        [worker] = loop.launcher.started
+        assert worker.node == "a"
+        assert worker.inputs is not None
+        assert worker.inputs.power_profile is not None
+        assert loop.handle("a").state is WorkerState.STARTING
+        worker.report()
+        loop.turn()
+        assert loop.handle("a").state is WorkerState.RUNNING
+        loop.turn(5.0)
+        assert len(loop.launcher.started) == 1
+
+
+def test_a_dead_worker_restarts_after_its_backoff_and_the_delay_doubles() -> None:
+    with Loop() as loop:
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.nodes("a")
+        loop.turn()
+        first = loop.launcher.started[0]
+        first.process.exit(70)
+        loop.turn()
+        handle = loop.handle("a")
+        assert handle.state is WorkerState.BACKOFF
+        status = loop.status.last("a")
+        assert status is not None
+        assert status.result is Result.ERROR
+        assert "worker died (exited with code 70); restart 1 in" in status.message
+        # First delay: 1 s plus up to 0.5 s of jitter.
+        assert 1.0 <= handle.restart_at - loop.clock.now <= 1.5 + 0.01
+        loop.turn(0.9)
+        assert len(loop.launcher.started) == 1
+        loop.turn(0.7)
+        assert len(loop.launcher.started) == 2
+        assert handle.policy.restarts == 1
+        loop.launcher.started[1].process.exit(1)
+        loop.turn()
+        assert 2.0 <= handle.restart_at - loop.clock.now <= 2.5 + 0.01
+
+
+def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
+    with Loop(FakeLauncher(obeys_sigterm=False), heartbeat_timeout_s=90.0) as loop:
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.nodes("a")
+        loop.turn()
+        worker = loop.launcher.started[0]
+        worker.report()
+        loop.turn()
+        loop.turn(89.0)
+        assert worker.process.signals == []
+        loop.turn(1.5)
+        assert worker.process.signals == ["SIGTERM"]
+        assert loop.handle("a").stop_reason is StopReason.HEARTBEAT
+        loop.turn(KILL_GRACE_S - 0.5)
+        assert worker.process.signals == ["SIGTERM"]
+        loop.turn(0.6)
+        assert worker.process.signals == ["SIGTERM", "SIGKILL"]
+        loop.turn()
+        status = loop.status.last("a")
+        assert status is not None
+        assert "worker unresponsive, killed (killed by SIGKILL)" in (
+            status.message
+        )
+        loop.turn(2.0)
+        assert len(loop.launcher.started) == 2
+
+
+def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
+    # Defect: a 90 s heartbeat killed workers whose TelemetryProfile legally lets one
+    # tick wait 3 x 300 s on a slow endpoint. The limit now follows the profile.
+    with Loop() as loop:
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a", 300), "ADDED")
+        loop.nodes("a", "b")
+        loop.turn()
+        a, b = sorted(loop.launcher.started, key=lambda w: w.node)
+        a.report()
+        b.report()
+        loop.turn()
+        loop.turn(200.0)
+        assert a.process.signals == []
+        assert b.process.signals == ["SIGTERM"], "no TelemetryProfile: 3 x 10 s + 30 s"
+        limit = loop.handle("a").heartbeat_s
+        assert limit == 10.0 + 3 * 300.0 + 30.0
+        loop.turn(limit - 200.0 + 1.0)
+        assert a.process.signals == ["SIGTERM"]
+
+
+def test_heartbeat_limit_rules() -> None:
+    with Loop() as loop:
+        settings = loop.settings
+    assert heartbeat_limit(settings, None) == 3 * 10.0 + 30.0
+    assert heartbeat_limit(settings, telemetry("t", "a", 2)) == 3 * 10.0 + 30.0
+    assert heartbeat_limit(settings, telemetry("t", "a", 60)) == 10.0 + 180.0 + 30.0
+    # Malformed timeouts count as the longest legal one; the worker reports the error.
+    assert heartbeat_limit(settings, telemetry("t", "a", 10_000)) == 10.0 + 900.0 + 30.0
+    with Loop(heartbeat_timeout_s=5.0) as loop:
+        assert heartbeat_limit(loop.settings, telemetry("t", "a", 300)) == 5.0
+
+
+def test_a_worker_whose_pipe_stays_full_is_treated_as_hung_and_the_loop_never_blocks() -> None:
+    # Defect: a blocking send to a worker that stopped reading stopped the whole loop,
+    # including the heartbeat check that would have killed that worker.
+    with Loop(heartbeat_timeout_s=30.0) as loop:
+        loop.nodes("a", "b")
+        loop.turn()
+        hung, healthy = sorted(loop.launcher.started, key=lambda w: w.node)
+        done = threading.Event()
+
+        def burst() -> None:
+            for cap in range(1, 3001):  # far more than a socket buffer holds
+                loop.change(Resource.NODE_POWER_PROFILES, power("p-a", "a", cap + 0.5))
+                loop.change(Resource.NODE_POWER_PROFILES, power("p-b", "b", cap + 0.5))
+                loop.turn()
+                healthy.report()
+                while healthy.pipe.poll(0):
+                    healthy.pipe.recv()
+            done.set()
+
+        thread = threading.Thread(target=burst, daemon=True)
+        thread.start()
+        thread.join(60)
+        assert done.is_set(), "the loop blocked on a worker's pipe"
+        handle = loop.handle("a")
+        assert handle.outbox, "the hung worker's pipe should be full by now"
+        assert handle.unsent is not None
+        assert handle.unsent.power_profile is not None
+        assert handle.unsent.power_profile["spec"]["cpu"]["packagePowerCapWatts"] == 3000.5
+        loop.turn(31.0)
+        assert hung.process.signals == ["SIGTERM"]
+        assert healthy.process.signals == []
+        # The healthy worker got every change, the latest last.
+        latest = None
+        while healthy.pipe.poll(0):
+            latest = healthy.pipe.recv()
+        assert loop.handle("b").last_sent.power_profile["spec"]["cpu"]["packagePowerCapWatts"] == (
+            3000.5
+        )
+        assert latest is None or latest.power_profile is not None
+
+
+def test_a_failed_spawn_backs_off_with_the_reason_in_the_status() -> None:
+    # Defect: an OSError from spawning escaped the loop, skipping the orderly shutdown.
+    launcher = FakeLauncher(fail_with=OSError(errno.EMFILE, "Too many open files"))
+    with Loop(launcher) as loop:
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.nodes("a")
+        loop.turn()
+        handle = loop.handle("a")
+        assert handle.state is WorkerState.BACKOFF
+        status = loop.status.last("a")
+        assert status is not None
+        assert status.result is Result.ERROR
+        assert "worker not started (OSError: [Errno 24] Too many open files)" in status.message
+        launcher.fail_with = None
+        loop.turn(1.6)
+        assert [w.node for w in launcher.started] == ["a"]
+        assert handle.state is WorkerState.STARTING
+
+
+def test_an_unexpected_error_stops_everything_in_order_with_a_nonzero_exit() -> None:
+    with Loop() as loop:
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.nodes("a")
+        loop.turn()
+        worker = loop.launcher.started[0]
+
+        def broken(*args: object) -> set[str]:
+            raise RuntimeError("a bug in the loop")
+
+        loop.supervisor.view.apply = broken  # type: ignore[method-assign]
+        loop.nodes("a")
+        loop.clock.step = 0.01
+        assert loop.supervisor.run() == EXIT_FATAL
+        assert worker.process.signals == ["SIGTERM"]
+        status = loop.status.last("a")
+        assert status is not None
+        assert status.message == "agent stopped; host limits restored"
+
+
+def test_nodes_leaving_and_returning_to_scope() -> None:
+    with Loop(FakeLauncher(obeys_sigterm=False)) as loop:
+        loop.nodes("a", "b")
+        loop.turn()
+        a, b = sorted(loop.launcher.started, key=lambda w: w.node)
+        loop.nodes("b")  # "a" is gone
+        loop.turn()
+        assert a.process.signals == ["SIGTERM"]
+        assert loop.handle("a").stop_reason is StopReason.SCOPE
+        loop.nodes("a", "b")  # back before its worker exited: no second process yet
+        loop.turn()
+        loop.turn(1.0)
+        assert len(loop.launcher.of("a")) == 1
+        a.process.exit(0)  # restored the host and exited
+        loop.turn()
+        loop.turn()
+        assert len(loop.launcher.of("a")) == 2, "a new worker once the old one is gone"
+        assert b.process.signals == []
+
+
+def test_a_scope_stop_that_overstays_is_killed_at_the_shutdown_timeout() -> None:
+    with Loop(FakeLauncher(obeys_sigterm=False)) as loop:
+        loop.nodes("a")
+        loop.turn()
+        worker = loop.launcher.started[0]
+        loop.nodes()
+        loop.turn()
+        loop.turn(19.9)
+        assert worker.process.signals == ["SIGTERM"]
+        loop.turn(0.2)
+        assert worker.process.signals == ["SIGTERM", "SIGKILL"]
+        loop.turn()
+        assert "a" not in loop.supervisor.workers
+
+
+def test_shutdown_stops_all_at_once_kills_the_rest_together_and_writes_final_statuses() -> None:
+    with Loop() as loop:
+        names = [f"n{i}" for i in range(6)]
+        for name in names:
+            loop.change(Resource.TELEMETRY_PROFILES, telemetry(f"t-{name}", name), "ADDED")
+        loop.nodes(*names)
+        loop.turn()
+        stubborn = {"n1", "n4"}
+        for worker in loop.launcher.started:
+            worker.process.obeys_sigterm = worker.node not in stubborn
+        loop.supervisor.signals.put(15)
+        loop.clock.step = 0.5
+        assert loop.supervisor.run() == 0
+        for worker in loop.launcher.started:
+            expected = ["SIGTERM", "SIGKILL"] if worker.node in stubborn else ["SIGTERM"]
+            assert worker.process.signals == expected, worker.node
+        assert not loop.supervisor._running()
+        for name in names:
+            status = loop.status.last(name)
+            assert status is not None
+            assert status.message == "agent stopped; host limits restored"
+
+
+def test_a_replacement_waits_until_the_previous_process_is_gone() -> None:
+    # Defect: when the fork server died, a new worker started while the orphaned old
+    # one was still restoring the host; both wrote the same files.
+    lingering = subprocess.Popen(["sleep", "60"])
+    try:
+        launcher = FakeLauncher(pids=itertools.chain([lingering.pid], itertools.count(10**9 + 7)))
+        with Loop(launcher) as loop:
+            loop.nodes("a")
+            loop.turn()
+            old = launcher.started[0]
+            old.process.exit(255)  # what a worker of a dead fork server reports
+            loop.turn()
+            handle = loop.handle("a")
+            assert handle.lingering == lingering.pid
+            loop.turn(5.0)
+            loop.turn(5.0)
+            assert len(launcher.started) == 1, "a second process for the node"
+            lingering.terminate()
+            lingering.wait(10)
+            loop.turn()
+            assert handle.lingering is None
+            assert handle.state is WorkerState.BACKOFF
+            loop.turn(1.6)
+            assert len(launcher.started) == 2
+    finally:
+        lingering.kill()
+        lingering.wait(10)
+
+
+def test_a_lingering_process_is_killed_after_the_shutdown_timeout() -> None:
+    lingering = subprocess.Popen(["sleep", "60"])
+    try:
+        launcher = FakeLauncher(pids=iter([lingering.pid]))
+        with Loop(launcher) as loop:
+            loop.nodes("a")
+            loop.turn()
+            launcher.started[0].process.exit(255)
+            loop.turn()
+            loop.turn(19.0)
+            assert lingering.poll() is None
+            loop.turn(1.5)
+            assert lingering.wait(10) == -9
+    finally:
+        lingering.kill()
+        lingering.wait(10)
+
+
+@pytest.mark.parametrize("reason", ["scope", "restart"])
+def test_node_files_follow_the_worker(reason: str) -> None:
+    with Loop() as loop:
+        loop.nodes("a")
+        loop.turn()
+        files = loop.supervisor.files
+        journal = files.journal("a")
+        assert metrics_id("a") in journal
+        assert journal.startswith(files.state_dir)
+        open(journal, "w").close()
+        if reason == "scope":
+            loop.nodes()
+            loop.turn()
+            loop.turn()
+            assert "a" not in loop.supervisor.workers
+            assert not os.path.exists(journal), "forgotten with its node"
+        else:
+            loop.launcher.started[0].process.exit(70)
+            loop.turn()
+            assert os.path.exists(journal), "kept for the restarted worker"
