@@ -121,6 +121,44 @@ def test_a_silent_watch_is_noticed_by_the_read_timeout(
         informer.stop()
 
 
+def _names(events: list[InformerEvent]) -> set[str]:
+    names: set[str] = set()
+    for event in events:
+        objs = event.items if isinstance(event, Relisted) else [event.obj]
+        names |= {o["metadata"]["name"] for o in objs}
+    return names
+
+
+@pytest.mark.parametrize(
+    ("verb", "code"), [("watch", 403), ("list", 404), ("watch", 404), ("watch", 422)]
+)
+def test_permanent_errors_are_retried_forever_and_reported(
+    api_emulator: ApiEmulator, api: KubeApi, verb: str, code: int
+) -> None:
+    # Defect: a 403 (RBAC changed) or 404 (CRD being reinstalled) ended the informer
+    # thread for good, while readiness stayed green.
+    api_emulator.create("nodes", node("a"))
+    sink = Sink()
+    informer = Informer(api, Resource.NODES, sink, watch_timeout_s=1.0, max_backoff_s=0.2)
+    informer.start()
+    try:
+        assert isinstance(sink.next(), Relisted)
+        api_emulator.inject(verb=verb, resource="nodes", fault=code, times=None)
+        if verb == "list":  # a list happens only after the watch failed once
+            api_emulator.inject(verb="watch", resource="nodes", fault=code, times=1)
+        wait_until(lambda: (e := informer.staleness()[1]) is not None and str(code) in e, 20)
+        count = api_emulator.request_counts().get((verb, "nodes"), 0)
+        wait_until(lambda: api_emulator.request_counts().get((verb, "nodes"), 0) > count + 2, 20)
+        api_emulator.clear_faults()
+        api_emulator.create("nodes", node("late"))
+        wait_until(lambda: "late" in _names([*sink.seen, sink.next(timeout=10)]), 20)
+        age, error = informer.staleness()
+        assert error is None
+        assert age < 20
+    finally:
+        informer.stop()
+
+
 def test_stop_returns_promptly_with_a_watch_open(api_emulator: ApiEmulator, api: KubeApi) -> None:
     sink = Sink()
     informer = Informer(api, Resource.NODES, sink, watch_timeout_s=300)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,3 +120,49 @@ def test_only_the_status_subresource_is_written(
     counts = api_emulator.request_counts()
     assert counts.get(("update", "telemetryprofiles"), 0) == 0
     assert counts.get(("patch", "telemetryprofiles"), 0) == 0
+
+
+def test_an_unexpected_error_loses_that_write_not_the_writer(
+    api_emulator: ApiEmulator, writer: StatusWriter
+) -> None:
+    # Defect: anything but an API error killed the writer thread, and statuses stopped
+    # for good. A value the client cannot serialise stands in for such a bug.
+    assert writer.offer("node-a", "node-a", applied(bad=object()))
+    wait_until(lambda: writer.failures == 1, 10)
+    assert writer.offer("node-a", "node-a", applied("RAPL PL1 90 W"))
+    wait_until(lambda: cpu_status(api_emulator).get("message") == "RAPL PL1 90 W", 10)
+
+
+def test_a_deleted_profile_is_forgotten(api_emulator: ApiEmulator, writer: StatusWriter) -> None:
+    # Memory bounded by the live objects: a 404 drops what the writer kept of a profile.
+    assert writer.offer("node-a", "node-a", applied())
+    wait_until(lambda: writer.writes == 1, 10)
+    assert writer.remembered() == 1
+    api_emulator.delete("telemetryprofiles", "node-a")
+    assert writer.offer("node-a", "node-a", applied("RAPL PL1 90 W"))
+    wait_until(lambda: writer.failures == 1, 10)
+    wait_until(lambda: writer.remembered() == 0, 10)
+
+
+def test_final_statuses_are_written_concurrently(api_emulator: ApiEmulator) -> None:
+    assert api_emulator.kubeconfig is not None
+    api = KubeApi(load_client(str(api_emulator.kubeconfig)))
+    names = [f"node-{i}" for i in range(80)]
+    for name in names:
+        api_emulator.create("telemetryprofiles", telemetry_profile(name, None))
+    # Every status write takes 0.25 s: 20 s one after the other.
+    api_emulator.inject(verb="patch", fault="slow", delay=0.25, times=None)
+    writer = StatusWriter(api, concurrency=8)
+    writer.start()
+    try:
+        for name in names:
+            writer.offer(name, name, applied(), force=True)
+        started = time.monotonic()
+        # Measured 2.8 s with 8 in flight on 2 busy cores; 14 s keeps 5x headroom and
+        # still fails when writes go one at a time (20 s).
+        assert writer.flush(timeout=14.0)
+        print(f"\n80 status writes of 0.25 s each: {time.monotonic() - started:.2f}s")
+        assert writer.writes == len(names)
+    finally:
+        writer.stop()
+        api.close()
