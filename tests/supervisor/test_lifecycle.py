@@ -158,3 +158,44 @@ def test_a_dead_fork_server_is_replaced_and_every_worker_restarted() -> None:
         assert not any(alive(pid) for pid in before.values())
         assert set(after) == {"a", "b"}
         assert agent.terminate() == 0
+
+
+def test_a_hung_worker_flooded_with_changes_cannot_block_the_loop() -> None:
+    # Defect: the loop sent inputs with a blocking send; a worker that stopped reading
+    # (its tick hangs) plus a burst of changes filled the pipe and froze the loop, the
+    # heartbeat check that would have killed the worker included.
+    with SimCluster() as cluster:
+        cluster.add_node("stuck")
+        cluster.add_node("fine")
+        agent = cluster.start_agent(
+            {
+                "AGENTPOOL_FAULTS": "hang-in-tick:stuck",
+                "HEARTBEAT_TIMEOUT": "5s",
+                "SHUTDOWN_TIMEOUT": "2s",
+            }
+        )
+        agent.wait_ready()
+        wait_until(lambda: cluster.status("fine").get("result") == "applied", 20)
+        for i in range(1500):  # each change is a message to a worker that never reads
+            cluster.set_cap("stuck", 100 + i)
+        wait_until(lambda: restarts(agent, "stuck") >= 1, 30)
+        assert agent.get("/healthz")[0] == 200
+        cluster.set_cap("fine", 77)
+        wait_until(lambda: cluster.status("fine").get("message", "").find("77") >= 0, 20)
+        assert agent.terminate() == 0
+
+
+def test_no_descendant_outlives_the_supervisor() -> None:
+    # Defect: the fork server and the resource tracker were left to notice on their own
+    # that the supervisor had gone, and outlived it.
+    with SimCluster() as cluster:
+        for name in ("a", "b"):
+            cluster.add_node(name)
+        agent = cluster.start_agent()
+        agent.wait_ready()
+        wait_until(lambda: len(worker_pids(agent)) == 2, 20)
+        descendants = psutil.Process(agent.pid).children(recursive=True)
+        assert len(descendants) >= 3  # the fork server, the resource tracker, two workers
+        assert agent.terminate() == 0
+        left = [p.pid for p in descendants if alive(p.pid)]
+        assert not left, f"still running after the supervisor exited: {left}"
