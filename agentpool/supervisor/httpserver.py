@@ -36,13 +36,14 @@ class AgentHttpServer:
         ready: Readiness,
         on_scrape: Callable[[float], None] | None = None,
         render: Callable[[], bytes] | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         """``render``, if given, writes part of ``/metrics`` directly (the workers' merged
         multiprocess files, see ``FastMultiProcessCollector.render``); ``registry`` the rest."""
         scrape_lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = REQUEST_TIMEOUT_S
+            timeout = request_timeout_s
 
             def log_message(self, format: str, *args: object) -> None:
                 pass  # scrapes and probes every few seconds would drown the log

@@ -411,6 +411,18 @@ def test_multiprocess_dir_and_tmp_are_emptydirs(render: Render, mode: str) -> No
 
 
 @BOTH_MODES
+def test_the_journal_of_host_values_has_its_own_state_dir(render: Render, mode: str) -> None:
+    workload = agent_workload(render({"agent": {"mode": mode}}))
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container(workload)["volumeMounts"]}
+    env = env_of(workload)
+    state = env["STATE_DIR"]
+    assert "emptyDir" in volumes[mounts[state]]  # outlives container restarts
+    assert mounts[state] != mounts[env["PROMETHEUS_MULTIPROC_DIR"]]
+    assert not state.startswith(env["PROMETHEUS_MULTIPROC_DIR"])
+
+
+@BOTH_MODES
 @pytest.mark.parametrize(("timeout", "grace"), [(None, 30), (1, 11), (45, 55)])
 def test_grace_period_outlasts_the_shutdown_timeout(
     render: Render, mode: str, timeout: int | None, grace: int

@@ -110,11 +110,19 @@ def test_a_restarted_worker_restores_the_true_originals() -> None:
         template, trees = host_cluster(cluster, ["h"])
         originals = {p: read_int(p) for p in pl1_files(trees)}
         metrics_dir = cluster.workdir / "metrics"
+        state_dir = cluster.workdir / "state"
         agent = cluster.start_agent(
-            {"SYSFS_ROOT": template, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+            {
+                "SYSFS_ROOT": template,
+                "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+                "STATE_DIR": str(state_dir),
+            }
         )
         agent.wait_ready()
         wait_until(lambda: all(read_int(p) == 50_000_000 for p in originals), 20)
+        # The journal of original values lives in its own directory, not with the metrics.
+        assert [p.suffix for p in state_dir.iterdir()] == [".json"]
+        assert not [p for p in metrics_dir.rglob("*") if p.suffix != ".db"]
         files_before = sorted(p.name for p in metrics_dir.glob("*.db"))
         for _ in range(3):
             pid = wait_until(lambda: worker_pids(agent).get("h"), 20)

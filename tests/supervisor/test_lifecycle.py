@@ -199,3 +199,28 @@ def test_no_descendant_outlives_the_supervisor() -> None:
         assert agent.terminate() == 0
         left = [p.pid for p in descendants if alive(p.pid)]
         assert not left, f"still running after the supervisor exited: {left}"
+
+
+def test_a_descriptor_limit_too_small_for_the_owned_nodes_fails_clearly() -> None:
+    # 300 descriptors cover (300 - 256 reserved) // 5 per node = 8 nodes.
+    with SimCluster() as cluster:
+        for i in range(10):
+            cluster.add_node(f"n{i}")
+        agent = cluster.start_agent(wrap=["prlimit", "--nofile=300:300"])
+        code = agent.process.wait(60)
+        assert code == 1
+        assert "this pod owns 10 nodes but RLIMIT_NOFILE covers 8" in agent.logs()
+        too_small = cluster.start_agent(wrap=["prlimit", "--nofile=200:200"])
+        assert too_small.process.wait(60) == 1
+        assert "RLIMIT_NOFILE (200) leaves no descriptors for a worker" in too_small.logs()
+
+
+def test_the_soft_descriptor_limit_is_raised_to_the_hard_one() -> None:
+    with SimCluster() as cluster:
+        for i in range(10):
+            cluster.add_node(f"n{i}")
+        agent = cluster.start_agent(wrap=["prlimit", "--nofile=64:4096"])
+        agent.wait_ready()
+        wait_until(lambda: len(worker_pids(agent)) == 10, 30)
+        assert psutil.Process(agent.pid).rlimit(psutil.RLIMIT_NOFILE) == (4096, 4096)
+        assert agent.terminate() == 0

@@ -36,3 +36,47 @@ def test_an_orphan_is_reaped_when_we_are_pid1() -> None:
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=30, check=True
     )
     assert out.stdout.split() == ["1", "0"]
+
+
+BEHIND_A_HELPER = textwrap.dedent(
+    """
+    import ctypes, os, sys, time
+    from multiprocessing import forkserver
+    from agentpool.supervisor.orphans import reap_orphans
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    helper = os.fork()
+    if helper == 0:
+        os._exit(0)
+    # The exited child stands for the fork server, which multiprocessing reaps itself.
+    forkserver._forkserver._forkserver_pid = helper
+    time.sleep(0.2)
+    middle = os.fork()
+    if middle == 0:
+        if os.fork() == 0:
+            time.sleep(0.2)
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(middle, 0)
+    deadline = time.monotonic() + 5
+    reaped = 0
+    while reaped == 0 and time.monotonic() < deadline:
+        reaped = reap_orphans(pid1=True)
+        time.sleep(0.05)
+    helper_left = os.waitpid(helper, os.WNOHANG)[0] == helper
+    print(reaped, helper_left)
+    """
+)
+
+
+def test_an_orphan_behind_an_exited_helper_is_reaped_and_the_helper_left_alone() -> None:
+    # Defect: reaping stopped at the first exited child that multiprocessing owns, so
+    # every orphan that exited after it stayed a zombie.
+    out = subprocess.run(
+        [sys.executable, "-c", BEHIND_A_HELPER],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert out.stdout.split() == ["1", "True"]
