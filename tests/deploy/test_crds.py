@@ -304,3 +304,25 @@ def test_good_telemetryprofiles(sample: dict[str, Any]) -> None:
 def test_bad_telemetryprofiles(sample: dict[str, Any], complaint: str) -> None:
     with pytest.raises(jsonschema.ValidationError, match=complaint):
         validate("TelemetryProfile", sample)
+
+
+@pytest.mark.parametrize("timeout", [0, 0.001, 2, 299.5, 300, 300.5, 1000])
+@pytest.mark.parametrize("path", ["spec.sources.cpu.http", "spec.controls.cpu.http"])
+def test_the_schema_and_the_parser_agree_on_http_timeouts(path: str, timeout: float) -> None:
+    # The heartbeat is derived from the longest timeout the parser accepts; the CRD
+    # must not admit longer ones (nor refuse ones the parser takes).
+    from agentpool.errors import ProfileError
+    from agentpool.profiles import parse_telemetry_profile
+
+    sample = changed(GOOD_TP, f"{path}.timeoutSeconds", timeout)
+    try:
+        parse_telemetry_profile(sample)
+        parsed = True
+    except ProfileError:
+        parsed = False
+    try:
+        validate("TelemetryProfile", sample)
+        admitted = True
+    except jsonschema.ValidationError:
+        admitted = False
+    assert parsed == admitted == (0 < timeout <= 300)
