@@ -10,9 +10,8 @@ once for all of them: import ``encodings.idna`` (http.client encodes the host
 name with it on the first request, pulling in ``stringprep`` and
 ``unicodedata``), and run the HTTP client's parsing and request-building
 code on canned bytes, so its caches are filled and its bytecode is already
-specialised when the workers fork. Measured per worker: 0.8 MiB less private
-memory (7.1 -> 6.3 MiB USS after 50 ticks). Best effort: a failure here only
-costs that memory.
+specialised when the workers fork (what that saves: BENCHMARKS.md). Best
+effort: a failure here only costs that memory.
 """
 
 import encodings.idna  # noqa: F401 - see the module docstring

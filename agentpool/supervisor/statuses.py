@@ -7,8 +7,18 @@ claiming that a cap is applied. The wording lives here, in one place.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from agentpool.config import Settings
 from agentpool.model import Backend, Result, TickResult
+
+
+class StatusSink(Protocol):
+    """Where the supervisor offers node statuses (the :class:`StatusWriter`)."""
+
+    def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool: ...
+
+    def flush(self, timeout: float) -> bool: ...
 
 
 def _restore_outcome(settings: Settings, problems: tuple[str, ...] | None) -> tuple[Result, str]:

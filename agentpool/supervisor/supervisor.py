@@ -19,11 +19,10 @@ Nothing in a turn may block or escape: sends to a worker never block (see
 off like one that died, and an unexpected exception ends the loop through
 the same orderly shutdown as SIGTERM, with a non-zero exit status.
 
-Each worker's pipe and exit sentinel are registered with one long-lived epoll
-selector when it starts and unregistered before they are closed, so a turn
-touches only the workers that have something to say. The scans over every
-worker (heartbeats, kill deadlines, due restarts, the metrics snapshot) run
-once per ``loop_period_s``.
+A turn touches only the workers that have something to say (see
+:mod:`agentpool.supervisor.loopio`); the scans over every worker (heartbeats,
+kill deadlines, due restarts, the metrics snapshot) run once per
+``loop_period_s``.
 """
 
 from __future__ import annotations
@@ -35,9 +34,8 @@ import queue
 import signal
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
-
-import psutil
+from logging import ERROR, INFO, WARNING
+from typing import Any
 
 from agentpool.config import Settings
 from agentpool.errors import AgentError
@@ -50,12 +48,14 @@ from agentpool.supervisor.orphans import reap_orphans
 from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport, frame
 from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
+from agentpool.supervisor.statuses import StatusSink
 from agentpool.supervisor.worker_handles import (
     Launch,
     StopReason,
     WorkerHandle,
     WorkerState,
     describe_exit,
+    pid_running,
 )
 
 log = logging.getLogger(__name__)
@@ -78,26 +78,10 @@ class CapacityError(AgentError):
     """More owned nodes than the process's descriptor limit can run workers for."""
 
 
-class StatusSink(Protocol):
-    """Where the supervisor offers node statuses (the :class:`StatusWriter`)."""
-
-    def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool: ...
-
-    def flush(self, timeout: float) -> bool: ...
-
-
 def _node_log(level: int, node: str, message: str, *args: object) -> None:
     """Log an event of one node: the node is the message's first argument and, in JSON
     logs, a ``node`` field to filter on."""
     log.log(level, message, node, *args, extra={"node": node})
-
-
-def pid_running(pid: int) -> bool:
-    """True while ``pid`` is a live process (a zombie has finished)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class Supervisor:
@@ -252,20 +236,12 @@ class Supervisor:
             if handle.state is WorkerState.STARTING:
                 handle.state = WorkerState.RUNNING
                 self._table_changed = True
-                _node_log(
-                    logging.INFO, handle.node, "worker for node %s running (pid %s)", handle.pid
-                )
-            previous, handle.last_result = handle.last_result, message.result
-            if previous is None or previous.status_key() != message.result.status_key():
-                result = message.result
-                _node_log(
-                    logging.INFO,
-                    handle.node,
-                    "node %s: %s %s: %s",
-                    result.backend.value,
-                    result.result.value,
-                    result.message,
-                )
+                _node_log(INFO, handle.node, "worker for node %s running (pid %s)", handle.pid)
+            previous, result = handle.last_result, message.result
+            handle.last_result = result
+            if previous is None or previous.status_key() != result.status_key():
+                what = (result.backend.value, result.result.value, result.message)
+                _node_log(INFO, handle.node, "node %s: %s %s: %s", *what)
             self._offer_status(handle.node, message.result)
         elif isinstance(message, Stopped):
             handle.restore_problems = message.problems
@@ -301,13 +277,8 @@ class Supervisor:
                 # host: one process per node, so nothing starts until it is gone.
                 handle.lingering, handle.state = pid, WorkerState.STOPPING
                 handle.kill_at = now + self.settings.shutdown_timeout_s
-                _node_log(
-                    logging.WARNING,
-                    node,
-                    "worker for node %s (pid %s) %s but is still running: waiting for it",
-                    pid,
-                    handle.exit_how,
-                )
+                message = "worker for node %s (pid %s) %s but is still running: waiting for it"
+                _node_log(WARNING, node, message, pid, handle.exit_how)
                 continue
             self._settle(handle, pid, now)
 
@@ -316,7 +287,7 @@ class Supervisor:
         node, how, reason = handle.node, handle.exit_how, handle.stop_reason
         self.files.worker_gone(node)
         if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
-            _node_log(logging.INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+            _node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
             if reason is StopReason.SCOPE:
                 self._final_scope_status(handle)
                 self._forget(node)
@@ -324,17 +295,10 @@ class Supervisor:
             return
         cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
         delay = self._back_off(handle, now, handle.started_at)
-        _node_log(
-            logging.ERROR,
-            node,
-            "worker for node %s (pid %s) %s: %s; restart %d in %.1fs",
-            pid,
-            cause,
-            how,
-            handle.policy.restarts + 1,
-            delay,
-        )
-        self._offer_status(node, statuses.restarting(cause, how, handle.policy.restarts + 1, delay))
+        restart = handle.policy.restarts + 1
+        message = "worker for node %s (pid %s) %s: %s; restart %d in %.1fs"
+        _node_log(ERROR, node, message, pid, cause, how, restart, delay)
+        self._offer_status(node, statuses.restarting(cause, how, restart, delay))
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         delay = handle.policy.on_death(started_at, now)
@@ -345,17 +309,9 @@ class Supervisor:
 
     def _check_lingering(self, now: float) -> None:
         for handle in list(self.workers.values()):
-            pid = handle.lingering
-            if pid is None:
-                continue
-            if not pid_running(pid):
-                handle.lingering = None
+            if handle.lingering is not None and not pid_running(handle.lingering):
+                pid, handle.lingering = handle.lingering, None
                 self._settle(handle, pid, now)
-            elif handle.kill_at is not None and now >= handle.kill_at:
-                _node_log(logging.WARNING, handle.node, "old worker of node %s (%s): SIGKILL", pid)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-                handle.kill_at = None
 
     def _final_scope_status(self, handle: WorkerHandle) -> None:
         """Say why a node is no longer controlled, unless another pod now owns it.
@@ -390,13 +346,8 @@ class Supervisor:
                 why = f"not reading its pipe for {now - handle.outbox_since:.0f}s"
             else:
                 continue
-            _node_log(
-                logging.ERROR,
-                handle.node,
-                "worker for node %s (pid %s) %s: terminating",
-                handle.pid,
-                why,
-            )
+            message = "worker for node %s (pid %s) %s: terminating"
+            _node_log(ERROR, handle.node, message, handle.pid, why)
             self._stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
 
     def _set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
@@ -416,19 +367,25 @@ class Supervisor:
             handle.process.terminate()
 
     def _enforce_kill_deadlines(self, now: float) -> None:
+        """SIGKILL what overstayed a stop: a worker, or a lingering predecessor."""
         for handle in self.workers.values():
-            process = handle.process
-            if handle.kill_at is None or process is None or process.exitcode is not None:
-                continue
-            if now >= handle.kill_at:
-                _node_log(
-                    logging.WARNING,
-                    handle.node,
-                    "worker for node %s (pid %s) ignored SIGTERM: SIGKILL",
-                    handle.pid,
-                )
-                process.kill()
+            if handle.kill_at is not None and now >= handle.kill_at and self._kill(handle):
+                message = "worker for node %s (pid %s) did not stop in time: SIGKILL"
+                _node_log(WARNING, handle.node, message, handle.pid or handle.lingering)
+            if handle.kill_at is not None and now >= handle.kill_at:
                 handle.kill_at = None
+
+    def _kill(self, handle: WorkerHandle) -> bool:
+        """SIGKILL the node's process, or its lingering predecessor; False if none runs."""
+        process = handle.process
+        if process is not None and process.exitcode is None:
+            process.kill()
+            return True
+        if handle.lingering is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(handle.lingering, signal.SIGKILL)
+            return True
+        return False
 
     # -- scope and starts ------------------------------------------------------------------------
 
@@ -446,12 +403,10 @@ class Supervisor:
             if handle.lingering is not None:  # settled, and forgotten, once it is gone
                 handle.stop_reason = StopReason.SCOPE
             elif handle.process is None:  # in backoff: nothing runs, just forget it
-                _node_log(
-                    logging.INFO, node, "node %s left this pod's scope (its worker was in backoff)"
-                )
+                _node_log(INFO, node, "node %s left this pod's scope (its worker was in backoff)")
                 self._forget(node)
             else:
-                _node_log(logging.INFO, node, "node %s left this pod's scope: stopping its worker")
+                _node_log(INFO, node, "node %s left this pod's scope: stopping its worker")
                 self._stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
         # A node still stopping from an earlier scope loss keeps its handle until the
         # worker is gone; _settle then marks the scope stale and it starts again here.
@@ -470,13 +425,8 @@ class Supervisor:
         except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
             delay = self._back_off(handle, now, now)
             how = f"{type(exc).__name__}: {exc}"
-            _node_log(
-                logging.ERROR,
-                handle.node,
-                "worker for node %s could not be started: %s; retry in %.1fs",
-                how,
-                delay,
-            )
+            message = "worker for node %s could not be started: %s; retry in %.1fs"
+            _node_log(ERROR, handle.node, message, how, delay)
             status = statuses.restarting("not started", how, handle.policy.restarts + 1, delay)
             self._offer_status(handle.node, status)
             return
@@ -491,12 +441,8 @@ class Supervisor:
             due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
             if due and handle.process is None and handle.lingering is None:
                 handle.policy.on_restart()
-                _node_log(
-                    logging.INFO,
-                    handle.node,
-                    "restarting worker for node %s (restart %d)",
-                    handle.policy.restarts,
-                )
+                message = "restarting worker for node %s (restart %d)"
+                _node_log(INFO, handle.node, message, handle.policy.restarts)
                 self._start(handle, now)
 
     # -- sending inputs: only the latest, only when the pipe can take it -------------------------
@@ -580,11 +526,6 @@ class Supervisor:
         log.error("%d workers did not stop in time: SIGKILL to all of them", len(running))
         for node in running:
             handle = self.workers[node]
-            _node_log(logging.ERROR, node, "worker for node %s did not stop in time: SIGKILL")
-            if handle.process is not None and handle.process.exitcode is None:
-                handle.process.kill()
+            self._kill(handle)
             if handle.process is not None:
                 self.io.exited.add(node)  # its sentinel fires; reap it even if it already did
-            if handle.lingering is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(handle.lingering, signal.SIGKILL)

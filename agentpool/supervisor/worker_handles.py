@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Protocol
 
+import psutil
+
 from agentpool.config import Settings
 from agentpool.model import NodeInputs, TickResult
 from agentpool.supervisor.backoff import RestartPolicy
@@ -166,6 +168,14 @@ def _untrack(process: multiprocessing.process.BaseProcess) -> None:
     children = getattr(multiprocessing.process, "_children", None)
     if isinstance(children, set):
         children.discard(process)
+
+
+def pid_running(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie has finished)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def describe_exit(exitcode: int | None) -> str:

@@ -63,7 +63,11 @@ def test_a_crash_looping_worker_backs_off_and_does_not_delay_the_others() -> Non
         # The healthy node kept ticking every second all along.
         ticks = [r.monotonic for r in cluster.power.requests(node="good", kind="control")]
         assert len(ticks) >= 3
-        assert max(b - a for a, b in itertools.pairwise(ticks)) < 2.5
+        gap = max(b - a for a, b in itertools.pairwise(ticks))
+        print(f"\nlongest gap between the healthy node's ticks: {gap:.2f}s")
+        # Measured 1.0 s (the interval); 5 s keeps 5x headroom and still catches a loop
+        # that waited on the crashing worker's backoff (1, 2, 4, 8 s...).
+        assert gap < 5.0
         assert agent.terminate() == 0
 
 
@@ -97,7 +101,10 @@ def test_sigterm_stops_everything_and_restores_host_values() -> None:
         pids = worker_pids(agent)
         started = time.monotonic()
         assert agent.terminate(timeout=20) == 0
-        assert time.monotonic() - started < 10
+        took = time.monotonic() - started
+        print(f"\nSIGTERM to exit with 2 host workers: {took:.2f}s")
+        # Measured 0.9 s (10x headroom); SHUTDOWN_TIMEOUT (10 s) would mean a worker was killed.
+        assert took < 10
         assert {p: read_int(p) for p in originals} == originals
         assert not any(alive(pid) for pid in pids.values())
         for name in ("h0", "h1"):
@@ -114,8 +121,12 @@ def test_a_sigkilled_supervisor_leaves_no_worker_and_no_throttled_host() -> None
         wait_until(lambda: all(read_int(p) == 50_000_000 for p in originals), 20)
         agent.kill()
         killed_at = time.monotonic()
-        wait_until(lambda: not any(alive(pid) for pid in pids.values()), 5)
-        assert time.monotonic() - killed_at < 2.0
+        wait_until(lambda: not any(alive(pid) for pid in pids.values()), 10)
+        took = time.monotonic() - killed_at
+        print(f"\nworkers gone after the supervisor's SIGKILL: {took:.2f}s")
+        # Measured 0.05 s: they notice at once (parent-death signal), not by polling; 2 s
+        # keeps 40x headroom.
+        assert took < 2.0
         # Each worker restored its node on the way out (parent-death signal).
         assert {p: read_int(p) for p in originals} == originals
 

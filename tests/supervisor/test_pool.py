@@ -100,6 +100,9 @@ def test_a_profile_change_is_applied_within_two_seconds() -> None:
             return None
 
         latency = wait_until(arrived, 5)
+        print(f"\nprofile change to control request: {latency:.3f}s")
+        # Measured 0.002-0.05 s (the change wakes the worker); the 2 s of the test's name
+        # keeps 40x headroom, and the 30 s interval could not explain a pass.
         assert latency < 2.0
         wait_until(lambda: "95" in str(cluster.status("a").get("observed", {}).get("capWatts")), 5)
         text = agent.metrics()
