@@ -46,11 +46,11 @@ def measure(nodes: int, latency_s: float, interval: str) -> dict[str, object]:
         wait_until(lambda: len(set(cluster.controlled_nodes())) == nodes, 300)
         startup_s = time.monotonic() - started
         descendants = _running_workers(agent.pid)
-        cluster.api.inject(fault="slow", delay=latency_s, times=None)
+        cluster.emulator.inject(fault="slow", delay=latency_s, times=None)
         sigterm = time.monotonic()
         code = agent.terminate(timeout=120)
         took = time.monotonic() - sigterm
-        cluster.api.clear_faults()
+        cluster.emulator.clear_faults()
         stopped = sum(
             1 for n in names if cluster.status(n).get("message", "").startswith("agent stopped")
         )

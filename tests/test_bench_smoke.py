@@ -6,6 +6,7 @@ Goals are not asserted here either: only that the run completes and reports.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,18 @@ def test_dvfs_benchmark_smoke_run(tmp_path: Path) -> None:
         # Seeded and deterministic, so this is no timing assertion: the adaptive
         # controller meets the goals on every curve.
         assert rows[(curve, "adaptive")][-1] == "yes", rows[(curve, "adaptive")]
+
+
+def test_shutdown_benchmark_smoke_run() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "shutdown.py"), "--nodes", "10", "--interval", "2s"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["nodes"] == 10
+    assert result["statuses_agent_stopped"] == 10
+    assert result["exit_code"] == 0
