@@ -93,7 +93,10 @@ def prepare_metrics_dir(configured: str | None) -> tuple[str, bool]:
 def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack) -> str:
     """``configured`` (created if missing, never wiped), or a temporary dir removed at exit."""
     if configured:
-        os.makedirs(configured, exist_ok=True)
+        try:
+            os.makedirs(configured, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(f"STATE_DIR={configured!r}: cannot create it: {exc}") from exc
         return configured
     path = tempfile.mkdtemp(prefix=prefix)
     stack.callback(shutil.rmtree, path, ignore_errors=True)
