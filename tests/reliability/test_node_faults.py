@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from supervisor.agents import host_cluster, pl1_files, restarts, series, worker_pids
+from supervisor.agents import all_read, host_cluster, pl1_files, restarts, series, worker_pids
 
 from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.sysfs import no_rapl, read_int, read_only_rapl
@@ -129,7 +129,7 @@ def test_a_restarted_worker_restores_the_true_originals() -> None:
             }
         )
         agent.wait_ready()
-        wait_until(lambda: all(read_int(p) == 50_000_000 for p in originals), 20)
+        wait_until(lambda: all_read(originals, 50_000_000), 20)
         # The journal of original values lives in its own directory, not with the metrics.
         assert [p.suffix for p in state_dir.iterdir()] == [".json"]
         assert not [p for p in metrics_dir.rglob("*") if p.suffix != ".db"]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.sim.cluster import AgentProcess, SimCluster
-from agentpool.sim.sysfs import SysfsTree, build_nodes, intel_2socket
+from agentpool.sim.sysfs import SysfsTree, build_nodes, intel_2socket, read_int
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -69,6 +69,19 @@ def host_cluster(
     for name in nodes:
         cluster.add_node(name, cap=cap, http=False)
     return template, trees
+
+
+def all_read(paths: Iterable[Path], value: int) -> bool:
+    """Every file holds ``value``; one caught between truncate and write does not yet.
+
+    The agent writes a limit file with open-truncate-write: on a real sysfs
+    attribute that is one store, but on the test's plain files a reader can
+    see it empty for an instant.
+    """
+    try:
+        return all(read_int(p) == value for p in paths)
+    except ValueError:
+        return False
 
 
 def pl1_files(trees: dict[str, SysfsTree]) -> list[Path]:

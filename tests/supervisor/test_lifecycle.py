@@ -13,7 +13,7 @@ from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.sysfs import read_int
 from agentpool.supervisor.worker_process import EXIT_CRASH
 
-from .agents import alive, host_cluster, pl1_files, restarts, worker_pids
+from .agents import alive, all_read, host_cluster, pl1_files, restarts, worker_pids
 
 
 def test_a_killed_worker_is_restarted_and_the_others_untouched() -> None:
@@ -97,7 +97,7 @@ def test_sigterm_stops_everything_and_restores_host_values() -> None:
         agent = cluster.start_agent({"SYSFS_ROOT": template})
         agent.wait_ready()
         # 100 W over two packages: 50 W each on PL1.
-        wait_until(lambda: all(read_int(p) == 50_000_000 for p in originals), 20)
+        wait_until(lambda: all_read(originals, 50_000_000), 20)
         pids = worker_pids(agent)
         started = time.monotonic()
         assert agent.terminate(timeout=20) == 0
@@ -118,7 +118,7 @@ def test_a_sigkilled_supervisor_leaves_no_worker_and_no_throttled_host() -> None
         agent = cluster.start_agent({"SYSFS_ROOT": template})
         agent.wait_ready()
         pids = wait_until(lambda: p if len(p := worker_pids(agent)) == 2 else None, 20)
-        wait_until(lambda: all(read_int(p) == 50_000_000 for p in originals), 20)
+        wait_until(lambda: all_read(originals, 50_000_000), 20)
         agent.kill()
         killed_at = time.monotonic()
         wait_until(lambda: not any(alive(pid) for pid in pids.values()), 10)
