@@ -5,6 +5,7 @@
     AgentError
     ├── ConfigError            bad setting: the process exits 2 before starting anything
     ├── ProfileError           malformed custom resource: status ``error`` naming the field
+    ├── CapacityError          more owned nodes than the descriptor limit allows: exit 1
     ├── BackendError           a control or telemetry backend failed this tick
     │   ├── SysfsError         reading/writing the host's sysfs failed (wraps OSError)
     │   ├── RaplUnavailableError    no writable package zone, or a limit that does not stick
@@ -86,3 +87,7 @@ class KubeTemporaryError(KubeError):
     def __init__(self, message: str, status: int | None = None, delay: float = 1.0) -> None:
         self.delay = delay
         super().__init__(message, status)
+
+
+class CapacityError(AgentError):
+    """This pod owns more nodes than its descriptor limit lets it run workers for."""

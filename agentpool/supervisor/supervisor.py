@@ -27,9 +27,7 @@ kill deadlines, due restarts, the metrics snapshot) run once per
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import queue
 import signal
 import time
@@ -38,7 +36,7 @@ from logging import ERROR, INFO, WARNING
 from typing import Any
 
 from agentpool.config import Settings
-from agentpool.errors import AgentError
+from agentpool.errors import CapacityError
 from agentpool.kube.informer import InformerEvent
 from agentpool.model import NodeInputs, TickResult
 from agentpool.supervisor import statuses
@@ -71,11 +69,6 @@ FINAL_STATUS_MIN_S = 5.0
 """The final statuses get at least this long to be written, whatever the deadline left."""
 EXIT_FATAL = 1
 """Exit status after the loop failed and stopped everything in order."""
-
-
-
-class CapacityError(AgentError):
-    """More owned nodes than the process's descriptor limit can run workers for."""
 
 
 def _node_log(level: int, node: str, message: str, *args: object) -> None:
@@ -301,11 +294,8 @@ class Supervisor:
         self._offer_status(node, statuses.restarting(cause, how, restart, delay))
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
-        delay = handle.policy.on_death(started_at, now)
-        handle.state, handle.restart_at = WorkerState.BACKOFF, now + delay
-        handle.stop_reason, handle.kill_at = None, None
         self._table_changed = True
-        return delay
+        return handle.back_off(now, started_at)
 
     def _check_lingering(self, now: float) -> None:
         for handle in list(self.workers.values()):
@@ -335,16 +325,7 @@ class Supervisor:
 
     def _check_heartbeats(self, now: float) -> None:
         for handle in self.workers.values():
-            if handle.state not in (WorkerState.STARTING, WorkerState.RUNNING):
-                continue
-            if handle.process is None:
-                continue
-            limit = handle.heartbeat_s
-            if now - handle.last_seen > limit:
-                why = f"silent for {now - handle.last_seen:.0f}s"
-            elif handle.outbox_since is not None and now - handle.outbox_since > limit:
-                why = f"not reading its pipe for {now - handle.outbox_since:.0f}s"
-            else:
+            if (why := handle.hung(now)) is None:
                 continue
             message = "worker for node %s (pid %s) %s: terminating"
             _node_log(ERROR, handle.node, message, handle.pid, why)
@@ -369,23 +350,11 @@ class Supervisor:
     def _enforce_kill_deadlines(self, now: float) -> None:
         """SIGKILL what overstayed a stop: a worker, or a lingering predecessor."""
         for handle in self.workers.values():
-            if handle.kill_at is not None and now >= handle.kill_at and self._kill(handle):
+            if handle.kill_at is not None and now >= handle.kill_at and handle.kill():
                 message = "worker for node %s (pid %s) did not stop in time: SIGKILL"
                 _node_log(WARNING, handle.node, message, handle.pid or handle.lingering)
             if handle.kill_at is not None and now >= handle.kill_at:
                 handle.kill_at = None
-
-    def _kill(self, handle: WorkerHandle) -> bool:
-        """SIGKILL the node's process, or its lingering predecessor; False if none runs."""
-        process = handle.process
-        if process is not None and process.exitcode is None:
-            process.kill()
-            return True
-        if handle.lingering is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(handle.lingering, signal.SIGKILL)
-            return True
-        return False
 
     # -- scope and starts ------------------------------------------------------------------------
 
@@ -526,6 +495,6 @@ class Supervisor:
         log.error("%d workers did not stop in time: SIGKILL to all of them", len(running))
         for node in running:
             handle = self.workers[node]
-            self._kill(handle)
+            handle.kill()
             if handle.process is not None:
                 self.io.exited.add(node)  # its sentinel fires; reap it even if it already did

@@ -11,9 +11,11 @@ decisions can be driven with stand-in processes on a fake clock.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import multiprocessing
 import multiprocessing.context
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,6 +111,35 @@ class WorkerHandle:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    def hung(self, now: float) -> str | None:
+        """Why a starting or running worker counts as hung at ``now``, if it does."""
+        if self.state not in (WorkerState.STARTING, WorkerState.RUNNING) or self.process is None:
+            return None
+        if now - self.last_seen > self.heartbeat_s:
+            return f"silent for {now - self.last_seen:.0f}s"
+        if self.outbox_since is not None and now - self.outbox_since > self.heartbeat_s:
+            return f"not reading its pipe for {now - self.outbox_since:.0f}s"
+        return None
+
+    def back_off(self, now: float, started_at: float) -> float:
+        """Its process is gone (or never started): wait before the next start; the delay."""
+        delay = self.policy.on_death(started_at, now)
+        self.state, self.restart_at = WorkerState.BACKOFF, now + delay
+        self.stop_reason, self.kill_at = None, None
+        return delay
+
+    def kill(self) -> bool:
+        """SIGKILL the node's process, or its lingering predecessor; False if none runs."""
+        process = self.process
+        if process is not None and process.exitcode is None:
+            process.kill()
+            return True
+        if self.lingering is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.lingering, signal.SIGKILL)
+            return True
+        return False
 
     def started(self, process: WorkerProcess, conn: Connection, now: float) -> None:
         """A process was launched for this node with the inputs ``last_sent``."""
