@@ -23,11 +23,11 @@ def test_sigterm_with_200_workers_and_a_slow_api_stops_all_and_writes_every_stat
         agent.wait_ready(timeout=60)
         pids = wait_until(lambda: p if len(p := worker_pids(agent)) == NODES else None, 90)
         wait_until(lambda: len(set(cluster.controlled_nodes())) == NODES, 60)
-        cluster.api.inject(fault="slow", delay=LATENCY_S, times=None)
+        cluster.emulator.inject(fault="slow", delay=LATENCY_S, times=None)
         started = time.monotonic()
         code = agent.terminate(timeout=60)
         took = time.monotonic() - started
-        cluster.api.clear_faults()
+        cluster.emulator.clear_faults()
         assert code == 0
         # Measured 2.0 s on 2 busy cores; 15 s (the goal at 1,000 nodes) keeps 7x headroom.
         assert took < 15.0, f"shutdown took {took:.1f}s"
