@@ -31,6 +31,10 @@ from agentpool.errors import KubeError, KubeTemporaryError
 GROUP = "joulie.io"
 VERSION = "v1alpha1"
 CONNECT_TIMEOUT_S = 5.0
+CONNECTION_POOL_SIZE = 32
+"""Connections kept per API server: each informer's watch holds one and the status writer
+writes several at once; the client's default (5 per CPU) would make urllib3 discard
+connections, with a warning each time, on a pod limited to one CPU."""
 REQUEST_TIMEOUT_S = 30.0
 
 
@@ -78,6 +82,7 @@ def load_client(kubeconfig: str | None) -> client.ApiClient:
         source = kubeconfig or "in-cluster service account"
         raise KubeError(f"cannot load Kubernetes configuration from {source}: {exc}") from exc
     configuration.retries = 0
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     return client.ApiClient(configuration)
 
 
