@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from agentpool.gpu_model import GpuCap, GpuTickResult
 
 
 class Profile(enum.StrEnum):
@@ -66,6 +69,8 @@ class PowerPolicy:
     """Total CPU package budget; None means nothing to enforce."""
     policy_name: str | None = None
     """Informational ``spec.policy.name``."""
+    gpu_cap: GpuCap | None = None
+    """``spec.gpu.powerCap``; None means no GPU cap to enforce."""
 
     @property
     def label(self) -> str:
@@ -137,7 +142,10 @@ class TickResult:
     result: Result
     message: str
     observed: dict[str, Any] = field(default_factory=dict)
+    gpu: GpuTickResult | None = None
+    """The GPU side of the same tick (``control.gpu``); None when the node has no GPU cap."""
 
-    def status_key(self) -> tuple[str, str, str]:
+    def status_key(self) -> tuple[str, ...]:
         """Status writes are skipped while this stays the same (heartbeat aside)."""
-        return (self.backend.value, self.result.value, self.message)
+        cpu = (self.backend.value, self.result.value, self.message)
+        return cpu if self.gpu is None else cpu + self.gpu.status_key()

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from agentpool.errors import ProfileError
+from agentpool.gpu_model import parse_gpu_cap
 from agentpool.model import (
     ControlMode,
     ControlType,
@@ -84,6 +85,7 @@ def parse_power_profile(obj: Mapping[str, Any]) -> PowerPolicy:
         profile=profile,
         cap_watts=cap_watts,
         policy_name=str(policy_name) if policy_name is not None else None,
+        gpu_cap=parse_gpu_cap(spec, NPP, name),
     )
 
 

@@ -47,7 +47,7 @@ CONCURRENCY = 8
 
 @dataclass
 class _Written:
-    key: tuple[str, str, str]
+    key: tuple[str, ...]
     heartbeat_at: float
     """When an unchanged status is due again."""
     observed_keys: frozenset[str]

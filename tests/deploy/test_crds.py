@@ -143,6 +143,16 @@ def test_enums_and_cap_minimum() -> None:
     assert tp[".spec.controls.gpu.http.mode"]["enum"] == ["auto", "powercap", "clocks"]
     assert tp[".status.control.cpu.backend"]["enum"] == ["none", "rapl", "dvfs"]
     assert tp[".status.control.cpu.result"]["enum"] == ["applied", "blocked", "error", "none"]
+    # Declared (not free-form) so a real API server keeps exactly these fields.
+    gpu_backends = ["none", "http", "host-nvidia", "host-amd"]
+    assert tp[".status.control.gpu.backend"]["enum"] == gpu_backends
+    assert tp[".status.control.gpu.result"]["enum"] == ["applied", "blocked", "error", "none"]
+    assert set(tp[".status.control.gpu"]["properties"]) == {
+        "backend", "result", "message", "observed", "updatedAt"
+    }
+    gpu_cap = npp[".spec.gpu.powerCap"]["properties"]
+    assert gpu_cap["capPctOfMax"]["maximum"] == 100
+    assert gpu_cap["capWattsPerGpu"]["exclusiveMinimum"] is True
     rules = tp[".spec.target"]["x-kubernetes-validations"]
     assert [r["rule"] for r in rules] == ["self.scope != 'node' || has(self.nodeName)"]
 
@@ -201,6 +211,14 @@ GOOD_TP: dict[str, Any] = {
 }
 
 
+GOOD_GPU_STATUS: dict[str, Any] = {
+    "backend": "host-nvidia",
+    "result": "blocked",
+    "message": "GPU 2 (GPU-2): NVML Not Supported",
+    "observed": {"capWattsPerGpu": 250, "devices": [{"index": 0, "capWatts": 250}]},
+    "updatedAt": "2026-02-27T00:00:00Z",
+}
+
 DELETE = object()
 
 
@@ -227,6 +245,9 @@ def changed(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         changed(GOOD_NPP, "spec.profile", "performance"),
         changed(GOOD_NPP, "spec.cpu", DELETE),  # no cap: nothing to enforce, still valid
         changed(GOOD_NPP, "spec.policy", DELETE),
+        changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capWattsPerGpu": 250}}),
+        changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capPctOfMax": 100}}),
+        changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capPctOfMax": 0.5, "capWattsPerGpu": 1}}),
     ],
 )
 def test_good_nodepowerprofiles(sample: dict[str, Any]) -> None:
@@ -244,6 +265,22 @@ def test_good_nodepowerprofiles(sample: dict[str, Any]) -> None:
         (changed(GOOD_NPP, "spec.nodeName", ""), "should be non-empty"),
         (changed(GOOD_NPP, "spec.profile", DELETE), "'profile' is a required property"),
         (changed(GOOD_NPP, "spec", DELETE), "'spec' is a required property"),
+        (
+            changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capWattsPerGpu": 0}}),
+            "less than or equal to the minimum",
+        ),
+        (
+            changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capPctOfMax": 0}}),
+            "less than or equal to the minimum",
+        ),
+        (
+            changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capPctOfMax": 101}}),
+            "greater than the maximum",
+        ),
+        (
+            changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capWattsPerGpu": "300W"}}),
+            "is not of type 'number'",
+        ),
     ],
 )
 def test_bad_nodepowerprofiles(sample: dict[str, Any], complaint: str) -> None:
@@ -266,6 +303,7 @@ def test_bad_nodepowerprofiles(sample: dict[str, Any], complaint: str) -> None:
             {"type": "http", "http": {"endpoint": "http://g", "mode": "clocks"}},
         ),
         changed(GOOD_TP, "status.control.cpu.result", "blocked"),
+        changed(GOOD_TP, "status.control.gpu", GOOD_GPU_STATUS),
     ],
 )
 def test_good_telemetryprofiles(sample: dict[str, Any]) -> None:
@@ -299,6 +337,14 @@ def test_good_telemetryprofiles(sample: dict[str, Any]) -> None:
         (changed(GOOD_TP, "spec.sources.cpu.http.timeoutSeconds", "3s"), "is not of type 'number'"),
         (changed(GOOD_TP, "status.control.cpu.backend", "cpufreq"), "is not one of"),
         (changed(GOOD_TP, "status.control.cpu.result", "ok"), "is not one of"),
+        (
+            changed(GOOD_TP, "status.control.gpu", {**GOOD_GPU_STATUS, "backend": "nvml"}),
+            "is not one of",
+        ),
+        (
+            changed(GOOD_TP, "status.control.gpu", {**GOOD_GPU_STATUS, "result": "ok"}),
+            "is not one of",
+        ),
     ],
 )
 def test_bad_telemetryprofiles(sample: dict[str, Any], complaint: str) -> None:
