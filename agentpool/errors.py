@@ -9,7 +9,8 @@
     ├── BackendError           a control or telemetry backend failed this tick
     │   ├── SysfsError         reading/writing the host's sysfs failed (wraps OSError)
     │   ├── RaplUnavailableError    no writable package zone, or a limit that does not stick
-    │   └── HttpBackendError   the HTTP simulator/endpoint failed (wraps URLError, bad JSON)
+    │   ├── HttpBackendError   the HTTP simulator/endpoint failed (wraps URLError, bad JSON)
+    │   └── GpuUnavailableError     no GPU control library/driver on the host (status ``blocked``)
     └── KubeError              the Kubernetes API failed (wraps ApiException)
         └── KubeTemporaryError worth retrying after ``delay`` seconds
 
@@ -62,6 +63,10 @@ class SysfsError(BackendError):
 
 class RaplUnavailableError(BackendError):
     """RAPL cannot enforce a cap on this host; the DVFS fallback takes over."""
+
+
+class GpuUnavailableError(BackendError):
+    """The host's GPU management library cannot be used (missing, driver not loaded)."""
 
 
 class HttpBackendError(BackendError):

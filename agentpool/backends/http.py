@@ -1,8 +1,9 @@
 """The Joulie HTTP telemetry/control protocol, as a client.
 
-Telemetry: ``GET`` -> JSON with ``packagePowerWatts`` at top level or under
-``cpu``. Control: ``POST`` ``{"node", "action", "capWatts", "throttlePct",
-"ts"}``; a 2xx JSON answer may carry ``result``/``message``/``state``.
+Telemetry: ``GET`` -> JSON with ``packagePowerWatts`` under ``cpu`` or at top
+level (the ``cpu`` one wins: on GPU nodes the top level is CPU + GPU).
+Control: ``POST`` ``{"node", "action", "capWatts", "throttlePct", "ts"}``; a 2xx
+JSON answer may carry ``result``/``message``/``state``.
 
 Uses the standard library's urllib: each call is one short request from a
 worker process that owns a single node, so a connection pool would buy
@@ -75,9 +76,12 @@ def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
     payload = _json(url, _exchange(request, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
-    value = payload.get("packagePowerWatts")
-    if value is None and isinstance(payload.get("cpu"), dict):
-        value = payload["cpu"].get("packagePowerWatts")
+    # On a GPU node the top-level reading is CPU + GPU (Joulie's simulator), so the
+    # CPU's own reading wins when the answer has one.
+    cpu = payload.get("cpu")
+    value = cpu.get("packagePowerWatts") if isinstance(cpu, dict) else None
+    if value is None:
+        value = payload.get("packagePowerWatts")
     if value is None:
         return None
     # json.loads accepts NaN and Infinity; one such reading would poison the DVFS EMA
@@ -108,7 +112,11 @@ def post_control(
     request = urllib.request.Request(
         url, data=body, method="POST", headers={"Content-Type": "application/json"}
     )
-    raw = _exchange(request, endpoint.timeout_s)
+    return parse_answer(url, action, _exchange(request, endpoint.timeout_s))
+
+
+def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
+    """A control answer: empty or non-object bodies mean accepted; ``result`` is honoured."""
     if not raw.strip():
         return ControlAnswer(Result.APPLIED, f"{action} accepted")
     payload = _json(url, raw)

@@ -42,8 +42,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import random
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+from agentpool.sim.gpumodel import GPU_ACTION, GpuConfig, GpuModel
 
 
 class RequestKind(enum.StrEnum):
@@ -98,7 +102,8 @@ class FaultTarget(enum.StrEnum):
 
 RAPL_ACTION = "rapl.set_power_cap_watts"
 DVFS_ACTION = "dvfs.set_throttle_pct"
-ACTIONS = (RAPL_ACTION, DVFS_ACTION)
+ACTIONS = (RAPL_ACTION, DVFS_ACTION, GPU_ACTION)
+_VALUE_FIELD = {RAPL_ACTION: "capWatts", DVFS_ACTION: "throttlePct", GPU_ACTION: "capWattsPerGpu"}
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,8 @@ class NodeConfig:
     """Standard deviation of the Gaussian noise added to each telemetry reading."""
     throttle_depth: float = 0.7
     """Share of the dynamic power removed at throttle 100 %, in [0, 1]."""
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    """The node's GPUs (none by default)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.idle_watts <= self.max_watts:
@@ -144,6 +151,13 @@ class NodeState:
     """The last value served by telemetry (noise included); None before any."""
     applied_controls: int
     telemetry_reads: int
+    gpu_cap_watts: float | None = None
+    """Cap applied to each GPU (clamped); None on a node without GPUs."""
+    gpu_cap_target_watts: float | None = None
+    """Cap last asked for each GPU, before clamping; None until asked."""
+    gpu_power_watts: float = 0.0
+    """Draw of all the node's GPUs together, at the time of the snapshot."""
+    gpu_state: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -153,6 +167,7 @@ class NodeState:
             "load": self.config.load,
             "idleWatts": self.config.idle_watts,
             "maxWatts": self.config.max_watts,
+            **self.gpu_state,
         }
 
 
@@ -196,9 +211,17 @@ class RecordedRequest:
 class NodeModel:
     """The mutable state of one node. Not thread-safe: the simulator locks around it."""
 
-    def __init__(self, name: str, config: NodeConfig, seed: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: NodeConfig,
+        seed: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self.config = config
+        self.clock = clock
+        self.gpu = GpuModel(config.gpu, clock())
         self.cap_watts: float | None = None
         self.throttle_pct = 0.0
         self.behaviours: dict[str | None, Behaviour] = {}
@@ -232,6 +255,8 @@ class NodeModel:
 
     def reconfigure(self, **changes: Any) -> None:
         self.config = dataclasses.replace(self.config, **changes)
+        if self.config.gpu != self.gpu.config:
+            self.gpu.reconfigure(self.config.gpu, self.clock())
 
     def behaviour_for(self, action: str) -> Behaviour:
         return self.behaviours.get(action) or self.behaviours.get(None) or Behaviour()
@@ -246,6 +271,10 @@ class NodeModel:
             last_power_watts=self.last_power_watts,
             applied_controls=self.applied_controls,
             telemetry_reads=self.telemetry_reads,
+            gpu_cap_watts=self.gpu.applied_watts if self.config.gpu.count else None,
+            gpu_cap_target_watts=self.gpu.target_watts,
+            gpu_power_watts=self.gpu.total_power(self.clock()),
+            gpu_state=self.gpu.state(),
         )
 
 
@@ -262,13 +291,13 @@ def parse_control(node: str, body: Any) -> tuple[str, float]:
     action = body.get("action")
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
-    field = "capWatts" if action == RAPL_ACTION else "throttlePct"
+    field = _VALUE_FIELD[action]
     value = body.get(field)
     # bool is an int subclass; true/false are not watts.
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{field} must be a number, got {value!r}")
-    if action == RAPL_ACTION and value <= 0:
-        raise ValueError(f"capWatts must be > 0, got {value}")
+    if action in (RAPL_ACTION, GPU_ACTION) and value <= 0:
+        raise ValueError(f"{field} must be > 0, got {value}")
     if action == DVFS_ACTION and not 0 <= value <= 100:
         raise ValueError(f"throttlePct must be in [0, 100], got {value}")
     return action, float(value)

@@ -3,7 +3,9 @@
 This module owns the HTTP side of the simulated Joulie power endpoints: the
 ``GET /telemetry/{node}`` and ``POST /control/{node}`` routes, the tell-it API
 tests use to steer nodes (load, control answers, faults), and the record of
-every request. The Joulie simulator is a Go program and real RAPL/DVFS-capable
+every request. Control takes the CPU actions of section 6 and
+``gpu.set_power_cap_watts`` of section 9 (GPUs per node: :mod:`agentpool.sim.gpumodel`).
+The Joulie simulator is a Go program and real RAPL/DVFS-capable
 servers cannot exist on a CI box, so this is their stand-in; the numbers come
 from :mod:`agentpool.sim.powermodel`.
 
@@ -35,6 +37,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from agentpool.sim.gpumodel import GPU_ACTION
 from agentpool.sim.polling import wait_until
 from agentpool.sim.powermodel import (
     RAPL_ACTION,
@@ -313,9 +316,12 @@ class PowerSim:
     def _answer(model: NodeModel, kind: RequestKind, body: Any) -> tuple[int, dict[str, Any]]:
         if kind is RequestKind.TELEMETRY:
             power = round(model.sample_power(), 3)
+            gpu = model.gpu.telemetry(model.clock())
             return 200, {
                 "node": model.name,
-                "packagePowerWatts": power,
+                # Like Joulie's simulator: on a GPU node the top level is CPU + GPU.
+                "packagePowerWatts": round(power + gpu.get("powerWattsTotal", 0.0), 3),
+                "gpu": gpu,
                 "cpu": {
                     "packagePowerWatts": power,
                     "load": model.config.load,
@@ -331,8 +337,13 @@ class PowerSim:
         except ValueError as exc:
             return 400, {"result": "error", "message": str(exc)}
         behaviour = model.behaviour_for(action)
+        if action == GPU_ACTION and model.config.gpu.count == 0:
+            behaviour = Behaviour(ControlResult.BLOCKED, "no GPU on this node")
         if behaviour.result is ControlResult.APPLIED:
-            if action == RAPL_ACTION:
+            if action == GPU_ACTION:
+                applied = model.gpu.set_cap(value, model.clock())
+                default = f"GPU cap set to {applied:g} W per GPU on {model.config.gpu.count} GPU(s)"
+            elif action == RAPL_ACTION:
                 model.cap_watts = value
                 default = f"RAPL cap set to {value:g} W"
             else:

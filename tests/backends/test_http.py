@@ -121,8 +121,10 @@ def test_telemetry_from_power_sim(sim: PowerSim) -> None:
         ({"packagePowerWatts": 142}, 142.0),
         ({"cpu": {"packagePowerWatts": 97.25}}, 97.25),
         ({"node": "n", "cpu": {"packagePowerWatts": 0}}, 0.0),
-        # Top level wins when both are present.
-        ({"packagePowerWatts": 10, "cpu": {"packagePowerWatts": 20}}, 10.0),
+        # The CPU's own reading wins when both are present: on a GPU node the top level
+        # is CPU + GPU (CONTRACT section 9).
+        ({"packagePowerWatts": 30, "cpu": {"packagePowerWatts": 20}}, 20.0),
+        ({"packagePowerWatts": 30, "cpu": {"load": 0.5}}, 30.0),
         # JSON without the field: no reading.
         ({"node": "n"}, None),
         ({"cpu": {"load": 0.5}}, None),

@@ -1,0 +1,92 @@
+"""The GPU side of the Joulie HTTP protocol (CONTRACT section 9), as a client.
+
+Control: ``POST`` ``{"node", "action": "gpu.set_power_cap_watts",
+"capWattsPerGpu", "ts"}``; a 2xx JSON answer may carry ``result``,
+``message`` and ``state`` (``gpuCapWattsPerGpuApplied``,
+``gpuCapWattsPerGpuTarget``), honoured like the CPU answers. Telemetry: the
+``gpu`` object of the telemetry document. Transport, size limits and error
+wrapping are those of :mod:`agentpool.backends.http`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from agentpool.backends.http import ControlAnswer, _exchange, _json, _now_rfc3339, parse_answer
+from agentpool.errors import HttpBackendError
+from agentpool.model import HttpEndpoint
+
+GPU_ACTION = "gpu.set_power_cap_watts"
+
+
+@dataclass(frozen=True)
+class GpuTelemetry:
+    """The ``gpu`` object of a telemetry answer; a field the endpoint left out is None."""
+
+    present: bool | None = None
+    vendor: str | None = None
+    count: int | None = None
+    power_watts_total: float | None = None
+    avg_power_watts_total: float | None = None
+    cap_applied: float | None = None
+    cap_target: float | None = None
+    min_cap: float | None = None
+    max_cap: float | None = None
+    default_cap: float | None = None
+
+
+def _watts(url: str, block: dict[str, Any], key: str) -> float | None:
+    value = block.get(key)
+    if value is None:
+        return None
+    # "[N/A]" or NaN is not a reading: refuse it rather than read it as 0 W.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise HttpBackendError(url, f"gpu.{key} is not a number: {value!r}")
+    return float(value)
+
+
+def read_gpu_telemetry(endpoint: HttpEndpoint, node: str) -> GpuTelemetry | None:
+    """The ``gpu`` object of the node's telemetry; None when the answer has none."""
+    url = endpoint.url(node)
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    payload = _json(url, _exchange(request, endpoint.timeout_s))
+    if not isinstance(payload, dict):
+        raise HttpBackendError(url, "answer is not a JSON object")
+    gpu = payload.get("gpu")
+    if gpu is None:
+        return None
+    if not isinstance(gpu, dict):
+        raise HttpBackendError(url, f"gpu is not an object: {gpu!r}")
+    count = gpu.get("count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise HttpBackendError(url, f"gpu.count is not a count: {count!r}")
+    present = gpu.get("present")
+    vendor = gpu.get("vendor")
+    return GpuTelemetry(
+        present=present if isinstance(present, bool) else None,
+        vendor=vendor if isinstance(vendor, str) else None,
+        count=count,
+        power_watts_total=_watts(url, gpu, "powerWattsTotal"),
+        avg_power_watts_total=_watts(url, gpu, "avgPowerWattsTotal"),
+        cap_applied=_watts(url, gpu, "capWattsPerGpuApplied"),
+        cap_target=_watts(url, gpu, "capWattsPerGpuTarget"),
+        min_cap=_watts(url, gpu, "minCapWattsPerGpu"),
+        max_cap=_watts(url, gpu, "maxCapWattsPerGpu"),
+        default_cap=_watts(url, gpu, "defaultCapWattsPerGpu"),
+    )
+
+
+def post_gpu_cap(endpoint: HttpEndpoint, node: str, watts_per_gpu: float) -> ControlAnswer:
+    """POST ``gpu.set_power_cap_watts``; honours ``result``/``message``/``state``."""
+    url = endpoint.url(node)
+    body = json.dumps(
+        {"node": node, "action": GPU_ACTION, "capWattsPerGpu": watts_per_gpu, "ts": _now_rfc3339()}
+    ).encode()
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    return parse_answer(url, GPU_ACTION, _exchange(request, endpoint.timeout_s))
