@@ -119,3 +119,30 @@ class GpuTickResult:
 
     def status_key(self) -> tuple[str, str, str]:
         return (self.backend.value, self.result.value, self.message)
+
+
+GPU_OBSERVED_KEYS = (
+    "capWattsPerGpu",
+    "capPctOfMax",
+    "targetWattsPerGpu",
+    "requestedWattsPerGpu",
+    "gpuCount",
+    "powerWattsTotal",
+    "controlState",
+    "devices",
+)
+"""Every key ``control.gpu.observed`` may carry; the ones a tick leaves out are nulled in
+the merge patch, so a key observed once does not linger."""
+
+
+def gpu_status(result: GpuTickResult, updated_at: str) -> dict[str, Any]:
+    """``status.control.gpu`` (TelemetryProfile) or ``status.controlStatus.gpu`` (NodeTwin)."""
+    observed: dict[str, Any] = dict.fromkeys(GPU_OBSERVED_KEYS)
+    observed.update(result.observed)
+    return {
+        "backend": result.backend.value,
+        "result": result.result.value,
+        "message": result.message,
+        "observed": observed,
+        "updatedAt": updated_at,
+    }

@@ -30,6 +30,8 @@ class NodeMetrics:
 
     def __init__(self, node: str, registry: CollectorRegistry | None = None) -> None:
         self.node = node
+        self.registry = registry
+        """Where the node's other families (:mod:`agentpool.gpu_metrics`) register too."""
 
         def gauge(name: str, documentation: str, labels: list[str]) -> Gauge:
             return Gauge(

@@ -8,6 +8,7 @@ update), ``restore()`` on graceful stop. It never talks to Kubernetes; the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -19,8 +20,11 @@ from agentpool.backends.cpufreq import CpufreqHost
 from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings
+from agentpool.controller.gpu import GpuController
 from agentpool.controller.throttle import make_controller
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
+from agentpool.gpu_metrics import GpuMetrics
+from agentpool.gpu_model import GpuBackend, GpuTickResult
 from agentpool.hardware import discover
 from agentpool.metrics import NodeMetrics
 from agentpool.model import (
@@ -69,6 +73,9 @@ class NodeController:
         """(endpoint, pct) last posted over HTTP, so RAPL recovery can release it."""
         self._over_message: tuple[tuple[float, int, str], str] | None = None
         """(cap, throttle, reason) and the message of a DVFS hold above the band."""
+        self.gpu = GpuController(
+            settings, node, GpuMetrics(node, metrics.registry), self.originals
+        )
 
     def update(self, inputs: NodeInputs) -> None:
         if (
@@ -90,6 +97,9 @@ class NodeController:
             result = TickResult(
                 result.backend, result.result, f"{result.message} [{note}]", result.observed
             )
+        gpu = self._gpu_tick()
+        if gpu is not None:
+            result = dataclasses.replace(result, gpu=gpu)
         if result.result is Result.ERROR:
             self.metrics.count_error()
         if result.backend is not Backend.DVFS or result.result is Result.ERROR:
@@ -99,6 +109,14 @@ class NodeController:
             self._over_message = None  # a later DVFS episode starts its own message
         self.metrics.reconcile_seconds.observe(max(0.0, self.clock() - started))
         return result
+
+    def _gpu_tick(self) -> GpuTickResult | None:
+        # GPU caps are a concern of their own (agentpool.controller.gpu); whatever they
+        # run into, the CPU side of the tick goes on and the GPU status says what failed.
+        try:
+            return self.gpu.tick(self.inputs, discover(self.inputs.labels))
+        except AgentError as exc:
+            return GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc))
 
     # -- the reconcile, in the order of the contract (section 4) -----------------------------
 
@@ -369,7 +387,7 @@ class NodeController:
         """Put back every host value this controller changed; returns the problems."""
         if self.settings.simulate_only or not self.settings.restore_on_exit:
             return []
-        problems = self.cpufreq.restore() + self.rapl.restore()
+        problems = self.cpufreq.restore() + self.rapl.restore() + self.gpu.restore()
         if not problems:
             self.originals.clear()
         return problems

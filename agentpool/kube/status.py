@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentpool.errors import KubeError, KubeTemporaryError
+from agentpool.gpu_model import gpu_status
 from agentpool.kube.api import KubeApi
 from agentpool.model import TickResult
 from agentpool.retrying import exponential_delay
@@ -65,17 +66,19 @@ def status_body(result: TickResult, stale_keys: frozenset[str] = frozenset()) ->
     """The ``status`` merge patch; keys no longer observed are nulled so they go away."""
     observed: dict[str, Any] = dict.fromkeys(stale_keys)
     observed.update(result.observed)
-    return {
-        "control": {
-            "cpu": {
-                "backend": result.backend.value,
-                "result": result.result.value,
-                "message": result.message,
-                "observed": observed,
-                "updatedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            }
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    control: dict[str, Any] = {
+        "cpu": {
+            "backend": result.backend.value,
+            "result": result.result.value,
+            "message": result.message,
+            "observed": observed,
+            "updatedAt": now,
         }
     }
+    if result.gpu is not None:
+        control["gpu"] = gpu_status(result.gpu, now)
+    return {"control": control}
 
 
 class StatusWriter:

@@ -54,10 +54,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def power_profile(node: str, cap: float | None, profile: str = "eco") -> dict[str, Any]:
+def power_profile(
+    node: str, cap: float | None, profile: str = "eco", gpu_cap: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``gpu_cap`` is the ``spec.gpu.powerCap`` block (``{"capWattsPerGpu": 250}``)."""
     spec: dict[str, Any] = {"nodeName": node, "profile": profile, "policy": {"name": "sim"}}
     if cap is not None:
         spec["cpu"] = {"packagePowerCapWatts": cap}
+    if gpu_cap is not None:
+        spec["gpu"] = {"powerCap": gpu_cap}
     return {
         "apiVersion": "joulie.io/v1alpha1",
         "kind": "NodePowerProfile",
@@ -69,7 +74,8 @@ def power_profile(node: str, cap: float | None, profile: str = "eco") -> dict[st
 def telemetry_profile(
     node: str, sim: PowerSim | None, mode: str = "auto", timeout_s: float = 2.0
 ) -> dict[str, Any]:
-    """HTTP source and control at the power simulator, or host ones when ``sim`` is None."""
+    """HTTP source and controls (CPU and GPU) at the power simulator, or host ones when
+    ``sim`` is None."""
     if sim is None:
         sources: dict[str, Any] = {"cpu": {"type": "host"}}
         controls: dict[str, Any] = {"cpu": {"type": "host"}}
@@ -88,7 +94,11 @@ def telemetry_profile(
                     "timeoutSeconds": timeout_s,
                     "mode": mode,
                 },
-            }
+            },
+            "gpu": {
+                "type": "http",
+                "http": {"endpoint": sim.control_endpoint, "timeoutSeconds": timeout_s},
+            },
         }
     return {
         "apiVersion": "joulie.io/v1alpha1",

@@ -7,9 +7,11 @@ claiming that a cap is applied. The wording lives here, in one place.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 from agentpool.config import Settings
+from agentpool.gpu_model import GpuBackend, GpuTickResult
 from agentpool.model import Backend, Result, TickResult
 
 
@@ -19,6 +21,17 @@ class StatusSink(Protocol):
     def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool: ...
 
     def flush(self, timeout: float) -> bool: ...
+
+
+def with_gpu(result: TickResult, last: TickResult | None) -> TickResult:
+    """The same words for ``control.gpu`` when the node's worker had reported one.
+
+    Otherwise a stopped or restarting node's GPU status would keep claiming its cap.
+    """
+    if last is None or last.gpu is None:
+        return result
+    gpu = GpuTickResult(GpuBackend.NONE, result.result, result.message)
+    return dataclasses.replace(result, gpu=gpu)
 
 
 def _restore_outcome(settings: Settings, problems: tuple[str, ...] | None) -> tuple[Result, str]:

@@ -291,7 +291,8 @@ class Supervisor:
         restart = handle.policy.restarts + 1
         message = "worker for node %s (pid %s) %s: %s; restart %d in %.1fs"
         _node_log(ERROR, node, message, pid, cause, how, restart, delay)
-        self._offer_status(node, statuses.restarting(cause, how, restart, delay))
+        restarting = statuses.restarting(cause, how, restart, delay)
+        self._offer_status(node, statuses.with_gpu(restarting, handle.last_result))
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         self._table_changed = True
@@ -313,6 +314,7 @@ class Supervisor:
         """
         if not self.view.matches_selector(handle.node):
             result = statuses.not_controlled(self.settings, handle.restore_problems)
+            result = statuses.with_gpu(result, handle.last_result)
             self._offer_status(handle.node, result, force=True)
 
     def _forget(self, node: str) -> None:
@@ -465,6 +467,7 @@ class Supervisor:
             self._await_exits(self.clock() + KILL_GRACE_S)
         for node, handle in self.workers.items():
             result = statuses.agent_stopped(self.settings, handle.restore_problems)
+            result = statuses.with_gpu(result, handle.last_result)
             self._offer_status(node, result, force=True)
         if self.status is not None:
             left = deadline - self.clock()

@@ -1,0 +1,254 @@
+"""One node's GPU power caps, tick by tick: HTTP control, or NVML / AMD SMI on the host.
+
+Driven by :class:`~agentpool.controller.node.NodeController` beside the CPU
+reconcile, and never able to stop it: every failure becomes the
+``control.gpu`` status (:class:`GpuTickResult`), never an exception. A node
+whose desired state has no GPU cap reports nothing (``None``: no
+``control.gpu`` at all) until it has had one; after that it reports
+``none``. The desired cap is the same :class:`GpuCap` whichever API it came
+from; this module reads it from the NodePowerProfile (profile API).
+
+Originals (the cap found before the first write) go into the node's journal
+and are put back by :meth:`GpuController.restore` on graceful stop, also by
+a worker restarted after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from agentpool.backends import gpu_http
+from agentpool.backends.amdsmi import AmdSmiGpus
+from agentpool.backends.gpu_host import DeviceOutcome, HostGpus, journal_key, journaled
+from agentpool.backends.nvml import NvmlGpus
+from agentpool.backends.sysfsio import Originals
+from agentpool.config import Settings
+from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
+from agentpool.gpu_metrics import ALL_DEVICES, GpuMetrics
+from agentpool.gpu_model import DeviceLimits, GpuBackend, GpuCap, GpuTickResult, resolve_cap
+from agentpool.gpu_profiles import GpuControlMode, GpuRouting, parse_gpu_routing
+from agentpool.model import ControlType, Hardware, HttpEndpoint, NodeInputs, Result
+from agentpool.profiles import parse_power_profile
+
+log = logging.getLogger(__name__)
+
+HTTP_JOURNAL = "http"
+_SEVERITY = {Result.APPLIED: 0, Result.NONE: 0, Result.BLOCKED: 1, Result.ERROR: 2}
+
+
+class GpuController:
+    """Enforces one node's GPU cap. Not thread safe; one per worker."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        node: str,
+        metrics: GpuMetrics,
+        originals: Originals,
+        host: list[HostGpus] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.node = node
+        self.metrics = metrics
+        self.originals = originals
+        self._nvml = NvmlGpus(originals)
+        self._amd = AmdSmiGpus(originals)
+        self._host_override = host
+        self._active = False
+        self._last_refusal = ""
+        self._http_endpoint: HttpEndpoint | None = None
+        """The GPU control endpoint last posted to: where restore() sends the original."""
+
+    # -- one tick ------------------------------------------------------------------------------
+
+    def tick(self, inputs: NodeInputs, hardware: Hardware) -> GpuTickResult | None:
+        try:
+            cap = self._desired(inputs)
+            routing = parse_gpu_routing(inputs.telemetry_profile)
+        except ProfileError as exc:
+            self._active = True
+            return self._export(GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc)), {})
+        if cap is None:
+            if not self._active:
+                self.metrics.set_backend(None)
+                return None
+            return self._export(
+                GpuTickResult(
+                    GpuBackend.NONE, Result.NONE, "nothing to enforce: no spec.gpu.powerCap"
+                ),
+                {},
+            )
+        self._active = True
+        observed: dict[str, Any] = {
+            "capWattsPerGpu": cap.watts_per_gpu,
+            "capPctOfMax": cap.pct_of_max,
+        }
+        if self.settings.simulate_only:
+            how = "HTTP control" if routing.control is ControlType.HTTP else "host NVML / AMD SMI"
+            log.info(
+                "simulate-only: node %s would cap GPUs at %s via %s", self.node, cap.describe(), how
+            )
+            message = (
+                f"simulate-only: would cap GPUs at {cap.describe()} via {how}; nothing written"
+            )
+            return self._export(GpuTickResult(GpuBackend.NONE, Result.APPLIED, message), {})
+        if routing.control is ControlType.NONE:
+            message = "controls.gpu.type is none in the TelemetryProfile: no GPU control backend"
+            return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message), {})
+        if routing.control is ControlType.HTTP:
+            return self._http(cap, routing, observed)
+        return self._host(cap, hardware, observed)
+
+    def _desired(self, inputs: NodeInputs) -> GpuCap | None:
+        raw = inputs.power_profile
+        if raw is None:
+            return None
+        try:
+            return parse_power_profile(raw).gpu_cap
+        except ProfileError as exc:
+            # A malformed CPU field is the CPU status's to report; a node that had a GPU cap
+            # (or whose GPU block is the malformed part) says so in its GPU status too.
+            if exc.field.startswith("spec.gpu") or self._active:
+                raise
+            return None
+
+    def _export(
+        self, result: GpuTickResult, readings: dict[str, tuple[float | None, float | None]]
+    ) -> GpuTickResult:
+        self.metrics.set_backend(result.backend)
+        self.metrics.set_devices(readings)
+        return result
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def _http(self, cap: GpuCap, routing: GpuRouting, observed: dict[str, Any]) -> GpuTickResult:
+        endpoint = routing.control_http
+        assert endpoint is not None
+        if routing.mode is GpuControlMode.CLOCKS:
+            message = "controls.gpu.http.mode clocks is not implemented: use powercap or auto"
+            return self._export(GpuTickResult(GpuBackend.HTTP, Result.BLOCKED, message), {})
+        telemetry = None
+        if routing.telemetry_http is not None:
+            try:
+                telemetry = gpu_http.read_gpu_telemetry(routing.telemetry_http, self.node)
+            except HttpBackendError as exc:
+                error = GpuTickResult(GpuBackend.HTTP, Result.ERROR, f"GPU telemetry: {exc}")
+                return self._export(error, {})
+        if telemetry is not None and (telemetry.present is False or telemetry.count == 0):
+            message = "no GPU on this node (telemetry: gpu.present false)"
+            return self._export(GpuTickResult(GpuBackend.HTTP, Result.BLOCKED, message), {})
+        limits = None
+        if telemetry is not None and telemetry.min_cap is not None and telemetry.max_cap:
+            limits = DeviceLimits(telemetry.min_cap, telemetry.max_cap, telemetry.default_cap)
+        if limits is None and cap.watts_per_gpu is None:
+            message = (
+                "capPctOfMax needs each GPU's maximum, and the GPU telemetry gives no "
+                "gpu.maxCapWattsPerGpu"
+            )
+            return self._export(GpuTickResult(GpuBackend.HTTP, Result.BLOCKED, message), {})
+        if limits is not None:
+            target, watts = resolve_cap(cap, limits)
+        else:
+            target = watts = cap.watts_per_gpu or 0.0
+        if telemetry is not None:
+            original = telemetry.cap_applied or telemetry.default_cap
+            if original is not None:
+                self.originals.remember(
+                    journal_key(HTTP_JOURNAL, self.node), round(original * 1000)
+                )
+        try:
+            answer = gpu_http.post_gpu_cap(endpoint, self.node, watts)
+        except HttpBackendError as exc:
+            error = GpuTickResult(GpuBackend.HTTP, Result.ERROR, f"GPU control: {exc}")
+            return self._export(error, {})
+        self._http_endpoint = endpoint
+        observed.update({"targetWattsPerGpu": target, "requestedWattsPerGpu": watts})
+        if telemetry is not None:
+            observed.update(
+                {"gpuCount": telemetry.count, "powerWattsTotal": telemetry.power_watts_total}
+            )
+        if answer.state:
+            observed["controlState"] = answer.state  # apart, so it cannot overwrite ours
+        applied = answer.state.get("gpuCapWattsPerGpuApplied")
+        cap_now = applied if isinstance(applied, int | float) else None
+        if cap_now is None and answer.result is Result.APPLIED:
+            cap_now = watts
+        power = telemetry.power_watts_total if telemetry is not None else None
+        result = GpuTickResult(GpuBackend.HTTP, answer.result, answer.message, observed)
+        return self._export(result, {ALL_DEVICES: (cap_now, power)})
+
+    # -- host ----------------------------------------------------------------------------------
+
+    def _backends(self, hardware: Hardware) -> list[HostGpus]:
+        if self._host_override is not None:
+            return self._host_override
+        # NFD labels are hints: an AMD-only node tries AMD SMI first; both are tried anyway.
+        if "AMD" in hardware.gpu_vendors and "NVIDIA" not in hardware.gpu_vendors:
+            return [self._amd, self._nvml]
+        return [self._nvml, self._amd]
+
+    def _host(self, cap: GpuCap, hardware: Hardware, observed: dict[str, Any]) -> GpuTickResult:
+        reasons: list[str] = []
+        for backend in self._backends(hardware):
+            try:
+                outcomes = backend.apply(cap)
+            except GpuUnavailableError as exc:
+                reasons.append(str(exc))
+                continue
+            if not outcomes:
+                reasons.append(f"{backend.kind.value}: no GPU found")
+                continue
+            return self._host_result(backend.kind, cap, outcomes, observed)
+        message = "no GPU to cap on this node: " + "; ".join(reasons)
+        return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message), {})
+
+    def _host_result(
+        self,
+        kind: GpuBackend,
+        cap: GpuCap,
+        outcomes: list[DeviceOutcome],
+        observed: dict[str, Any],
+    ) -> GpuTickResult:
+        observed["devices"] = [o.as_json() for o in outcomes]
+        readings = {str(o.index): (o.applied_watts, o.power_watts) for o in outcomes}
+        applied = [o for o in outcomes if o.result is Result.APPLIED]
+        capped = ", ".join(f"GPU {o.index} {o.applied_watts:g} W" for o in applied)
+        refused = [o for o in outcomes if o.result is not Result.APPLIED]
+        if not refused:
+            message = f"{len(applied)} GPU(s) capped at {cap.describe()}: {capped}"
+            return self._export(GpuTickResult(kind, Result.APPLIED, message, observed), readings)
+        worst = max((o.result for o in refused), key=_SEVERITY.__getitem__)
+        parts = [f"GPU {o.index} ({o.ident}) {o.result.value}: {o.reason}" for o in refused]
+        message = "; ".join(parts)
+        if applied:
+            message += f"; {len(applied)} other GPU(s) capped at {cap.describe()}: {capped}"
+        if message != self._last_refusal:  # once per change, not every tick
+            log.warning("node %s: GPUs not all capped: %s", self.node, message)
+            self._last_refusal = message
+        return self._export(GpuTickResult(kind, worst, message, observed), readings)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def restore(self) -> list[str]:
+        """Put back the original GPU caps (host devices and the HTTP endpoint)."""
+        problems = self._restore_http()
+        for backend in (self._nvml, self._amd):
+            problems += backend.restore()
+        return problems
+
+    def _restore_http(self) -> list[str]:
+        for path, milliwatts in self.originals.items():
+            if journaled(path, HTTP_JOURNAL) != self.node:
+                continue
+            watts = milliwatts / 1000.0
+            if self._http_endpoint is None:
+                return [f"GPU cap {watts:g} W not restored: no GPU control endpoint known"]
+            try:
+                answer = gpu_http.post_gpu_cap(self._http_endpoint, self.node, watts)
+            except HttpBackendError as exc:
+                return [f"GPU cap {watts:g} W not restored: {exc}"]
+            if answer.result is not Result.APPLIED:
+                return [f"GPU cap {watts:g} W not restored: {answer.message}"]
+            self.originals.forget(path)
+        return []

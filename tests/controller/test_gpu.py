@@ -1,0 +1,317 @@
+"""GPU caps of one node (CONTRACT section 9), through NodeController: raw CRs in, statuses out.
+
+HTTP control runs against the power simulator on 127.0.0.1 (real HTTP, GPUs
+simulated); host control runs NVML against the fake libnvidia-ml.so.1 built
+from C (tests/backends/fake_nvml), which stands in for a driver that cannot
+exist on this machine, loaded through nvidia-ml-py's own lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_nvml import FakeGpu, FakeNvml, build, preload
+from prometheus_client import CollectorRegistry
+
+from agentpool.backends.sysfsio import Originals
+from agentpool.config import Settings
+from agentpool.controller.node import NodeController
+from agentpool.gpu_model import GpuBackend, GpuTickResult
+from agentpool.kube.status import status_body
+from agentpool.metrics import NodeMetrics
+from agentpool.model import NodeInputs, Result
+from agentpool.sim.cluster import power_profile, telemetry_profile
+from agentpool.sim.gpumodel import GPU_ACTION, GpuConfig
+from agentpool.sim.powermodel import NodeConfig, RequestKind
+from agentpool.sim.powersim import PowerSim
+
+GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)
+
+
+class Node:
+    """One node's controller, with its own journal and metrics registry."""
+
+    def __init__(self, name: str, tmp: Path, journal: Path | None = None, **settings: Any) -> None:
+        self.name = name
+        self.registry = CollectorRegistry()
+        self.settings = Settings(node_name=name, sysfs_root=str(tmp / "{node}"), **settings)
+        self.controller = NodeController(
+            self.settings,
+            name,
+            NodeMetrics(name, registry=self.registry),
+            Originals(journal or tmp / f"{name}.journal"),
+        )
+
+    def set(self, npp: dict[str, Any] | None, tp: dict[str, Any] | None = None) -> None:
+        self.controller.update(NodeInputs(self.name, power_profile=npp, telemetry_profile=tp))
+
+    def gpu(self) -> GpuTickResult:
+        result = self.controller.tick().gpu
+        assert result is not None
+        return result
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, {"node": self.name, **labels})
+
+
+@pytest.fixture
+def sim() -> Iterator[PowerSim]:
+    with PowerSim(defaults=NodeConfig(noise_watts=0.0)) as s:
+        s.add_node("gpu-0", gpu=GPUS)
+        s.add_node("cpu-0")
+        yield s
+
+
+def gpu_posts(sim: PowerSim, node: str) -> list[Any]:
+    return [
+        r.body["capWattsPerGpu"]
+        for r in sim.requests(node, RequestKind.CONTROL)
+        if r.body.get("action") == GPU_ACTION
+    ]
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+
+def test_http_watts_applied_with_status_and_metrics(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("gpu-0", tmp_path)
+    node.set(
+        power_profile("gpu-0", 150, gpu_cap={"capWattsPerGpu": 250}),
+        telemetry_profile("gpu-0", sim),
+    )
+    gpu = node.gpu()
+    assert (gpu.backend, gpu.result) == (GpuBackend.HTTP, Result.APPLIED)
+    assert gpu.message == "GPU cap set to 250 W per GPU on 4 GPU(s)"
+    assert sim.state("gpu-0").gpu_cap_watts == 250
+    assert sim.state("gpu-0").cap_watts == 150  # the CPU side went on as before
+    assert gpu.observed["controlState"]["gpuCapWattsPerGpuApplied"] == 250
+    assert node.metric("joulie_gpu_power_cap_watts", device="all") == 250
+    assert node.metric("joulie_gpu_backend_mode", backend="http") == 1
+    assert node.metric("joulie_gpu_backend_mode", backend="host-nvidia") == 0
+    body = status_body(node.controller.tick())
+    assert body["control"]["gpu"]["backend"] == "http"
+    assert body["control"]["gpu"]["observed"]["devices"] is None  # nulled: merge patch drops it
+
+
+@pytest.mark.parametrize(
+    ("cap", "posted", "applied"),
+    [
+        ({"capWattsPerGpu": 50}, 100, 100),  # clamped to the devices' minimum
+        ({"capWattsPerGpu": 900}, 400, 400),  # and to their maximum
+        ({"capPctOfMax": 60}, 240, 240),  # percent of each device's maximum
+        ({"capPctOfMax": 60, "capWattsPerGpu": 300}, 300, 300),  # watts win
+    ],
+)
+def test_http_clamping_and_percent(
+    sim: PowerSim, tmp_path: Path, cap: dict[str, Any], posted: float, applied: float
+) -> None:
+    node = Node("gpu-0", tmp_path)
+    node.set(power_profile("gpu-0", None, gpu_cap=cap), telemetry_profile("gpu-0", sim))
+    assert node.gpu().result is Result.APPLIED
+    assert gpu_posts(sim, "gpu-0") == [posted]
+    assert sim.state("gpu-0").gpu_cap_watts == applied
+
+
+def test_http_gpu_less_node_is_blocked_without_a_loop(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("cpu-0", tmp_path)
+    node.set(
+        power_profile("cpu-0", 150, gpu_cap={"capWattsPerGpu": 250}),
+        telemetry_profile("cpu-0", sim),
+    )
+    first, second = node.gpu(), node.gpu()
+    assert (first.result, first.message) == (
+        Result.BLOCKED,
+        "no GPU on this node (telemetry: gpu.present false)",
+    )
+    assert second.status_key() == first.status_key()  # stable: one status write, not a loop
+    assert gpu_posts(sim, "cpu-0") == []  # telemetry said so: nothing posted
+    assert node.metric("joulie_reconcile_errors_total") == 0
+    # Without GPU telemetry the endpoint's own "blocked" answer is honoured.
+    tp = telemetry_profile("cpu-0", sim)
+    tp["spec"]["sources"] = {"cpu": {"type": "host"}}
+    node.set(power_profile("cpu-0", 150, gpu_cap={"capWattsPerGpu": 250}), tp)
+    gpu = node.gpu()
+    assert (gpu.result, gpu.message) == (Result.BLOCKED, "no GPU on this node")
+    assert gpu_posts(sim, "cpu-0") == [250]
+
+
+def test_http_percent_without_the_maximum_is_blocked(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("gpu-0", tmp_path)
+    tp = telemetry_profile("gpu-0", sim)
+    tp["spec"]["sources"] = {"cpu": {"type": "host"}}  # no GPU telemetry: no device maximum
+    node.set(power_profile("gpu-0", None, gpu_cap={"capPctOfMax": 50}), tp)
+    gpu = node.gpu()
+    assert gpu.result is Result.BLOCKED
+    assert "gpu.maxCapWattsPerGpu" in gpu.message
+    assert gpu_posts(sim, "gpu-0") == []
+
+
+def test_http_restore_on_stop(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("gpu-0", tmp_path)
+    node.set(
+        power_profile("gpu-0", None, gpu_cap={"capWattsPerGpu": 200}),
+        telemetry_profile("gpu-0", sim),
+    )
+    node.gpu()
+    assert sim.state("gpu-0").gpu_cap_watts == 200
+    assert node.controller.restore() == []
+    assert sim.state("gpu-0").gpu_cap_watts == 350  # the cap found before the first write
+    assert not (tmp_path / "gpu-0.journal").exists()
+
+
+def test_http_worker_restarted_after_a_crash_restores_the_true_original(
+    sim: PowerSim, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal.json"
+    npp = power_profile("gpu-0", None, gpu_cap={"capWattsPerGpu": 200})
+    first = Node("gpu-0", tmp_path, journal)
+    first.set(npp, telemetry_profile("gpu-0", sim))
+    first.gpu()  # ... and the worker dies here without restoring
+    second = Node("gpu-0", tmp_path, journal)
+    second.set(
+        power_profile("gpu-0", None, gpu_cap={"capWattsPerGpu": 300}),
+        telemetry_profile("gpu-0", sim),
+    )
+    second.gpu()  # the simulator says 200 W now; the journal still says 350
+    assert second.controller.restore() == []
+    assert sim.state("gpu-0").gpu_cap_watts == 350
+
+
+def test_http_error_answer_and_unreachable_endpoint(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("gpu-0", tmp_path)
+    sim.set_behaviour("gpu-0", "error", "board busy", action=GPU_ACTION)
+    node.set(
+        power_profile("gpu-0", 150, gpu_cap={"capWattsPerGpu": 250}),
+        telemetry_profile("gpu-0", sim),
+    )
+    gpu = node.gpu()
+    assert (gpu.result, gpu.message) == (Result.ERROR, "board busy")
+    sim.set_behaviour("gpu-0")
+    sim.set_fault("gpu-0", "5xx", "control")
+    gpu = node.gpu()
+    assert gpu.result is Result.ERROR
+    assert gpu.message.startswith("GPU control: ")
+    assert "HTTP 503" in gpu.message
+
+
+def test_no_gpu_cap_reports_nothing_then_none(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("gpu-0", tmp_path)
+    node.set(power_profile("gpu-0", 150), telemetry_profile("gpu-0", sim))
+    result = node.controller.tick()
+    assert result.gpu is None
+    assert "gpu" not in status_body(result)["control"]
+    assert node.metric("joulie_gpu_backend_mode", backend="http") is None
+    node.set(
+        power_profile("gpu-0", 150, gpu_cap={"capWattsPerGpu": 250}),
+        telemetry_profile("gpu-0", sim),
+    )
+    assert node.gpu().result is Result.APPLIED
+    node.set(power_profile("gpu-0", 150), telemetry_profile("gpu-0", sim))
+    gpu = node.gpu()
+    assert (gpu.result, gpu.message) == (Result.NONE, "nothing to enforce: no spec.gpu.powerCap")
+
+
+def test_malformed_gpu_cap_is_an_error_naming_the_field(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("gpu-0", tmp_path)
+    node.set(
+        power_profile("gpu-0", 150, gpu_cap={"capPctOfMax": 120}), telemetry_profile("gpu-0", sim)
+    )
+    result = node.controller.tick()
+    assert result.gpu is not None
+    assert result.gpu.result is Result.ERROR
+    assert "spec.gpu.powerCap.capPctOfMax" in result.gpu.message
+    # The whole NodePowerProfile is malformed: nothing is written, CPU nor GPU.
+    assert result.result is Result.ERROR
+    assert sim.requests("gpu-0", RequestKind.CONTROL) == []
+
+
+def test_simulate_only_writes_nothing(sim: PowerSim, tmp_path: Path) -> None:
+    node = Node("gpu-0", tmp_path, simulate_only=True)
+    node.set(
+        power_profile("gpu-0", 150, gpu_cap={"capWattsPerGpu": 250}),
+        telemetry_profile("gpu-0", sim),
+    )
+    gpu = node.gpu()
+    assert gpu.result is Result.APPLIED
+    assert gpu.message.startswith("simulate-only: would cap GPUs at 250 W per GPU via HTTP")
+    assert sim.requests("gpu-0", RequestKind.CONTROL) == []
+
+
+# -- host NVML ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    library = build(tmp_path_factory.mktemp("fake-nvml"))
+    preload(library)
+    return library
+
+
+@pytest.fixture
+def nvml(nvml_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    fake = FakeNvml(nvml_library, tmp_path / "nvml-state")
+    fake.write(
+        [
+            FakeGpu("GPU-aaaa", "Fake_A100", 100, 400, 400, power_w=380),
+            FakeGpu("GPU-bbbb", "Fake_L4", 40, 72, 72, power_w=70),
+            FakeGpu("GPU-cccc", "Fake_H100", 200, 700, 700, power_w=600),
+        ]
+    )
+    monkeypatch.setenv("FAKE_NVML_STATE", str(fake.state))
+    return fake
+
+
+def test_host_nvml_caps_every_device_and_restores(nvml: FakeNvml, tmp_path: Path) -> None:
+    node = Node("host-0", tmp_path)
+    node.set(power_profile("host-0", None, gpu_cap={"capWattsPerGpu": 150}))
+    gpu = node.gpu()
+    assert (gpu.backend, gpu.result) == (GpuBackend.HOST_NVIDIA, Result.APPLIED)
+    assert gpu.message == "3 GPU(s) capped at 150 W per GPU: GPU 0 150 W, GPU 1 72 W, GPU 2 200 W"
+    assert nvml.limits() == [150, 72, 200]
+    assert [d["id"] for d in gpu.observed["devices"]] == ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
+    assert node.metric("joulie_gpu_power_cap_watts", device="2") == 200
+    assert node.metric("joulie_gpu_power_watts", device="0") == 150
+    assert node.metric("joulie_gpu_backend_mode", backend="host-nvidia") == 1
+    assert node.controller.restore() == []
+    assert nvml.limits() == [400, 72, 700]
+
+
+def test_host_refusing_device_is_named_and_the_others_capped(
+    nvml: FakeNvml, tmp_path: Path
+) -> None:
+    nvml.set_fail(2, "no_permission")
+    node = Node("host-0", tmp_path)
+    node.set(power_profile("host-0", None, gpu_cap={"capPctOfMax": 50}))
+    gpu = node.gpu()
+    assert gpu.result is Result.BLOCKED
+    assert gpu.message.startswith("GPU 2 (GPU-cccc) blocked: NVML: Insufficient Permissions; ")
+    assert gpu.message.endswith(
+        "2 other GPU(s) capped at 50% of each GPU's maximum: GPU 0 200 W, GPU 1 40 W"
+    )
+    assert nvml.limits() == [200, 40, 700]
+    # A device lost later cannot even say its UUID; the others stay capped.
+    nvml.set_fail(1, "lost")
+    gpu = node.gpu()
+    assert gpu.result is Result.ERROR  # worst of blocked and error
+    assert "GPU 1 (index-1) error: NVML: GPU is lost" in gpu.message
+    assert node.metric("joulie_gpu_power_cap_watts", device="0") == 200
+
+
+def test_host_without_any_gpu_library_is_blocked_not_an_error_loop(
+    nvml: FakeNvml, tmp_path: Path
+) -> None:
+    nvml.set_driver(False)
+    node = Node("host-0", tmp_path)
+    node.set(power_profile("host-0", 120, gpu_cap={"capWattsPerGpu": 150}))
+    first = node.gpu()
+    assert first.result is Result.BLOCKED
+    assert first.message.startswith(
+        "no GPU to cap on this node: NVML unavailable: Driver Not Loaded; AMD SMI"
+    )
+    assert node.gpu().status_key() == first.status_key()
+    assert node.metric("joulie_reconcile_errors_total") == 0
+    nvml.set_driver(True)  # the driver comes back: the next tick caps
+    assert node.gpu().result is Result.APPLIED
