@@ -232,3 +232,18 @@ def test_tty_view_redraws_in_place_and_keeps_the_whole_timeline() -> None:
     text = out.getvalue()
     assert text.count(HOME_CLEAR) == 2
     assert "[t+ 0.0s] event 0" in text[text.index("full timeline:") :]
+
+
+def test_table_has_a_gpu_column_when_a_node_has_gpus() -> None:
+    snap = Snapshot(
+        3.0,
+        [_row("kwok-node-0"), _row("kwok-node-3", gpu="4x250 W"), _row("n", gpu="4x- pending")],
+        [ShardMetrics()],
+    )
+    lines = table(snap)
+    assert lines[0].split()[-1] == "GPU"
+    assert lines[1].split()[-1] == "-"  # a CPU-only node
+    assert lines[2].split()[-2:] == ["4x250", "W"]
+    assert lines[3].split()[-2:] == ["4x-", "pending"]
+    assert plan_nodes(20, seed=0)[3].gpus == 4
+    assert plan_nodes(20, seed=0)[4].gpus == 0

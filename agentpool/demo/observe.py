@@ -81,6 +81,9 @@ class NodeRow:
     throttle_pct: float
     power_w: float
     """What the node draws now, from the power simulator."""
+    gpu: str = ""
+    """GPU column: count x cap the simulator applied, and the GPU result unless applied;
+    empty for CPU-only nodes."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,14 @@ class Snapshot:
         raise KeyError(node)
 
 
+def _gpu_cell(count: int, cap: float | None, status: dict[str, Any]) -> str:
+    if count == 0:
+        return ""
+    text = f"{count}x{cap:g} W" if cap is not None else f"{count}x-"
+    result = status.get("result") or "pending"
+    return text if result == "applied" else f"{text} {result}"
+
+
 def _cpu_status(obj: dict[str, Any]) -> dict[str, Any]:
     cpu: dict[str, Any] = ((obj.get("status") or {}).get("control") or {}).get("cpu") or {}
     return cpu
@@ -111,7 +122,9 @@ def observe(
         labels = cluster.api.get("nodes", node).get("metadata", {}).get("labels") or {}
         spec = cluster.api.get("nodepowerprofiles", node).get("spec") or {}
         cap = (spec.get("cpu") or {}).get("packagePowerCapWatts")
-        status = _cpu_status(cluster.api.get("telemetryprofiles", node))
+        tp = cluster.api.get("telemetryprofiles", node)
+        status = _cpu_status(tp)
+        gpu_status = ((tp.get("status") or {}).get("control") or {}).get("gpu") or {}
         shard = next((i for i, m in enumerate(shards) if node in m.pids), None)
         restarts = next((m.restarts[node] for m in shards if node in m.restarts), None)
         enforced = next((m.caps[node] for m in shards if node in m.caps), None)
@@ -134,6 +147,7 @@ def observe(
                 # What it draws under the throttle and cap in force now; the last
                 # telemetry reading predates the throttle the agent set after it.
                 power_w=power.expected_power_watts,
+                gpu=_gpu_cell(power.config.gpu.count, power.gpu_cap_watts, gpu_status),
             )
         )
     return Snapshot(at, rows, shards)

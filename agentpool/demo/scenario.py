@@ -9,12 +9,14 @@ agent must never learn that it runs in a demo.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import random
 from dataclasses import dataclass
 
 from agentpool.durations import format_duration
 from agentpool.sim.cluster import SimCluster
+from agentpool.sim.gpumodel import GpuConfig
 from agentpool.sim.powermodel import RAPL_ACTION
 
 MANAGED_PREFIX = "kwok-node-"
@@ -40,6 +42,9 @@ class Profile(enum.StrEnum):
 
 
 CAPS: dict[Profile, float] = {Profile.ECO: 120.0, Profile.PERFORMANCE: 200.0}
+GPU_CAPS: dict[Profile, float] = {Profile.ECO: 250.0, Profile.PERFORMANCE: 350.0}
+"""``spec.gpu.powerCap.capWattsPerGpu`` of the GPU nodes, by profile."""
+DEMO_GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=400, load=0.8)
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class NodePlan:
     """The simulator refuses RAPL for this node, so the agent falls back to DVFS."""
     vendor: str
     """NFD CPU vendor label, as Node Feature Discovery would set it."""
+    gpus: int = 0
+    """GPUs in the power simulator (capped per GPU by profile), 0 for CPU-only nodes."""
 
     @property
     def cap(self) -> float:
@@ -78,6 +85,7 @@ def plan_nodes(count: int, seed: int) -> list[NodePlan]:
             load=round(rng.uniform(0.5, 0.9), 2),
             rapl_locked=i % 4 == 2,
             vendor="GenuineIntel" if i % 3 else "AuthenticAMD",
+            gpus=DEMO_GPUS.count if i % 5 == 3 else 0,
         )
         for i in range(count)
     ]
@@ -98,7 +106,8 @@ def plan_nodes(count: int, seed: int) -> list[NodePlan]:
 def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
     """Create every node in the power simulator and the API emulator."""
     for plan in plans:
-        cluster.power.add_node(plan.name, load=plan.load, noise_watts=NOISE_WATTS)
+        gpus = dataclasses.replace(DEMO_GPUS, count=plan.gpus)
+        cluster.power.add_node(plan.name, load=plan.load, noise_watts=NOISE_WATTS, gpu=gpus)
         if plan.rapl_locked:
             cluster.power.set_behaviour(
                 plan.name, "blocked", RAPL_LOCKED_MESSAGE, action=RAPL_ACTION
@@ -114,6 +123,11 @@ def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
                 "feature.node.kubernetes.io/cpu-vendor": plan.vendor,
             },
         )
+        if plan.gpus:
+            gpu_cap = {"capWattsPerGpu": GPU_CAPS[plan.profile]}
+            cluster.api.patch(
+                "nodepowerprofiles", plan.name, {"spec": {"gpu": {"powerCap": gpu_cap}}}
+            )
 
 
 def agent_env(shard: int, shards: int, interval_s: float) -> dict[str, str]:

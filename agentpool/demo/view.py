@@ -86,10 +86,15 @@ def _cells(row: NodeRow) -> list[str]:
 
 
 def table(snap: Snapshot, with_message: bool = False) -> list[str]:
-    """The node table, columns sized to their content."""
-    header = list(COLUMNS) + (["MESSAGE"] if with_message else [])
-    body = [_cells(row) + ([row.message] if with_message else []) for row in snap.rows]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(COLUMNS))]
+    """The node table, columns sized to their content; a GPU column when any node has GPUs."""
+    gpus = any(row.gpu for row in snap.rows)
+    columns = [*COLUMNS, "GPU"] if gpus else list(COLUMNS)
+    header = columns + (["MESSAGE"] if with_message else [])
+    body = [
+        _cells(row) + ([row.gpu or "-"] if gpus else []) + ([row.message] if with_message else [])
+        for row in snap.rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(columns))]
     lines = []
     for cells in [header, *body]:
         parts = [cell.ljust(width) for cell, width in zip(cells, widths, strict=False)]
