@@ -130,6 +130,7 @@ GPU_OBSERVED_KEYS = (
     "powerWattsTotal",
     "controlState",
     "devices",
+    "discovered",
 )
 """Every key ``control.gpu.observed`` may carry; the ones a tick leaves out are nulled in
 the merge patch, so a key observed once does not linger."""

@@ -132,6 +132,8 @@ class NodeInputs:
     telemetry_profile: dict[str, Any] | None = None
     power_profile_note: str | None = None
     """Why this NodePowerProfile was chosen when several target the node."""
+    gpu_allocatable: dict[str, str] = field(default_factory=dict)
+    """The Node's allocatable ``nvidia.com/gpu`` / ``amd.com/gpu`` (GPU discovery)."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from agentpool.backends.nvml import NvmlGpus
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
+from agentpool.gpu_discovery import GpuFacts, discover_gpus
 from agentpool.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.gpu_model import DeviceLimits, GpuBackend, GpuCap, GpuTickResult, resolve_cap
 from agentpool.gpu_profiles import GpuControlMode, GpuRouting, parse_gpu_routing
@@ -57,6 +58,7 @@ class GpuController:
         self._host_override = host
         self._active = False
         self._last_refusal = ""
+        self._facts: GpuFacts | None = None
         self._http_endpoint: HttpEndpoint | None = None
         """The GPU control endpoint last posted to: where restore() sends the original."""
 
@@ -80,9 +82,11 @@ class GpuController:
                 {},
             )
         self._active = True
+        facts = self._discover(inputs, hardware)
         observed: dict[str, Any] = {
             "capWattsPerGpu": cap.watts_per_gpu,
             "capPctOfMax": cap.pct_of_max,
+            "discovered": facts.as_json(),
         }
         if self.settings.simulate_only:
             how = "HTTP control" if routing.control is ControlType.HTTP else "host NVML / AMD SMI"
@@ -98,7 +102,21 @@ class GpuController:
             return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message), {})
         if routing.control is ControlType.HTTP:
             return self._http(cap, routing, observed)
-        return self._host(cap, hardware, observed)
+        return self._host(cap, hardware, observed, facts)
+
+    def _discover(self, inputs: NodeInputs, hardware: Hardware) -> GpuFacts:
+        facts = discover_gpus(inputs.labels, inputs.gpu_allocatable, hardware.gpu_vendors)
+        if facts != self._facts:
+            log.info(
+                "node %s GPUs per the Node: count %s, model %s, vendor %s (from %s)",
+                self.node,
+                facts.count,
+                facts.model or "unknown",
+                facts.vendor or "unknown",
+                facts.source,
+            )
+            self._facts = facts
+        return facts
 
     def _desired(self, inputs: NodeInputs) -> GpuCap | None:
         raw = inputs.power_profile
@@ -188,7 +206,9 @@ class GpuController:
             return [self._amd, self._nvml]
         return [self._nvml, self._amd]
 
-    def _host(self, cap: GpuCap, hardware: Hardware, observed: dict[str, Any]) -> GpuTickResult:
+    def _host(
+        self, cap: GpuCap, hardware: Hardware, observed: dict[str, Any], facts: GpuFacts
+    ) -> GpuTickResult:
         reasons: list[str] = []
         for backend in self._backends(hardware):
             try:
@@ -200,8 +220,13 @@ class GpuController:
                 reasons.append(f"{backend.kind.value}: no GPU found")
                 continue
             return self._host_result(backend.kind, cap, outcomes, observed)
+        if facts.count:
+            reasons.append(f"the Node reports {facts.count} GPU(s) ({facts.source})")
+        elif facts.count == 0:
+            reasons.append(f"the Node reports no GPU ({facts.source})")
         message = "no GPU to cap on this node: " + "; ".join(reasons)
-        return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message), {})
+        result = GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message, observed)
+        return self._export(result, {})
 
     def _host_result(
         self,

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentpool.config import AgentMode, Settings
+from agentpool.gpu_discovery import gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.labels import parse_selector
@@ -104,6 +105,8 @@ class ClusterView:
         self.settings = settings
         self.selector = parse_selector(settings.pool_node_selector)
         self.labels: dict[str, dict[str, str]] = {}
+        self.gpus: dict[str, dict[str, str]] = {}
+        """Per node, the GPU entries of its allocatable (only those: the rest churns)."""
         self.power: dict[str, dict[str, Any]] = {}
         self.telemetry: dict[str, dict[str, Any]] = {}
         self._power_by_node: dict[str, set[str]] = defaultdict(set)
@@ -136,6 +139,7 @@ class ClusterView:
         if resource is Resource.NODES:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             self.labels[name] = {str(k): str(v) for k, v in labels.items()}
+            self.gpus[name] = gpu_allocatable(obj)
         elif resource is Resource.NODE_POWER_PROFILES:
             self.power[name] = _trim(obj)
             if node := _npp_node(obj):
@@ -165,6 +169,8 @@ class ClusterView:
             self._drop(change.resource, name)
         if change.kind == "DELETED":
             self._store(change.resource).pop(name, None)
+            if change.resource is Resource.NODES:
+                self.gpus.pop(name, None)
         else:
             self._put(change.resource, change.obj)
         return affected | self._affected(change.resource, name)
@@ -175,6 +181,8 @@ class ClusterView:
         for name in before:
             affected |= self._affected(resource, name)
         self._store(resource).clear()
+        if resource is Resource.NODES:
+            self.gpus.clear()
         if resource is Resource.NODE_POWER_PROFILES:
             self._power_by_node.clear()
         elif resource is Resource.TELEMETRY_PROFILES:
@@ -236,6 +244,7 @@ class ClusterView:
         return NodeInputs(
             node_name=node,
             labels=dict(self.labels.get(node, {})),
+            gpu_allocatable=dict(self.gpus.get(node, {})),
             power_profile=power,
             telemetry_profile=telemetry,
             power_profile_note=note,

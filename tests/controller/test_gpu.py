@@ -45,8 +45,16 @@ class Node:
             Originals(journal or tmp / f"{name}.journal"),
         )
 
-    def set(self, npp: dict[str, Any] | None, tp: dict[str, Any] | None = None) -> None:
-        self.controller.update(NodeInputs(self.name, power_profile=npp, telemetry_profile=tp))
+    def set(
+        self,
+        npp: dict[str, Any] | None,
+        tp: dict[str, Any] | None = None,
+        allocatable: dict[str, str] | None = None,
+    ) -> None:
+        inputs = NodeInputs(
+            self.name, power_profile=npp, telemetry_profile=tp, gpu_allocatable=allocatable or {}
+        )
+        self.controller.update(inputs)
 
     def gpu(self) -> GpuTickResult:
         result = self.controller.tick().gpu
@@ -315,3 +323,22 @@ def test_host_without_any_gpu_library_is_blocked_not_an_error_loop(
     assert node.metric("joulie_reconcile_errors_total") == 0
     nvml.set_driver(True)  # the driver comes back: the next tick caps
     assert node.gpu().result is Result.APPLIED
+
+
+def test_host_gpu_less_node_says_what_the_node_reports(nvml: FakeNvml, tmp_path: Path) -> None:
+    nvml.set_driver(False)
+    node = Node("host-0", tmp_path)
+    node.set(
+        power_profile("host-0", None, gpu_cap={"capWattsPerGpu": 150}),
+        allocatable={"nvidia.com/gpu": "0"},
+    )
+    gpu = node.gpu()
+    assert gpu.result is Result.BLOCKED
+    assert gpu.message.endswith("; the Node reports no GPU (allocatable)")
+    assert gpu.observed["discovered"] == {
+        "count": 0,
+        "model": None,
+        "vendor": None,
+        "source": "allocatable",
+    }
+    assert node.gpu().message == gpu.message  # the same every tick: one status write
