@@ -10,6 +10,9 @@ the agent subprocess, its workers, the API emulator and HTTP.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +112,27 @@ def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: P
             "none",
             "agent stopped; host limits restored",
         )
+
+
+def worker_pid(metrics: str, node: str) -> int | None:
+    match = re.search(rf'agentpool_worker_pid{{node="{node}"}} (\d+)', metrics)
+    return int(match.group(1)) if match else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_http_gpu_original_survives_a_worker_crash(tmp_path: Path) -> None:
+    with SimCluster(tmp_path) as cluster:
+        cluster.power.add_node("gpu-0", gpu=GpuConfig(count=2, default_watts=350))
+        add(cluster, "gpu-0", {"capWattsPerGpu": 250}, http=True)
+        agent = cluster.start_agent()
+        agent.wait_ready()
+        wait_until(lambda: cluster.power.state("gpu-0").gpu_cap_watts == 250, 30)
+        first = wait_until(lambda: worker_pid(agent.metrics(), "gpu-0"), 30)
+        os.kill(first, signal.SIGKILL)  # dies mid-way, with the GPUs at 250 W
+        wait_until(lambda: worker_pid(agent.metrics(), "gpu-0") not in (None, first), 30)
+        wait_until(lambda: gpu_status(cluster, "gpu-0").get("result") == "applied", 30)
+        assert cluster.power.state("gpu-0").gpu_cap_watts == 250
+        assert agent.terminate() == 0
+        # The restarted worker saw 250 W, but the journal kept the true original.
+        assert cluster.power.state("gpu-0").gpu_cap_watts == 350
