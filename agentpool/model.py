@@ -110,7 +110,7 @@ class Hardware:
     cpu_vendor: str | None = None
     """``GenuineIntel``, ``AuthenticAMD``, another raw vendor id, or None if unknown."""
     gpu_vendors: tuple[str, ...] = ()
-    """Detected and logged only; GPU caps are not enforced."""
+    """From NFD PCI labels: a hint for which host GPU library to try first."""
 
     @property
     def rapl_capable(self) -> bool:
