@@ -65,12 +65,21 @@ class GpuController:
     # -- one tick ------------------------------------------------------------------------------
 
     def tick(self, inputs: NodeInputs, hardware: Hardware) -> GpuTickResult | None:
+        """One tick of the profile API: the cap from the NodePowerProfile, the routing from
+        the TelemetryProfile."""
         try:
             cap = self._desired(inputs)
             routing = parse_gpu_routing(inputs.telemetry_profile)
         except ProfileError as exc:
             self._active = True
             return self._export(GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc)), {})
+        return self.enforce(cap, routing, inputs, hardware)
+
+    def enforce(
+        self, cap: GpuCap | None, routing: GpuRouting, inputs: NodeInputs, hardware: Hardware
+    ) -> GpuTickResult | None:
+        """Enforce an already parsed cap: the part both APIs share (a NodeTwin's
+        ``spec.gpu.powerCap`` parses with :func:`~agentpool.gpu_model.parse_gpu_cap`)."""
         if cap is None:
             if not self._active:
                 self.metrics.set_backend(None)
