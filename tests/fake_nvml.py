@@ -90,7 +90,11 @@ class FakeNvml:
             limit = g.default_w if g.limit_w is None else g.limit_w
             mw = [round(w * 1000) for w in (g.min_w, g.max_w, g.default_w, limit, g.power_w)]
             lines.append(" ".join([g.uuid, g.name, *map(str, mw), g.fail]))
-        self.state.write_text("\n".join(lines) + "\n")
+        # Atomically, as the fake itself writes: a worker reading a half-written file
+        # would see fewer devices or none.
+        partial = self.state.with_name(self.state.name + ".test-tmp")
+        partial.write_text("\n".join(lines) + "\n")
+        os.replace(partial, self.state)
 
     def read(self) -> tuple[bool, list[FakeGpu]]:
         first, *rows = self.state.read_text().split("\n")

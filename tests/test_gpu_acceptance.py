@@ -75,6 +75,8 @@ def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: P
         assert gpu_status(cluster, "cpu-0")["message"] == (
             "no GPU on this node (telemetry: gpu.present false)"
         )
+        # The status is written after the simulator took the cap: wait for it too.
+        wait_until(lambda: gpu_status(cluster, "gpu-1").get("result") == "applied", 30)
         assert gpu_status(cluster, "gpu-1")["backend"] == "http"
 
         # Host: every device at its clamped cap, except the one that refuses, which is named.
@@ -104,7 +106,7 @@ def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: P
 
         # SIGTERM: every device gets its original limit back, HTTP GPUs too.
         assert agent.terminate() == 0
-        assert nvml.limits() == ORIGINAL
+        assert nvml.limits() == ORIGINAL, agent.logs()
         assert power.state("gpu-0").gpu_cap_watts == 350
         assert power.state("gpu-1").gpu_cap_watts == 700
         final = gpu_status(cluster, "host-0")
