@@ -1,11 +1,13 @@
 """Acceptance of GPU power caps (issue 15): the real agent, a pool of HTTP nodes and a host node.
 
 The pool: two GPU nodes and a CPU-only node behind the power simulator
-(HTTP), and one node with host controls whose 4 GPUs are served by the fake
-libnvidia-ml.so.1 (tests/backends/fake_nvml: it stands in for NVIDIA's
-driver, which cannot exist here), found by the agent's worker through
-nvidia-ml-py's own lookup (``LD_LIBRARY_PATH``). Everything else is real:
-the agent subprocess, its workers, the API emulator and HTTP.
+(HTTP), run by a pool agent; and one node with host controls, run by a
+daemonset-mode agent (host GPUs are only ever capped on the node itself),
+whose 4 GPUs are served by the fake libnvidia-ml.so.1 (tests/backends/
+fake_nvml: it stands in for NVIDIA's driver, which cannot exist here), found
+by the agent's worker through nvidia-ml-py's own lookup
+(``LD_LIBRARY_PATH``). Everything else is real: the agent subprocesses,
+their workers, the API emulator and HTTP.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def gpu_status(cluster: SimCluster, node: str) -> dict[str, Any]:
 
 
 def add(cluster: SimCluster, node: str, gpu_cap: dict[str, Any], http: bool) -> None:
-    cluster.api.create("nodes", {"metadata": {"name": node, "labels": {MANAGED: "true"}}})
+    labels = {MANAGED: "true", "control": "http" if http else "host"}
+    cluster.api.create("nodes", {"metadata": {"name": node, "labels": labels}})
     cluster.api.create("nodepowerprofiles", power_profile(node, 150, gpu_cap=gpu_cap))
     tp = telemetry_profile(node, cluster.power if http else None)
     cluster.api.create("telemetryprofiles", tp)
@@ -65,7 +68,12 @@ def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: P
         add(cluster, "gpu-1", {"capPctOfMax": 50}, http=True)
         add(cluster, "cpu-0", {"capWattsPerGpu": 250}, http=True)
         add(cluster, "host-0", {"capWattsPerGpu": 250}, http=False)
-        agent = cluster.start_agent(env={**nvml.env(), "SYSFS_ROOT": str(tmp_path / "sys-{node}")})
+        # The pool agent runs the HTTP nodes; host-0 gets its own daemonset-mode agent. Both
+        # could load the fake NVML: only the one on host-0 may use it.
+        env = {**nvml.env(), "SYSFS_ROOT": str(tmp_path / "sys-{node}")}
+        pool = cluster.start_agent(env={**env, "POOL_NODE_SELECTOR": "control=http"})
+        agent = cluster.start_agent(env={**env, "AGENT_MODE": "daemonset", "NODE_NAME": "host-0"})
+        pool.wait_ready()
         agent.wait_ready()
 
         # HTTP: watts, percent of each device's max, blocked without GPUs.
@@ -102,11 +110,12 @@ def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: P
         metrics = agent.metrics()
         assert 'joulie_gpu_power_cap_watts{device="2",node="host-0"} 420.0' in metrics
         assert 'joulie_gpu_backend_mode{backend="host-nvidia",node="host-0"} 1.0' in metrics
-        assert 'joulie_gpu_power_cap_watts{device="all",node="gpu-0"} 250.0' in metrics
+        assert 'joulie_gpu_power_cap_watts{device="all",node="gpu-0"} 250.0' in pool.metrics()
 
         # SIGTERM: every device gets its original limit back, HTTP GPUs too.
         assert agent.terminate() == 0
         assert nvml.limits() == ORIGINAL, agent.logs()
+        assert pool.terminate() == 0
         assert power.state("gpu-0").gpu_cap_watts == 350
         assert power.state("gpu-1").gpu_cap_watts == 700
         final = gpu_status(cluster, "host-0")

@@ -23,7 +23,7 @@ from agentpool.backends.amdsmi import AmdSmiGpus
 from agentpool.backends.gpu_host import DeviceOutcome, HostGpus, journal_key, journaled
 from agentpool.backends.nvml import NvmlGpus
 from agentpool.backends.sysfsio import Originals
-from agentpool.config import Settings
+from agentpool.config import AgentMode, Settings
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
 from agentpool.gpu_discovery import GpuFacts, discover_gpus
 from agentpool.gpu_metrics import ALL_DEVICES, GpuMetrics
@@ -35,6 +35,10 @@ from agentpool.profiles import parse_power_profile
 log = logging.getLogger(__name__)
 
 HTTP_JOURNAL = "http"
+POOL_HOST = (
+    "host GPU control (NVML / AMD SMI) works only in daemonset mode, on the node itself; "
+    "this pool pod controls the node remotely: set controls.gpu to http"
+)
 _SEVERITY = {Result.APPLIED: 0, Result.NONE: 0, Result.BLOCKED: 1, Result.ERROR: 2}
 
 
@@ -111,6 +115,10 @@ class GpuController:
             return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message), {})
         if routing.control is ControlType.HTTP:
             return self._http(cap, routing, observed)
+        if self.settings.mode is AgentMode.POOL:
+            # The GPUs NVML would see are this pod's own host's, not the node's: a pool
+            # worker must never cap them (sysfs has SYSFS_ROOT per node; NVML has nothing like it).
+            return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, POOL_HOST), {})
         return self._host(cap, hardware, observed, facts)
 
     def _discover(self, inputs: NodeInputs, hardware: Hardware) -> GpuFacts:

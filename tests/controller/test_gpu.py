@@ -17,7 +17,7 @@ from fake_nvml import FakeGpu, FakeNvml, build, preload
 from prometheus_client import CollectorRegistry
 
 from agentpool.backends.sysfsio import Originals
-from agentpool.config import Settings
+from agentpool.config import AgentMode, Settings
 from agentpool.controller.node import NodeController
 from agentpool.gpu_model import GpuBackend, GpuTickResult
 from agentpool.kube.status import status_body
@@ -342,3 +342,13 @@ def test_host_gpu_less_node_says_what_the_node_reports(nvml: FakeNvml, tmp_path:
         "source": "allocatable",
     }
     assert node.gpu().message == gpu.message  # the same every tick: one status write
+
+
+def test_pool_mode_never_caps_the_pods_own_gpus(nvml: FakeNvml, tmp_path: Path) -> None:
+    # A pool worker controls a remote node: NVML here would see the pool pod's host.
+    node = Node("remote-0", tmp_path, mode=AgentMode.POOL)
+    node.set(power_profile("remote-0", None, gpu_cap={"capWattsPerGpu": 150}))
+    gpu = node.gpu()
+    assert (gpu.backend, gpu.result) == (GpuBackend.NONE, Result.BLOCKED)
+    assert gpu.message.startswith("host GPU control (NVML / AMD SMI) works only in daemonset")
+    assert nvml.limits() == [400, 72, 700]
