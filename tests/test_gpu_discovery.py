@@ -9,7 +9,7 @@ import pytest
 from agentpool.config import load_settings
 from agentpool.gpu_discovery import GpuFacts, discover_gpus, gpu_allocatable
 from agentpool.kube.api import Resource
-from agentpool.kube.informer import Change, Snapshot
+from agentpool.kube.informer import Change, Relisted
 from agentpool.supervisor.scope import ClusterView
 
 
@@ -57,7 +57,7 @@ def test_discover(
 
 def test_workers_get_gpu_allocatable_and_other_churn_changes_nothing() -> None:
     view = ClusterView(load_settings({"AGENT_MODE": "pool"}))
-    view.apply(Snapshot(Resource.NODES, [node("g", {"nvidia.com/gpu": "4"})]))
+    view.apply(Relisted(Resource.NODES, [node("g", {"nvidia.com/gpu": "4"})]))
     first = view.inputs_for("g")
     assert first.gpu_allocatable == {"nvidia.com/gpu": "4"}
     # The kubelet rewrites status often; only the GPU entries reach the worker.
