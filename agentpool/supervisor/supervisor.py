@@ -115,6 +115,8 @@ class Supervisor:
         """Nodes whose inputs may differ from what their worker was last sent."""
         self._scope_stale = True
         """Which nodes this pod owns may have changed: reconcile the worker table."""
+        self._awaiting_sync = False
+        """No worker starts before every cache has listed once."""
         self._stopping = False
         self.loop_heartbeat = clock()
 
@@ -172,7 +174,7 @@ class Supervisor:
             self._check_heartbeats(now)
             self._enforce_kill_deadlines(now)
             self._check_lingering(now)
-        if self._scope_stale:
+        if self._scope_stale or (scan and self._awaiting_sync):
             self._reconcile_scope(now)
         if scan:
             self._restart_due(now)
@@ -362,6 +364,12 @@ class Supervisor:
 
     def _reconcile_scope(self, now: float) -> None:
         self._scope_stale = False
+        if not self.synced():
+            # Until every cache has listed, a node may be known without its profiles, and
+            # its worker would fall back to host controls: rescoped at each scan instead.
+            self._awaiting_sync = True
+            return
+        self._awaiting_sync = False
         owned = self.view.owned()
         if self.max_workers is not None and len(owned) > self.max_workers:
             raise CapacityError(

@@ -181,6 +181,8 @@ class Loop:
         self.clock = FakeClock()
         self.launcher = launcher or FakeLauncher()
         self.status = RecordingStatus()
+        self.synced = True
+        """What the supervisor is told of its caches' first listing."""
         self._dirs = tempfile.TemporaryDirectory(prefix="agentpool-loop-")
         metrics, state = (os.path.join(self._dirs.name, d) for d in ("metrics", "state"))
         os.makedirs(metrics)
@@ -192,7 +194,7 @@ class Loop:
             self.status,
             SupervisorCollector(ApiCounters()),
             NodeFiles(metrics, state),
-            lambda: True,
+            lambda: self.synced,
             clock=self.clock,
             loop_period_s=0.01,
         )

@@ -43,6 +43,21 @@ def test_a_node_in_scope_gets_one_worker_with_its_inputs() -> None:
         assert len(loop.launcher.started) == 1
 
 
+def test_no_worker_starts_before_every_cache_has_listed() -> None:
+    with Loop() as loop:
+        loop.synced = False
+        loop.nodes("a")  # the node is known, its profiles not yet: host defaults would apply
+        for _ in range(5):
+            loop.turn()
+        assert loop.launcher.started == []
+        loop.change(Resource.NODE_POWER_PROFILES, power("p-a", "a", 120), "ADDED")
+        loop.synced = True
+        loop.turn()  # no new event needed: the next scan starts it
+        [worker] = loop.launcher.started
+        assert worker.inputs is not None
+        assert worker.inputs.power_profile is not None
+
+
 def test_a_dead_worker_restarts_after_its_backoff_and_the_delay_doubles() -> None:
     with Loop() as loop:
         loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
