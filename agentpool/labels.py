@@ -11,8 +11,9 @@ that does not match must never get a controller. Grammar (as the API server's
     key in (a,b)   key notin (a,b)
     key>3          key<3        (integer comparisons, as the API server allows)
 
-The simulation kit's API emulator uses this same grammar, so agent and
-emulator cannot disagree about what a selector means.
+The simulation kit's API emulator has its own implementation
+(:mod:`agentpool.sim.apiserver.labelselector`), and tests/selector_cases.py
+holds the cases both must get right.
 """
 
 from __future__ import annotations

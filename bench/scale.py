@@ -59,14 +59,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
+from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until, worker_pids
 from agentpool.supervisor.collector import FastMultiProcessCollector
 
 ROOT = Path(__file__).resolve().parents[1]
 ANALYSIS = "## Analysis"
 RESOURCES = ("nodes", "nodepowerprofiles", "telemetryprofiles")
 _RUNNING = re.compile(r'^agentpool_workers\{state="running"\} (\S+)$', re.M)
-_PIDS = re.compile(r'^agentpool_worker_pid\{node="([^"]+)"\} (\S+)$', re.M)
 _RESTARTS = re.compile(r"^agentpool_worker_restarts_total\{[^}]*\} (\S+)$", re.M)
 
 
@@ -328,10 +327,6 @@ def _series_keys(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 
 def _db_files(metrics_dir: str) -> list[str]:
     return [name for name in os.listdir(metrics_dir) if name.endswith(".db")]
-
-
-def worker_pids(text: str) -> dict[str, int]:
-    return {node: int(float(pid)) for node, pid in _PIDS.findall(text)}
 
 
 def step_restarts(agent: AgentProcess, run: Run, opts: Options, metrics_dir: str) -> None:

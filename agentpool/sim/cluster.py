@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import ADMIN, EnvtestServer
@@ -112,6 +114,16 @@ def telemetry_profile(
     }
 
 
+def worker_pids(metrics_text: str) -> dict[str, int]:
+    """node -> pid of its live worker, from the ``agentpool_worker_pid`` series."""
+    pids: dict[str, int] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "agentpool_worker_pid":
+            for sample in family.samples:
+                pids[sample.labels["node"]] = int(sample.value)
+    return pids
+
+
 class AgentProcess:
     """One ``agentpool`` supervisor subprocess and its metrics address."""
 
@@ -141,6 +153,10 @@ class AgentProcess:
 
     def metrics(self) -> str:
         return self.get("/metrics")[1]
+
+    def worker_pids(self) -> dict[str, int]:
+        """node -> pid of its live worker, from the agent's ``/metrics``."""
+        return worker_pids(self.metrics())
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         def ready() -> bool:

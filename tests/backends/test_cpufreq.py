@@ -12,7 +12,7 @@ from agentpool.backends.cpufreq import CpufreqHost, FreqReading, discover_polici
 from agentpool.backends.sysfsio import Originals
 from agentpool.errors import SysfsError
 from agentpool.sim.sysfs import CpufreqSpec, SysfsTree, build, no_rapl, write_value
-from backends.sysfs_helpers import changes, lock, snapshot
+from tests.backends.sysfs_helpers import changes, lock, snapshot
 
 POLICIES = "devices/system/cpu/cpufreq"
 MAX_KHZ = 3_500_000

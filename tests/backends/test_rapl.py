@@ -21,7 +21,7 @@ from agentpool.sim.sysfs import (
     write_value,
 )
 from agentpool.sim.sysfs_live import LiveModel, LiveSysfs
-from backends.sysfs_helpers import changes, lock, snapshot
+from tests.backends.sysfs_helpers import changes, lock, snapshot
 
 POWERCAP = "devices/virtual/powercap/intel-rapl"
 PKG0 = f"{POWERCAP}/intel-rapl:0"

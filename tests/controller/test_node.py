@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends.sysfs_helpers import changes, settings_of, snapshot
 from prometheus_client import CollectorRegistry
 
 from agentpool.config import DvfsControllerKind, DvfsSettings, Settings
@@ -29,6 +28,7 @@ from agentpool.sim.sysfs import (
     read_only_rapl,
 )
 from agentpool.sim.sysfs_live import LiveModel, LiveSysfs
+from tests.backends.sysfs_helpers import changes, settings_of, snapshot
 
 NODE = "worker-0"
 VENDOR = "feature.node.kubernetes.io/cpu-vendor"
