@@ -224,7 +224,7 @@ class NodeController:
                 return TickResult(Backend.RAPL, answer.result, answer.message, observed)
             reason = f"RAPL {answer.result.value}: {answer.message}"
         # Pass this tick's host energy sample on: sampling the meter a second time at the
-        # same instant yields no power, so HTTP control with host telemetry never saw any.
+        # same instant yields no power reading.
         return self._dvfs_tick(cap, routing, observed, reason, sample)
 
     def _post_control(

@@ -51,7 +51,7 @@ from agentpool.sim.gpumodel import GPU_ACTION, GpuConfig, GpuModel
 
 
 class RequestKind(enum.StrEnum):
-    """Which endpoint of CONTRACT section 6 a request hit."""
+    """Which endpoint of the telemetry/control protocol a request hit."""
 
     TELEMETRY = "telemetry"
     # GET /telemetry/{node}
@@ -62,7 +62,7 @@ class RequestKind(enum.StrEnum):
 
 
 class ControlResult(enum.StrEnum):
-    """The ``result`` a control answer carries (CONTRACT section 6)."""
+    """The ``result`` a control answer carries (:mod:`agentpool.backends.http`)."""
 
     APPLIED = "applied"
     # the node's state changed as asked

@@ -64,8 +64,8 @@ class SupervisorCollector(Collector):
     """Collector for the supervisor's series.
 
     Worker RSS and CPU come from psutil, read by a sampler thread every
-    ``sample_every_s``: with 1,000 workers a reading takes tens of
-    milliseconds, which must not land on a scrape (or on the main loop).
+    ``sample_every_s``: a reading visits every worker process, and that time
+    must not land on a scrape (or on the main loop).
     """
 
     def __init__(self, api: ApiCounters, sample_every_s: float = 5.0) -> None:

@@ -1,4 +1,4 @@
-"""HTTP telemetry/control client against real servers on 127.0.0.1 (CONTRACT section 6).
+"""HTTP telemetry/control client against real servers on 127.0.0.1 (agentpool/backends/http.py).
 
 Two servers: the project's PowerSim (what the Joulie simulator speaks, with its
 fault injection), and a tiny scripted ``http.server`` for answers PowerSim never

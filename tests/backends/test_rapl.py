@@ -1,4 +1,4 @@
-"""RAPL host backend against sysfs trees shaped like real machines (CONTRACT sections 4, 5)."""
+"""RAPL host backend against sysfs trees shaped like real machines (rules: backends/rapl.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NodeController end to end (CONTRACT section 4): raw CR JSON in, TickResult and host files out.
+"""NodeController end to end (README "Modes"): raw CR JSON in, TickResult and host files out.
 
 Real sysfs-shaped trees (agentpool.sim.sysfs), energy counters moved by
 LiveSysfs, and the PowerSim HTTP server on 127.0.0.1. The only stand-in is the

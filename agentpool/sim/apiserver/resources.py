@@ -1,7 +1,7 @@
 """The resource types the emulator serves, and the discovery documents about them.
 
 Owns the static table of kinds (core ``nodes`` and the two cluster-scoped
-``joulie.io/v1alpha1`` CRDs of CONTRACT section 3) and the JSON that
+``joulie.io/v1alpha1`` CRDs of README "Custom resources") and the JSON that
 ``/api``, ``/apis``, ``/api/v1``, ``/apis/joulie.io/v1alpha1`` and ``/version``
 answer. Nothing here holds state.
 """
