@@ -10,8 +10,12 @@ and values are validated as label keys and values. Grammar::
     selector    := [ requirement ( "," requirement )* ]
     requirement := [ "!" ] KEY
                  | KEY ( "=" | "==" | "!=" ) VALUE
-                 | KEY ( "in" | "notin" ) "(" VALUE ( "," VALUE )* ")"
+                 | KEY ( "in" | "notin" ) "(" [ VALUE ( "," VALUE )* ] ")"
                  | KEY ( ">" | "<" ) INTEGER
+
+As on kube-apiserver, ``in ()`` is the set holding the empty value, and the
+bound of ``>``/``<`` must be a valid label value as well as an integer (so
+``-1`` is refused).
 
 tests/selector_cases.py holds the cases both implementations must agree on.
 """
@@ -147,14 +151,12 @@ class _Parser:
                 break
             if token != ",":
                 raise LabelSelectorError(f"expected ',' or ')' in a value set, found {token!r}")
-        if not values:
-            raise LabelSelectorError("empty value set")
-        return frozenset(values)
+        return frozenset(values or [""])
 
     def integer(self) -> int:
         token = self.take()
         try:
-            return int(token or "")
+            return int(_value(token or ""))
         except ValueError:
             raise LabelSelectorError(f"expected an integer, found {token!r}") from None
 
