@@ -87,7 +87,7 @@ class Harness:
     def __init__(self, tmp: Path, **settings: Any) -> None:
         self.registry = CollectorRegistry()
         self.clock = Clock()
-        # These tests script Joulie's controller (contract section 5) unless told otherwise.
+        # These tests script Joulie's controller (controller/dvfs.py) unless told otherwise.
         settings.setdefault("dvfs", JOULIE)
         self.settings = Settings(node_name=NODE, sysfs_root=str(tmp / "{node}"), **settings)
         self.root = tmp / NODE
