@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentpool.model import DEFAULT_HTTP_TIMEOUT_S
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import ADMIN, EnvtestServer
@@ -74,7 +75,10 @@ def power_profile(
 
 
 def telemetry_profile(
-    node: str, sim: PowerSim | None, mode: str = "auto", timeout_s: float = 2.0
+    node: str,
+    sim: PowerSim | None,
+    mode: str = "auto",
+    timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
 ) -> dict[str, Any]:
     """HTTP source and controls (CPU and GPU) at the power simulator, or host ones when
     ``sim`` is None."""
