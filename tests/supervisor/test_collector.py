@@ -27,7 +27,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from prometheus_client import values
-    from agentpool.supervisor.worker import metrics_id
+    from agentpool.supervisor.nodefiles import metrics_id
     node, errors, policy, extra = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: metrics_id(node))
     from agentpool.metrics import NodeMetrics
