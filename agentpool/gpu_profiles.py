@@ -16,7 +16,7 @@ from typing import Any
 
 from agentpool.errors import ProfileError
 from agentpool.model import ControlType, HttpEndpoint, SourceType
-from agentpool.profiles import TP, _endpoint, _mapping, _name
+from agentpool.profiles import TP, _endpoint, _mapping, object_name
 
 
 class GpuControlMode(enum.StrEnum):
@@ -53,7 +53,7 @@ def parse_gpu_routing(obj: Mapping[str, Any] | None) -> GpuRouting:
     """The GPU routing of a TelemetryProfile; None (no profile) means host control."""
     if obj is None:
         return GpuRouting()
-    name = _name(obj)
+    name = object_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", TP, name, "spec")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")
