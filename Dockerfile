@@ -15,16 +15,20 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/agentpool
 
 WORKDIR /src
-# The dependencies first, pinned with hashes (refresh: bash scripts/lock); this layer
-# is rebuilt only when the lock changes.
-COPY requirements/runtime.txt ./requirements/
-RUN /opt/agentpool/bin/pip install --no-cache-dir --require-hashes -r requirements/runtime.txt
-# Only what the install needs (see .dockerignore): the package and its metadata.
+# EXTRAS=[sim] adds the simulation kit (the power simulator of docs/deploy.md),
+# EXTRAS=[nvidia,amd] the GPU vendors' bindings (docs/deploy.md).
+ARG EXTRAS=""
+# The dependencies first, pinned with hashes (refresh: bash scripts/lock): runtime.txt
+# holds the runtime and sim dependencies, gpu.txt those plus the GPU bindings. This
+# layer is rebuilt only when a lock or EXTRAS changes.
+COPY requirements/runtime.txt requirements/gpu.txt ./requirements/
+RUN lock=requirements/runtime.txt; \
+    case "${EXTRAS}" in *nvidia*|*amd*) lock=requirements/gpu.txt ;; esac; \
+    /opt/agentpool/bin/pip install --no-cache-dir --require-hashes -r "${lock}"
+# Only what the install needs (see .dockerignore): the package and its metadata; the
+# lock already holds every dependency, so nothing unpinned is installed here.
 COPY setup.py setup.cfg README.md ./
 COPY agentpool ./agentpool
-# EXTRAS=[sim] adds the simulation kit (the power simulator of docs/deploy.md); the
-# lock holds its dependencies too, so nothing unpinned is installed here.
-ARG EXTRAS=""
 RUN /opt/agentpool/bin/pip install --no-cache-dir --no-deps ".${EXTRAS}"
 
 
