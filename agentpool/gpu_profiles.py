@@ -1,7 +1,7 @@
 """Where a node's GPU telemetry comes from and where its GPU controls go (TelemetryProfile).
 
 ``spec.controls.gpu`` and ``spec.sources.gpu`` have the CPU blocks' shape
-(CONTRACT sections 3 and 9). The GPU answer of Joulie's simulator rides in
+(README "Custom resources" and "GPU power caps"). The GPU answer of Joulie's simulator rides in
 the same telemetry document as the CPU one, so without an HTTP
 ``sources.gpu`` the CPU telemetry endpoint is read for the ``gpu`` object.
 Malformed blocks raise :class:`ProfileError` naming the field.
