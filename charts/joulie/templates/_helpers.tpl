@@ -116,6 +116,8 @@ annotations:
 {{- end }}
 - name: LOG_FORMAT
   value: {{ .Values.agent.logFormat | quote }}
+- name: JOULIE_API
+  value: {{ (.Values.joulie).api | default "auto" | quote }}
 - name: SHUTDOWN_TIMEOUT
   value: {{ printf "%ds" (int .Values.agent.shutdownTimeoutSeconds) | quote }}
 - name: PROMETHEUS_MULTIPROC_DIR
