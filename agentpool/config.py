@@ -17,6 +17,8 @@ from typing import TypeVar
 
 from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError
+from agentpool.model import Routing
+from agentpool.routing import GpuRouting, routing_from_env
 from agentpool.sharding import ordinal_from_pod_name
 
 E = TypeVar("E", bound=enum.StrEnum)
@@ -34,6 +36,22 @@ class DvfsControllerKind(enum.StrEnum):
     """Learns the node's power-vs-throttle slope and steps by what the error calls for."""
     JOULIE = "joulie"
     """Joulie's controller (contract section 5): EMA, trip count, cooldown, fixed steps."""
+
+
+class JoulieApi(enum.StrEnum):
+    AUTO = "auto"
+    """NodeTwin when ``nodetwins.joulie.io`` is served, else the profile API (at start)."""
+    NODETWIN = "nodetwin"
+    """Joulie's current API: NodeTwin desired state, NodeHardware published, env routing."""
+    PROFILES = "profiles"
+    """The profile API: NodePowerProfile desired state, TelemetryProfile routing and status."""
+
+
+class StaleAction(enum.StrEnum):
+    RELAX = "relax"
+    """Restore the host values found at start and release an HTTP throttle."""
+    KEEP = "keep"
+    """Keep enforcing the last desired state known."""
 
 
 class LogFormat(enum.StrEnum):
@@ -100,6 +118,19 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("LOG_FORMAT", "text", "text or json"),
     Option("LOG_LEVEL", "info", "debug, info, warning or error"),
+    Option("JOULIE_API", "auto", "auto (NodeTwin if served, else profiles), nodetwin or profiles"),
+    Option("TELEMETRY_CPU_SOURCE", None, "CPU telemetry w/o TelemetryProfile: host, http, none"),
+    Option("TELEMETRY_CPU_HTTP_ENDPOINT", None, "CPU telemetry URL ('{node}' replaced)"),
+    Option("TELEMETRY_CPU_CONTROL", None, "CPU control when no TelemetryProfile: host, http, none"),
+    Option("TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT", None, "CPU control URL ('{node}' replaced)"),
+    Option("TELEMETRY_CPU_CONTROL_MODE", None, "CPU HTTP control mode: auto, rapl or dvfs"),
+    Option("TELEMETRY_GPU_CONTROL", None, "GPU control: host, http or none"),
+    Option("TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", None, "GPU control URL ('{node}' replaced)"),
+    Option("TELEMETRY_HTTP_TIMEOUT_SECONDS", None, "timeout of those HTTP endpoints; default 2"),
+    Option(
+        "SPEC_READ_TIMEOUT", "5m", "act on SPEC_STALE_ACTION when desired state is unconfirmed"
+    ),
+    Option("SPEC_STALE_ACTION", "relax", "relax (restore host values) or keep"),
 )
 
 
@@ -185,6 +216,16 @@ class Settings:
     """Log line format."""
     log_level: str = "info"
     """Logging level name."""
+    joulie_api: JoulieApi = JoulieApi.AUTO
+    """Which Joulie API generation to speak."""
+    routing: Routing = field(default_factory=Routing)
+    """CPU routing from the TELEMETRY_* variables, for nodes no TelemetryProfile targets."""
+    gpu_routing: GpuRouting = field(default_factory=GpuRouting)
+    """GPU control routing from the TELEMETRY_GPU_* variables."""
+    spec_read_timeout_s: float = 300.0
+    """Desired state unconfirmed from the API this long is stale."""
+    spec_stale_action: StaleAction = StaleAction.RELAX
+    """What a worker does with stale desired state."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
@@ -324,7 +365,13 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     sysfs_root = get("SYSFS_ROOT").strip()
     if not sysfs_root:
         raise ConfigError("SYSFS_ROOT", sysfs_root, "expected a directory path")
+    routing, gpu_routing = routing_from_env(values)
     return Settings(
+        joulie_api=_enum("JOULIE_API", get("JOULIE_API"), JoulieApi),
+        routing=routing,
+        gpu_routing=gpu_routing,
+        spec_read_timeout_s=_duration("SPEC_READ_TIMEOUT", get("SPEC_READ_TIMEOUT"), positive=True),
+        spec_stale_action=_enum("SPEC_STALE_ACTION", get("SPEC_STALE_ACTION"), StaleAction),
         mode=mode,
         node_name=node_name,
         reconcile_interval_s=interval,

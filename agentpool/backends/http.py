@@ -69,13 +69,31 @@ def _json(url: str, body: bytes) -> Any:
         raise HttpBackendError(url, f"answer is not JSON: {snippet!r}") from exc
 
 
-def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
-    """Watts from the telemetry endpoint; None when the answer has no reading."""
+def _telemetry(endpoint: HttpEndpoint, node: str) -> tuple[str, dict[str, Any]]:
     url = endpoint.url(node)
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     payload = _json(url, _exchange(request, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
+    return url, payload
+
+
+def read_cpu_maximum(endpoint: HttpEndpoint, node: str) -> float | None:
+    """The node's CPU package maximum, ``cpu.packagePowerMaxWatts`` of the telemetry.
+
+    None when the answer does not carry a positive number: the agent never guesses one.
+    """
+    _, payload = _telemetry(endpoint, node)
+    cpu = payload.get("cpu")
+    value = cpu.get("packagePowerMaxWatts") if isinstance(cpu, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
+    """Watts from the telemetry endpoint; None when the answer has no reading."""
+    url, payload = _telemetry(endpoint, node)
     # On a GPU node the top-level reading is CPU + GPU (Joulie's simulator), so the
     # CPU's own reading wins when the answer has one.
     cpu = payload.get("cpu")

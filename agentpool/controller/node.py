@@ -20,6 +20,7 @@ from agentpool.backends.cpufreq import CpufreqHost
 from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings
+from agentpool.controller import percent
 from agentpool.controller.gpu import GpuController
 from agentpool.controller.throttle import make_controller
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
@@ -39,11 +40,34 @@ from agentpool.model import (
     SourceType,
     TickResult,
 )
-from agentpool.profiles import parse_power_profile, parse_telemetry_profile
+from agentpool.profiles import NT, parse_power_profile, parse_telemetry_profile
 
 log = logging.getLogger(__name__)
 
 NO_BACKEND = "RAPL unavailable, no cpufreq host control, and no HTTP control backend"
+
+
+def _control_setting(routing: Routing) -> str:
+    """Where the CPU control type came from, as a user would look it up."""
+    return "controls.cpu.type" if routing.profile_name is not None else "TELEMETRY_CPU_CONTROL"
+
+
+def _no_control(routing: Routing) -> str:
+    if routing.profile_name is not None:
+        return "controls.cpu.type is none in the TelemetryProfile: no CPU control backend"
+    return "TELEMETRY_CPU_CONTROL is none: no CPU control backend"
+
+
+def _why_none(policy: PowerPolicy | None, inputs: NodeInputs) -> str:
+    if policy is None:
+        kind = NT if inputs.nodetwin_api else "NodePowerProfile"
+        return f"no {kind} targets this node"
+    if policy.kind == NT:
+        return (
+            f"NodeTwin {policy.source!r} sets neither cpu.packagePowerCapWatts "
+            "nor cpu.packagePowerCapPctOfMax"
+        )
+    return f"NodePowerProfile {policy.source!r} sets no cpu.packagePowerCapWatts"
 
 
 class NodeController:
@@ -76,6 +100,8 @@ class NodeController:
         self.gpu = GpuController(
             settings, node, GpuMetrics(node, metrics.registry), self.originals
         )
+        self._max_from_telemetry: float | None = None
+        """The CPU maximum the telemetry endpoint reported, once known (it does not change)."""
 
     def update(self, inputs: NodeInputs) -> None:
         if (
@@ -134,22 +160,42 @@ class NodeController:
             policy = self._policy()
             routing = self._routing()
         except ProfileError as exc:
-            self.metrics.set_cap(None, None)
+            self._clear_caps()
             return TickResult(Backend.NONE, Result.ERROR, str(exc))
         sample = self._sample_host_energy(routing)
-        if policy is None or policy.cap_watts is None:
-            self.metrics.set_cap(None, None)
-            why = (
-                "no NodePowerProfile targets this node"
-                if policy is None
-                else f"NodePowerProfile {policy.source!r} sets no cpu.packagePowerCapWatts"
+        if policy is None or (policy.cap_watts is None and policy.cap_pct is None):
+            self._clear_caps()
+            return TickResult(
+                Backend.NONE, Result.NONE, f"nothing to enforce: {_why_none(policy, self.inputs)}"
             )
-            return TickResult(Backend.NONE, Result.NONE, f"nothing to enforce: {why}")
-        cap = policy.cap_watts
-        self.metrics.set_cap(policy.label, cap)
-        observed: dict[str, Any] = {"capWatts": cap, "profile": policy.profile.value}
+        observed: dict[str, Any] = {"profile": policy.profile.value}
         if sample is not None and sample.total_w is not None:
             observed["packagePowerWatts"] = round(sample.total_w, 3)
+        cap, note = self._cap_watts(policy, routing)
+        if cap is None:
+            assert policy.cap_pct is not None
+            return self._throttle_for_percent(policy.cap_pct, note, routing, hardware, observed)
+        self.metrics.set_cap(policy.label, cap)
+        observed["capWatts"] = cap
+        result = self._enforce(cap, routing, hardware, sample, observed)
+        if note:
+            result = TickResult(
+                result.backend, result.result, f"{note}: {result.message}", observed
+            )
+        return result
+
+    def _clear_caps(self) -> None:
+        self.metrics.set_cap(None, None)
+        self.metrics.set_percent(None, None)
+
+    def _enforce(
+        self,
+        cap: float,
+        routing: Routing,
+        hardware: Hardware,
+        sample: EnergySample | None,
+        observed: dict[str, Any],
+    ) -> TickResult:
         if self.settings.simulate_only:
             plan = self._plan(routing, hardware)
             log.info(
@@ -162,30 +208,99 @@ class NodeController:
                 observed,
             )
         if routing.control is ControlType.NONE:
-            return TickResult(
-                Backend.NONE,
-                Result.BLOCKED,
-                "controls.cpu.type is none in the TelemetryProfile: no CPU control backend",
-                observed,
-            )
+            return TickResult(Backend.NONE, Result.BLOCKED, _no_control(routing), observed)
         if routing.control is ControlType.HTTP:
             return self._http_control(cap, routing, observed, sample)
         return self._host_control(cap, routing, hardware, sample, observed)
 
     def _policy(self) -> PowerPolicy | None:
+        if self.inputs.nodetwin_api:
+            twin = self.inputs.node_twin
+            return parse_power_profile(twin, kind=NT) if twin is not None else None
         raw = self.inputs.power_profile
         return parse_power_profile(raw) if raw is not None else None
 
+    # -- percent of the hardware maximum -------------------------------------------------------
+
+    def _cap_watts(self, policy: PowerPolicy, routing: Routing) -> tuple[float | None, str]:
+        """The cap in watts (watts win over percent) and, for a percent, how it resolved.
+
+        With an unknown maximum the cap is None and the note says why.
+        """
+        if policy.cap_watts is not None:
+            self.metrics.set_percent(None, None)
+            return policy.cap_watts, ""
+        pct = policy.cap_pct
+        assert pct is not None
+        if routing.control is ControlType.HTTP:
+            maximum = percent.http_maximum(self.inputs.hardware_max_w, self._telemetry_max(routing))
+        else:
+            maximum = percent.host_maximum(self.rapl.zones())
+        cap = maximum.resolve(pct)
+        self.metrics.set_percent(pct, maximum.watts)
+        if cap is None:
+            return None, f"maximum unknown ({maximum.source})"
+        return round(
+            cap, 3
+        ), f"{pct:g}% of max {maximum.watts:g} W ({maximum.source}) = {cap:.1f} W"
+
+    def _telemetry_max(self, routing: Routing) -> float | None:
+        if self._max_from_telemetry is None and routing.source_http is not None:
+            try:
+                self._max_from_telemetry = http.read_cpu_maximum(routing.source_http, self.node)
+            except HttpBackendError as exc:
+                log.debug("node %s: no CPU maximum from telemetry: %s", self.node, exc)
+        return self._max_from_telemetry
+
+    def _throttle_for_percent(
+        self,
+        pct: float,
+        why: str,
+        routing: Routing,
+        hardware: Hardware,
+        observed: dict[str, Any],
+    ) -> TickResult:
+        """Percent of an unknown maximum: throttle by ``100 - pct`` instead, and say so."""
+        self.metrics.set_cap(None, None)
+        throttle = percent.throttle_for(pct)
+        observed["throttlePct"] = throttle
+        summary = f"cap {pct:g}% of max: {why}; throttling CPUs by {throttle}% instead"
+        if self.settings.simulate_only:
+            return TickResult(
+                Backend.NONE, Result.APPLIED, f"simulate-only: {summary}; nothing written", observed
+            )
+        if routing.control is ControlType.NONE:
+            return TickResult(Backend.NONE, Result.BLOCKED, _no_control(routing), observed)
+        self.dvfs.reset()  # this throttle is not the DVFS controller's: a later cap starts afresh
+        self.metrics.set_backend(Backend.DVFS)
+        self.metrics.set_dvfs(None, None, throttle, 0, 0)
+        if routing.control is ControlType.HTTP:
+            assert routing.control_http is not None
+            answer = http.post_control(
+                routing.control_http, self.node, http.DVFS_ACTION, 0.0, throttle
+            )
+            self._http_throttle = (routing.control_http.url(self.node), throttle)
+            if answer.result is not Result.APPLIED:
+                summary = f"{answer.message}; {summary}"
+            return TickResult(Backend.DVFS, answer.result, summary, observed)
+        if not self.cpufreq.available():
+            return TickResult(Backend.NONE, Result.BLOCKED, NO_BACKEND, observed)
+        self.cpufreq.apply(throttle)
+        for reading in self.cpufreq.readings():
+            self.metrics.set_cpu_freq(reading.cpu, reading.cur_khz, reading.max_khz)
+        return TickResult(Backend.DVFS, Result.APPLIED, summary, observed)
+
     def _routing(self) -> Routing:
+        """A TelemetryProfile targeting the node wins; else the TELEMETRY_* variables."""
         raw = self.inputs.telemetry_profile
-        return parse_telemetry_profile(raw) if raw is not None else Routing()
+        return parse_telemetry_profile(raw) if raw is not None else self.settings.routing
 
     def _plan(self, routing: Routing, hardware: Hardware) -> str:
         if routing.control is ControlType.HTTP:
             assert routing.control_http is not None
             return f"HTTP control {routing.control_http.url(self.node)} (mode {routing.mode.value})"
         if routing.control is ControlType.NONE:
-            return "no control (controls.cpu.type none)"
+            return f"no control ({_control_setting(routing)} none)"
         zones = [z.label for z in self.rapl.zones() if z.limit_file is not None]
         if zones and hardware.rapl_capable:
             return f"RAPL PL1 on {', '.join(zones)}"
@@ -255,6 +370,7 @@ class NodeController:
             else:
                 self._release_host_throttle()
                 observed["raplLimitsUw"] = applied
+                self.metrics.set_rapl_limits(applied)
                 zones = ", ".join(applied)
                 return TickResult(
                     Backend.RAPL,

@@ -37,6 +37,7 @@ from typing import Any
 
 from agentpool.config import Settings
 from agentpool.errors import CapacityError
+from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
 from agentpool.model import NodeInputs, TickResult
 from agentpool.supervisor import statuses
@@ -92,8 +93,12 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         loop_period_s: float = LOOP_PERIOD_S,
         max_workers: int | None = None,
+        twin_status: StatusSink | None = None,
     ) -> None:
         self.settings = settings
+        self.twin_status = twin_status
+        """Writes NodeTwin ``status.controlStatus`` (NodeTwin API); ``status`` writes
+        TelemetryProfile status (profile API)."""
         self.launch = launch
         self.view = view
         self.status = status
@@ -242,11 +247,13 @@ class Supervisor:
             handle.restore_problems = message.problems
 
     def _offer_status(self, node: str, result: TickResult, force: bool = False) -> None:
-        if self.status is None:
+        target = self.view.status_target(node)
+        if target is None:
             return
-        profile = self.view.telemetry_profile_name(node)
-        if profile is not None:
-            self.status.offer(profile, node, result, force=force)
+        resource, name = target
+        writer = self.twin_status if resource is Resource.NODE_TWINS else self.status
+        if writer is not None:
+            writer.offer(name, node, result, force=force)
 
     # -- deaths ----------------------------------------------------------------------------------
 
@@ -477,9 +484,11 @@ class Supervisor:
             result = statuses.agent_stopped(self.settings, handle.restore_problems)
             result = statuses.with_gpu(result, handle.last_result)
             self._offer_status(node, result, force=True)
-        if self.status is not None:
+        for writer in (self.status, self.twin_status):
+            if writer is None:
+                continue
             left = deadline - self.clock()
-            if not self.status.flush(timeout=max(FINAL_STATUS_MIN_S, left)):
+            if not writer.flush(timeout=max(FINAL_STATUS_MIN_S, left)):
                 log.warning("not every final status was written in time")
         left_over = self._running()
         if left_over:

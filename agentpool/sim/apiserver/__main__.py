@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--kubeconfig", help="write a kubeconfig pointing at the emulator here")
     parser.add_argument(
-        "--shape", default="all", choices=sorted(SHAPES),
+        "--shape", default="profiles", choices=sorted(SHAPES),
         help="which kinds to serve: every one, one Joulie API generation, or no Joulie CRD",
     )
     args = parser.parse_args(argv)

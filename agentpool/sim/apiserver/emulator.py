@@ -37,8 +37,8 @@ class ApiEmulator:
     unmodified ``kubernetes`` client (and kubectl) talks to. It serves core
     ``nodes`` and the cluster-scoped ``joulie.io/v1alpha1`` kinds
     ``nodepowerprofiles``, ``telemetryprofiles``, ``nodetwins`` and
-    ``nodehardwares`` (the last three with ``/status``; ``shape`` limits them
-    to one API generation, see :data:`~.resources.SHAPES`), with
+    ``nodehardwares`` (the last three with ``/status``; ``shape`` says which
+    are served: by default the profile API's, see :data:`~.resources.SHAPES`), with
     real resourceVersion, selector, watch and conflict semantics; see
     :mod:`agentpool.sim.apiserver.server` for what it deliberately ignores.
 
@@ -60,7 +60,7 @@ class ApiEmulator:
         host: str = "127.0.0.1",
         history_limit: int = DEFAULT_HISTORY,
         shutdown_timeout: float = 0.5,
-        shape: str = "all",
+        shape: str = "profiles",
     ) -> None:
         self.served = self._shape(shape)
         """The kinds served now (see :meth:`install`); the others answer 404 as on a
