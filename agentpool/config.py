@@ -127,9 +127,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("TELEMETRY_GPU_CONTROL", None, "GPU control: host, http or none"),
     Option("TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", None, "GPU control URL ('{node}' replaced)"),
     Option("TELEMETRY_HTTP_TIMEOUT_SECONDS", None, "timeout of those HTTP endpoints; default 2"),
-    Option(
-        "SPEC_READ_TIMEOUT", "5m", "act on SPEC_STALE_ACTION when desired state is unconfirmed"
-    ),
+    Option("SPEC_READ_TIMEOUT", "5m", "act on SPEC_STALE_ACTION when desired state is unconfirmed"),
     Option("SPEC_STALE_ACTION", "relax", "relax (restore host values) or keep"),
 )
 

@@ -254,7 +254,9 @@ class KubeApi:
         path = f"/apis/{GROUP}/{VERSION}"
         try:
             response = self._custom.get_api_resources(
-                GROUP, VERSION, _preload_content=False,
+                GROUP,
+                VERSION,
+                _preload_content=False,
                 _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
             )
         except ApiException as exc:
@@ -267,6 +269,4 @@ class KubeApi:
             raise _wrap(exc, f"discover {path}") from exc
         self._on_request("get", "discovery", int(getattr(response, "status", 200) or 200))
         body = _body(response, f"discover {path}")
-        return {
-            str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)
-        }
+        return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}

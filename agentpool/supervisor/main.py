@@ -29,6 +29,7 @@ from agentpool.config import AgentMode, Settings
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Informer
+from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.nodetwin import twin_status_body
 from agentpool.kube.selection import ApiSelector, Selection
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter
@@ -213,6 +214,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         resource=Resource.NODE_TWINS,
         body=twin_status_body,
     )
+    hardware = HardwarePublisher(api)
     readiness = _Readiness([], settings.watch_timeout_s + FRESHNESS_SLACK_S)
     view = ClusterView(settings)
     supervisor = Supervisor(
@@ -225,6 +227,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         readiness.synced,
         max_workers=capacity,
         twin_status=twin_status,
+        hardware=hardware,
     )
     stack.callback(supervisor.close)
 
@@ -232,6 +235,10 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         # Runs once, in the selector's thread, before any informer of the API exists:
         # the loop sees the view's API before the first event that depends on it.
         view.select(selection.api)
+        # Never in simulate-only mode: it promises to write nothing but statuses.
+        hardware.enabled = (
+            Resource.NODE_HARDWARES in selection.resources and not settings.simulate_only
+        )
         informers = _informers(settings, api, supervisor, counters, selection.resources)
         readiness.informers.extend(informers)
         for informer in informers:
@@ -242,7 +249,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack)
     supervisor.install_signal_handlers()
     stack.callback(_stop_all, readiness.informers)
-    services: list[_Service] = [server, collector, status, twin_status, selector]
+    services: list[_Service] = [server, collector, status, twin_status, hardware, selector]
     for component in services:
         component.start()
         stack.callback(component.stop)

@@ -39,6 +39,7 @@ from agentpool.config import Settings
 from agentpool.errors import CapacityError
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
+from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.model import NodeInputs, TickResult
 from agentpool.supervisor import statuses
 from agentpool.supervisor.loopio import LoopIO
@@ -48,6 +49,7 @@ from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport, frame
 from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
 from agentpool.supervisor.statuses import StatusSink
+from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.supervisor.worker_handles import (
     Launch,
     StopReason,
@@ -94,8 +96,11 @@ class Supervisor:
         loop_period_s: float = LOOP_PERIOD_S,
         max_workers: int | None = None,
         twin_status: StatusSink | None = None,
+        hardware: HardwarePublisher | None = None,
     ) -> None:
         self.settings = settings
+        self.hardware = hardware
+        """Publishes NodeHardware (NodeTwin API, once enabled)."""
         self.twin_status = twin_status
         """Writes NodeTwin ``status.controlStatus`` (NodeTwin API); ``status`` writes
         TelemetryProfile status (profile API)."""
@@ -331,6 +336,8 @@ class Supervisor:
         self.workers.pop(node, None)
         self._table_changed = True
         self.files.forget(node)
+        if self.hardware is not None:
+            self.hardware.forget(node)
 
     # -- heartbeats and stops --------------------------------------------------------------------
 
@@ -440,6 +447,15 @@ class Supervisor:
             if handle is None or handle.conn is None or handle.state is WorkerState.STOPPING:
                 continue
             inputs = self.view.inputs_for(node)
+            if self.hardware is not None and self.hardware.enabled and inputs.nodetwin_api:
+                self.hardware.offer(
+                    hardware_inputs(
+                        self.settings,
+                        node,
+                        self.view.node_objects.get(node),
+                        inputs.telemetry_profile,
+                    )
+                )
             handle.unsent = None if inputs == handle.last_sent else inputs
             if handle.unsent is not None:
                 self._set_heartbeat(handle, inputs)

@@ -18,8 +18,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from agentpool.config import Settings
+from agentpool.errors import ProfileError
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
+from agentpool.kube.nodehardware import HardwareInputs
+from agentpool.model import ControlType, SourceType
+from agentpool.profiles import parse_telemetry_profile
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
 
@@ -170,3 +175,29 @@ class TwinView:
     def twin_name(self, node: str) -> str | None:
         twin, _ = self.twin_for(node)
         return _name(twin) if twin is not None else None
+
+
+def hardware_inputs(
+    settings: Settings,
+    node: str,
+    node_object: dict[str, Any] | None,
+    telemetry_profile: dict[str, Any] | None,
+) -> HardwareInputs:
+    """What a node's NodeHardware depends on; sysfs is read only under host control."""
+    routing = settings.routing
+    if telemetry_profile is not None:
+        try:
+            routing = parse_telemetry_profile(telemetry_profile)
+        except ProfileError:
+            pass  # its worker reports the error; publish what labels say meanwhile
+    host = routing.control is ControlType.HOST
+    obj = node_object or {}
+    return HardwareInputs(
+        node=node,
+        labels=dict(obj.get("labels") or {}),
+        capacity=dict(obj.get("capacity") or {}),
+        allocatable=dict(obj.get("allocatable") or {}),
+        sysfs_root=settings.sysfs_root_for(node) if host else None,
+        http_control=routing.control is ControlType.HTTP,
+        http_telemetry=routing.source is SourceType.HTTP,
+    )
