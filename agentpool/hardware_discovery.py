@@ -37,6 +37,8 @@ _GPU_PRODUCT_LABELS = (
     "amd.com/gpu.product",
     "amd.com/gpu.family",
 )
+_CPU_FACTS = {"vendor", "rawModel", "sockets", "totalCores", "capRange", "landmarks"}
+"""CPU keys that are facts about the hardware (not availability flags)."""
 _GPU_RESOURCES = {"nvidia.com/gpu": "NVIDIA", "amd.com/gpu": "AMD"}
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)([KMGTPE]i?|[kmu]?)$")
 _FACTORS = {
@@ -259,7 +261,7 @@ def nodehardware_status(
         warnings.append("CPU cap range or frequency landmarks not found on the host")
     if measured and not inferred:
         overall = "full"
-    elif cpu or status.get("memory"):
+    elif cpu.keys() & _CPU_FACTS or status.get("memory"):
         overall = "partial"
     else:
         overall = "unknown"
