@@ -19,10 +19,11 @@ from agentpool.backends import http
 from agentpool.backends.cpufreq import CpufreqHost
 from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
 from agentpool.backends.sysfsio import Originals
-from agentpool.config import Settings
+from agentpool.config import Settings, StaleAction
 from agentpool.controller import percent
 from agentpool.controller.gpu import GpuController
 from agentpool.controller.throttle import make_controller
+from agentpool.durations import format_duration
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
 from agentpool.gpu_metrics import GpuMetrics
 from agentpool.gpu_model import GpuBackend, GpuTickResult
@@ -100,6 +101,8 @@ class NodeController:
         self.gpu = GpuController(
             settings, node, GpuMetrics(node, metrics.registry), self.originals
         )
+        self._stale = False
+        """The last tick acted on stale desired state."""
         self._max_from_telemetry: float | None = None
         """The CPU maximum the telemetry endpoint reported, once known (it does not change)."""
 
@@ -114,7 +117,7 @@ class NodeController:
     def tick(self) -> TickResult:
         started = self.clock()
         try:
-            result = self._reconcile()
+            result = self._reconcile_unless_stale()
         except AgentError as exc:
             result = TickResult(Backend.NONE, Result.ERROR, str(exc))
         note = self.inputs.power_profile_note
@@ -143,6 +146,60 @@ class NodeController:
             return self.gpu.tick(self.inputs, discover(self.inputs.labels))
         except AgentError as exc:
             return GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc))
+
+    # -- stale desired state (SPEC_READ_TIMEOUT) ---------------------------------------------
+
+    def _reconcile_unless_stale(self) -> TickResult:
+        """Act on SPEC_STALE_ACTION while the desired state is unconfirmed; say so after."""
+        timeout = format_duration(self.settings.spec_read_timeout_s)
+        if self.inputs.spec_stale:
+            self._stale = True
+            why = f"desired state not confirmed from the API for {timeout} (watches failing)"
+            if self.settings.spec_stale_action is StaleAction.RELAX:
+                return self._relax(why)
+            result = self._reconcile()
+            return TickResult(
+                result.backend,
+                result.result,
+                f"{why}; SPEC_STALE_ACTION=keep: {result.message}",
+                result.observed,
+            )
+        result = self._reconcile()
+        if self._stale:
+            self._stale = False
+            log.info("node %s: desired state confirmed again, enforcing it", self.node)
+            result = TickResult(
+                result.backend,
+                result.result,
+                f"desired state confirmed again after a stale period: {result.message}",
+                result.observed,
+            )
+        return result
+
+    def _relax(self, why: str) -> TickResult:
+        """Give the node back what it had before us: host values, no HTTP throttle."""
+        self._clear_caps()
+        self.dvfs.reset()
+        problems: list[str] = []
+        if not self.settings.simulate_only:
+            problems = self.cpufreq.restore() + self.rapl.restore()
+            if self._http_throttle is not None and self._http_throttle[1]:
+                routing = self._routing()
+                if routing.control_http is not None:
+                    try:
+                        http.post_control(routing.control_http, self.node, http.DVFS_ACTION, 0, 0)
+                        self._http_throttle = None
+                    except HttpBackendError as exc:
+                        problems.append(f"releasing the HTTP throttle: {exc}")
+        if problems:
+            return TickResult(
+                Backend.NONE, Result.ERROR, f"{why}; could not relax: {'; '.join(problems)}"
+            )
+        return TickResult(
+            Backend.NONE,
+            Result.NONE,
+            f"{why}; SPEC_STALE_ACTION=relax: host limits restored, throttle released",
+        )
 
     # -- the reconcile, in the order of the contract (section 4) -----------------------------
 

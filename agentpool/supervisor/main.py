@@ -217,6 +217,14 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     hardware = HardwarePublisher(api)
     readiness = _Readiness([], settings.watch_timeout_s + FRESHNESS_SLACK_S)
     view = ClusterView(settings)
+    desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
+
+    def spec_confirmed() -> bool:
+        # Before an API is selected there is no desired state to go stale.
+        return all(
+            i.healthy.is_set() for i in list(readiness.informers) if i.resource in desired
+        )
+
     supervisor = Supervisor(
         settings,
         ForkServerLauncher(ctx, settings, files),
@@ -228,6 +236,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         max_workers=capacity,
         twin_status=twin_status,
         hardware=hardware,
+        spec_confirmed=spec_confirmed,
     )
     stack.callback(supervisor.close)
 

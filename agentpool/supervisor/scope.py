@@ -115,6 +115,8 @@ class ClusterView:
         self.api = JoulieApi.PROFILES
         """The Joulie API in use; set by :meth:`select` before its informers start."""
         self.twins = twinview.TwinView()
+        self.spec_stale = False
+        """The desired-state watch has failed for SPEC_READ_TIMEOUT (set by the supervisor)."""
         self.node_objects: dict[str, dict[str, Any]] = {}
         """NodeTwin API: each node's labels, capacity and allocatable (for NodeHardware)."""
 
@@ -278,6 +280,7 @@ class ClusterView:
                 node_twin=twin,
                 nodetwin_api=True,
                 hardware_max_w=self.twins.hardware_max.get(node),
+                spec_stale=self.spec_stale,
             )
         power, note = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
         telemetry, _ = self._chosen(
@@ -290,4 +293,5 @@ class ClusterView:
             power_profile=power,
             telemetry_profile=telemetry,
             power_profile_note=note,
+            spec_stale=self.spec_stale,
         )

@@ -97,8 +97,12 @@ class Supervisor:
         max_workers: int | None = None,
         twin_status: StatusSink | None = None,
         hardware: HardwarePublisher | None = None,
+        spec_confirmed: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
+        self.spec_confirmed = spec_confirmed
+        """True while the desired-state watch works (SPEC_READ_TIMEOUT counts from the last)."""
+        self._spec_seen = clock()
         self.hardware = hardware
         """Publishes NodeHardware (NodeTwin API, once enabled)."""
         self.twin_status = twin_status
@@ -184,6 +188,7 @@ class Supervisor:
             self._check_heartbeats(now)
             self._enforce_kill_deadlines(now)
             self._check_lingering(now)
+            self._check_spec_freshness(now)
         if self._scope_stale or (scan and self._awaiting_sync):
             self._reconcile_scope(now)
         if scan:
@@ -352,6 +357,26 @@ class Supervisor:
     def _set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
         """The worker is being given ``inputs``; its heartbeat limit follows them."""
         handle.heartbeat_s = heartbeat_limit(self.settings, inputs.telemetry_profile)
+
+    def _check_spec_freshness(self, now: float) -> None:
+        """Mark desired state stale after SPEC_READ_TIMEOUT without a working watch."""
+        if self.spec_confirmed is None:
+            return
+        if self.spec_confirmed():
+            self._spec_seen = now
+        stale = now - self._spec_seen > self.settings.spec_read_timeout_s
+        if stale == self.view.spec_stale:
+            return
+        self.view.spec_stale = stale
+        if stale:
+            log.error(
+                "desired state not confirmed from the API for %.0fs: SPEC_STALE_ACTION=%s",
+                now - self._spec_seen,
+                self.settings.spec_stale_action.value,
+            )
+        else:
+            log.info("desired state confirmed again: enforcing it")
+        self._inputs_changed |= set(self.workers)
 
     def _stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
         handle.state = WorkerState.STOPPING

@@ -204,3 +204,38 @@ def test_http_percent_without_maximum_posts_a_throttle(tmp_path: Path, sim: Powe
     assert actions[1:] == [(RAPL_ACTION, -1), (DVFS_ACTION, 0)]
     assert sim.state(NODE).cap_watts == 260.0
     assert sim.state(NODE).throttle_pct == 0
+
+
+def test_stale_desired_state_relaxes_then_recovers(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root):
+        before = settings_of(h.root)
+        h.set(node_twin=twin(cap=120), nodetwin_api=True)
+        assert h.tick().result is Result.APPLIED
+        assert pl1_watts(h.root, PL1) == [60.0, 60.0]
+        h.set(node_twin=twin(cap=120), nodetwin_api=True, spec_stale=True)
+        result = h.tick()
+        assert (result.backend, result.result) == (Backend.NONE, Result.NONE)
+        assert result.message == (
+            "desired state not confirmed from the API for 5m (watches failing); "
+            "SPEC_STALE_ACTION=relax: host limits restored, throttle released"
+        )
+        assert changes(before, settings_of(h.root)) == {}
+        h.set(node_twin=twin(cap=120), nodetwin_api=True)
+        result = h.tick()
+        assert result.result is Result.APPLIED
+        assert result.message.startswith("desired state confirmed again after a stale period: ")
+        assert pl1_watts(h.root, PL1) == [60.0, 60.0]
+        assert not h.tick().message.startswith("desired state confirmed again")
+
+
+def test_stale_desired_state_kept_when_asked(tmp_path: Path) -> None:
+    from agentpool.config import StaleAction
+
+    h = Harness(tmp_path, spec_stale_action=StaleAction.KEEP)
+    with intel_2socket(h.root):
+        h.set(node_twin=twin(cap=100), nodetwin_api=True, spec_stale=True)
+        result = h.tick()
+        assert result.result is Result.APPLIED
+        assert "SPEC_STALE_ACTION=keep: RAPL PL1 100 W" in result.message
+        assert pl1_watts(h.root, PL1) == [50.0, 50.0]

@@ -18,7 +18,7 @@ import pytest
 from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import AgentProcess, SimCluster, node_twin, wait_until
 
-from .agents import worker_pids
+from .agents import host_cluster, pl1_files, worker_pids
 
 
 def readyz(agent: AgentProcess) -> tuple[int, str]:
@@ -150,4 +150,22 @@ def test_named_api_not_served_is_not_ready() -> None:
         wait_until(
             lambda: "JOULIE_API=profiles but nodepowerprofiles" in readyz(agent)[1], 20
         )
+        assert agent.terminate() == 0
+
+
+def test_stale_desired_state_is_relaxed_while_the_api_is_away_then_enforced_again() -> None:
+    with SimCluster(api="nodetwin") as cluster:
+        template, trees = host_cluster(cluster, ["a", "b"], cap=100)
+        files = pl1_files(trees)
+        originals = {f: f.read_text() for f in files}
+        agent = cluster.start_agent({"SYSFS_ROOT": template, "SPEC_READ_TIMEOUT": "2s"})
+        agent.wait_ready()
+        wait_until(lambda: all(f.read_text().strip() == "50000000" for f in files), 20)
+        cluster.api.stop()
+        wait_until(lambda: all(f.read_text() == originals[f] for f in files), 20)
+        assert "desired state not confirmed from the API" in agent.logs()
+        cluster.api.start()
+        wait_until(lambda: all(f.read_text().strip() == "50000000" for f in files), 30)
+        assert "desired state confirmed again: enforcing it" in agent.logs()
+        wait_until(lambda: cluster.status("a").get("result") == "applied", 20)
         assert agent.terminate() == 0
