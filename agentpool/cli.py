@@ -196,5 +196,32 @@ def demo(
     sys.exit(run_demo(options))
 
 
+@cli.command()
+@click.option(
+    "--sysfs-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="host /sys mount  [env SYSFS_ROOT; default /host-sys, or /sys when that is absent]",
+)
+@click.option("--cap", type=click.FloatRange(min=1), default=None, help="a cap in watts to plan")
+@click.option(
+    "--pct",
+    type=click.FloatRange(min=0, max=100, min_open=True),
+    default=None,
+    help="a cap as percent of the hardware maximum to plan",
+)
+def inspect(sysfs_root: Path | None, cap: float | None, pct: float | None) -> None:
+    """Print what the agent finds on this node and what it would do with a cap; writes nothing."""
+    from agentpool.inspect import report
+
+    if sysfs_root is None:
+        configured = os.environ.get("SYSFS_ROOT", "").strip()
+        if configured and "{node}" not in configured:
+            sysfs_root = Path(configured)
+        else:
+            sysfs_root = Path("/host-sys") if Path("/host-sys").is_dir() else Path("/sys")
+    click.echo(report(sysfs_root, cap, pct), nl=False)
+
+
 def main() -> None:
     cli(prog_name="agentpool")
