@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from agentpool.backends.httpauth import HttpAuthSettings
+from agentpool.backends.httpauth import validate as validate_http_auth
 from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError
 from agentpool.model import Routing
@@ -129,6 +131,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("TELEMETRY_HTTP_TIMEOUT_SECONDS", None, "timeout of those HTTP endpoints; default 2"),
     Option("SPEC_READ_TIMEOUT", "5m", "act on SPEC_STALE_ACTION when desired state is unconfirmed"),
     Option("SPEC_STALE_ACTION", "relax", "relax (restore host values) or keep"),
+    Option("HTTP_CA_BUNDLE", None, "PEM CAs of https endpoints; default: the system store"),
+    Option("HTTP_TOKEN_FILE", None, "bearer token file for https endpoints, re-read on change"),
+    Option("HTTP_CLIENT_CERT", None, "client certificate (PEM) for https endpoints"),
+    Option("HTTP_CLIENT_KEY", None, "its private key (PEM); required with HTTP_CLIENT_CERT"),
 )
 
 
@@ -224,6 +230,8 @@ class Settings:
     """Desired state unconfirmed from the API this long is stale."""
     spec_stale_action: StaleAction = StaleAction.RELAX
     """What a worker does with stale desired state."""
+    http_auth: HttpAuthSettings = field(default_factory=HttpAuthSettings)
+    """CA bundle, token file and client certificate of HTTP endpoints."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
@@ -305,6 +313,10 @@ def _selector(env: str, raw: str) -> str:
     return raw.strip()
 
 
+HTTP_AUTH_VARIABLES = ("HTTP_CA_BUNDLE", "HTTP_TOKEN_FILE", "HTTP_CLIENT_CERT", "HTTP_CLIENT_KEY")
+"""In the order of :class:`HttpAuthSettings`' fields."""
+
+
 def defaults() -> dict[str, str | None]:
     return {opt.env: opt.default for opt in OPTIONS}
 
@@ -364,7 +376,12 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     if not sysfs_root:
         raise ConfigError("SYSFS_ROOT", sysfs_root, "expected a directory path")
     routing, gpu_routing = routing_from_env(values)
+    http_auth = HttpAuthSettings(
+        *((values.get(env) or "").strip() or None for env in HTTP_AUTH_VARIABLES)
+    )
+    validate_http_auth(http_auth)
     return Settings(
+        http_auth=http_auth,
         joulie_api=_enum("JOULIE_API", get("JOULIE_API"), JoulieApi),
         routing=routing,
         gpu_routing=gpu_routing,

@@ -235,6 +235,10 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "TELEMETRY_HTTP_TIMEOUT_SECONDS": "0"}, "TELEMETRY_HTTP_TIMEOUT_SECONDS", "0"),
     ({**POOL, "SPEC_READ_TIMEOUT": "5"}, "SPEC_READ_TIMEOUT", "5"),
     ({**POOL, "SPEC_STALE_ACTION": "panic"}, "SPEC_STALE_ACTION", "panic"),
+    ({**POOL, "HTTP_CA_BUNDLE": "/nonexistent/ca.crt"}, "HTTP_CA_BUNDLE", "/nonexistent/ca.crt"),
+    ({**POOL, "HTTP_TOKEN_FILE": "/nonexistent/token"}, "HTTP_TOKEN_FILE", "/nonexistent/token"),
+    ({**POOL, "HTTP_CLIENT_KEY": "/tls.key"}, "HTTP_CLIENT_CERT", ""),
+    ({**POOL, "HTTP_CLIENT_CERT": "/tls.crt"}, "HTTP_CLIENT_KEY", ""),
 ]
 
 

@@ -85,6 +85,7 @@ class NodeController:
         self.settings = settings
         self.node = node
         self.metrics = metrics
+        http.configure(settings.http_auth)
         self.clock = clock
         root = Path(settings.sysfs_root_for(node))
         self.originals = originals or Originals()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from backends.tls_helpers import https_gateway, make_pki
 
 from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import AgentProcess, SimCluster, node_twin, wait_until
@@ -168,4 +170,32 @@ def test_stale_desired_state_is_relaxed_while_the_api_is_away_then_enforced_agai
         wait_until(lambda: all(f.read_text().strip() == "50000000" for f in files), 30)
         assert "desired state confirmed again: enforcing it" in agent.logs()
         wait_until(lambda: cluster.status("a").get("result") == "applied", 20)
+        assert agent.terminate() == 0
+
+
+def test_agent_against_an_authenticating_https_gateway(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    token = "tok-7f3a9c-never-logged"
+    (tmp_path / "token").write_text(token)
+    with SimCluster(api="nodetwin") as cluster, https_gateway(pki, token) as gw:
+        cluster.add_node("a", cap=150)
+        env = {
+            "TELEMETRY_CPU_SOURCE": "http",
+            "TELEMETRY_CPU_HTTP_ENDPOINT": gw.telemetry,
+            "TELEMETRY_CPU_CONTROL": "http",
+            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": gw.control,
+            "HTTP_CA_BUNDLE": str(pki.ca),
+            "HTTP_TOKEN_FILE": str(tmp_path / "token"),
+        }
+        agent = cluster.start_agent(env)
+        agent.wait_ready()
+        wait_until(lambda: cluster.status("a").get("result") == "applied", 20)
+        assert cluster.status("a")["message"] == "gateway applied the cap"
+        gw.token = "the-gateway-now-wants-another"  # our token is refused from now on
+        wait_until(lambda: cluster.status("a").get("result") == "error", 20)
+        message = cluster.status("a")["message"]
+        assert message.startswith(f"{gw.url}/control/a: HTTP 403 ")
+        assert "refused the agent's credentials" in message
+        everything = agent.logs() + agent.metrics() + json.dumps(cluster.api.list("nodetwins"))
+        assert token not in everything
         assert agent.terminate() == 0
