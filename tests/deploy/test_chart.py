@@ -702,3 +702,35 @@ def test_chart_readme_documents_every_value() -> None:
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     missing = [key for key in leaf_keys(values) if f"`{key}`" not in readme]
     assert missing == []
+
+
+# --- HTTP endpoint credentials ------------------------------------------------
+
+
+@BOTH_MODES
+def test_http_credentials_are_mounted_from_secrets(render: Render, mode: str) -> None:
+    auth = {"caSecret": "bmc-ca", "tokenSecret": "bmc-token", "clientCertSecret": "bmc-client"}
+    workload = agent_workload(render({"agent": {"mode": mode, "httpAuth": auth}}))
+    env = env_of(workload)
+    assert env["HTTP_CA_BUNDLE"] == "/etc/agentpool/http/ca/ca.crt"
+    assert env["HTTP_TOKEN_FILE"] == "/etc/agentpool/http/token/token"
+    assert env["HTTP_CLIENT_CERT"] == "/etc/agentpool/http/client/tls.crt"
+    assert env["HTTP_CLIENT_KEY"] == "/etc/agentpool/http/client/tls.key"
+    pod = workload["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"http-ca": "bmc-ca", "http-token": "bmc-token", "http-client": "bmc-client"}
+    mounts = {m["name"]: m for m in container(workload)["volumeMounts"]}
+    for name in secrets:
+        assert mounts[name]["readOnly"] is True
+        assert "subPath" not in mounts[name]  # a subPath mount would never see a rotation
+        assert env_value_under(env, mounts[name]["mountPath"])
+
+
+def env_value_under(env: dict[str, Any], directory: str) -> bool:
+    return any(isinstance(v, str) and v.startswith(directory + "/") for v in env.values())
+
+
+def test_no_http_credentials_by_default(render: Render) -> None:
+    workload = agent_workload(render())
+    assert not [k for k in env_of(workload) if k.startswith("HTTP_")]
+    assert all("secret" not in v for v in workload["spec"]["template"]["spec"]["volumes"])
