@@ -169,6 +169,13 @@ def _duration_option(ctx: click.Context, param: click.Parameter, value: str | No
     help="the API emulator, or a real kube-apiserver from the envtest binaries in "
     "KUBEBUILDER_ASSETS",
 )
+@click.option(
+    "--api",
+    type=click.Choice(["profiles", "nodetwin"]),
+    default="profiles",
+    show_default=True,
+    help="Joulie API the cluster serves: profiles, or nodetwin (percent caps, NodeHardware)",
+)
 def demo(
     nodes: int,
     shards: int,
@@ -177,6 +184,7 @@ def demo(
     seed: int,
     workdir: Path | None,
     apiserver: str,
+    api: str,
 ) -> None:
     """Run a simulated cluster and the real pool supervisor against it, and watch it work.
 
@@ -192,7 +200,7 @@ def demo(
             find_assets()
         except EnvtestUnavailableError as exc:
             raise click.BadParameter(str(exc), param_hint="--apiserver") from exc
-    options = DemoOptions(nodes, shards, duration, interval or 2.0, seed, workdir, apiserver)
+    options = DemoOptions(nodes, shards, duration, interval or 2.0, seed, workdir, apiserver, api)
     sys.exit(run_demo(options))
 
 
