@@ -40,7 +40,7 @@ def operator_fields(cluster: SimCluster, node: str) -> str:
 
 
 def test_three_shards_enforce_nodetwins_and_publish_nodehardware() -> None:
-    managed = [f"kwok-node-{i}" for i in range(9)] + ["GPU_Node.0"]
+    managed = [f"kwok-node-{i}" for i in range(9)] + ["gpu-node.0.example"]
     with SimCluster(api="nodetwin") as cluster:
         for i, name in enumerate(managed):
             # Watts for some nodes, percent of max (the operator's default) for the others.
@@ -80,13 +80,13 @@ def test_three_shards_enforce_nodetwins_and_publish_nodehardware() -> None:
         assert cluster.status("unmanaged") == {}
         hardware = {h["spec"]["nodeName"]: h for h in cluster.api.list("nodehardwares")}
         assert sorted(hardware) == sorted(managed)
-        assert hardware["GPU_Node.0"]["metadata"]["name"] == "gpu-node-0"
+        assert hardware["gpu-node.0.example"]["metadata"]["name"] == "gpu-node-0-example"
         assert hardware["kwok-node-3"]["status"]["cpu"]["totalCores"] == 64
         assert hardware["kwok-node-3"]["status"]["cpu"]["controlAvailable"] is True
         # Steady state: no NodeHardware write at all, and no NodeTwin write per tick.
-        cluster.api.reset_counters()
+        cluster.emulator.reset_counters()
         time.sleep(3.0)  # three reconcile intervals of 1 s: observing that nothing happens
-        counts = cluster.api.request_counts()
+        counts = cluster.emulator.request_counts()
         assert counts.get(("patch", "nodehardwares/status"), 0) == 0
         assert counts.get(("create", "nodehardwares"), 0) == 0
         assert counts.get(("patch", "nodetwins/status"), 0) <= len(managed)  # heartbeats only
@@ -107,7 +107,7 @@ def test_three_shards_enforce_nodetwins_and_publish_nodehardware() -> None:
 )
 def test_api_selection_in_each_cluster_shape(shape: str, setting: str, chosen: str) -> None:
     with SimCluster(api="nodetwin" if shape == "nodetwin" else "profiles") as cluster:
-        cluster.api.install(shape)
+        cluster.emulator.install(shape)
         cluster.add_node("a", cap=130)  # a NodePowerProfile + TelemetryProfile (profile API)
         if shape == "all":  # and a NodeTwin with another cap
             cluster.api.create("nodetwins", node_twin("a", cap=140))
@@ -125,7 +125,7 @@ def test_api_selection_in_each_cluster_shape(shape: str, setting: str, chosen: s
 
 def test_neither_api_served_is_not_ready_then_recovers_when_crds_arrive() -> None:
     with SimCluster(api="nodetwin") as cluster:
-        cluster.api.install("none")
+        cluster.emulator.install("none")
         cluster.api.create(
             "nodes", {"metadata": {"name": "a", "labels": {"joulie.io/managed": "true"}}}
         )
@@ -139,7 +139,7 @@ def test_neither_api_served_is_not_ready_then_recovers_when_crds_arrive() -> Non
         time.sleep(2.5)  # two retries: observing that the agent neither exits nor spams
         assert agent.process.poll() is None
         assert agent.logs().count("not ready: neither nodetwins.joulie.io") == 1
-        cluster.api.install("nodetwin")
+        cluster.emulator.install("nodetwin")
         cluster.api.create("nodetwins", node_twin("a", cap=111))
         agent.wait_ready(30)
         wait_until(lambda: cluster.power.state("a").cap_watts == 111.0, 20)
@@ -163,10 +163,10 @@ def test_stale_desired_state_is_relaxed_while_the_api_is_away_then_enforced_agai
         agent = cluster.start_agent({"SYSFS_ROOT": template, "SPEC_READ_TIMEOUT": "2s"})
         agent.wait_ready()
         wait_until(lambda: all(f.read_text().strip() == "50000000" for f in files), 20)
-        cluster.api.stop()
+        cluster.emulator.stop()
         wait_until(lambda: all(f.read_text() == originals[f] for f in files), 20)
         assert "desired state not confirmed from the API" in agent.logs()
-        cluster.api.start()
+        cluster.emulator.start()
         wait_until(lambda: all(f.read_text().strip() == "50000000" for f in files), 30)
         assert "desired state confirmed again: enforcing it" in agent.logs()
         wait_until(lambda: cluster.status("a").get("result") == "applied", 20)
