@@ -160,15 +160,17 @@ def test_stale_desired_state_is_relaxed_while_the_api_is_away_then_enforced_agai
         template, trees = host_cluster(cluster, ["a", "b"], cap=100)
         files = pl1_files(trees)
         originals = {f: f.read_text() for f in files}
-        agent = cluster.start_agent({"SYSFS_ROOT": template, "SPEC_READ_TIMEOUT": "2s"})
+        env = {"SYSFS_ROOT": template, "SPEC_READ_TIMEOUT": "3s", "WATCH_TIMEOUT": "1s"}
+        agent = cluster.start_agent(env)
         agent.wait_ready()
         wait_until(lambda: all(f.read_text().strip() == "50000000" for f in files), 20)
-        cluster.emulator.stop()
-        wait_until(lambda: all(f.read_text() == originals[f] for f in files), 20)
+        # Every NodeTwin request fails from now on: the watch ends (1 s) and cannot resume.
+        cluster.emulator.inject(resource="nodetwins", fault="500", times=None)
+        wait_until(lambda: all(f.read_text() == originals[f] for f in files), 30)
         assert "desired state not confirmed from the API" in agent.logs()
-        cluster.emulator.start()
+        cluster.emulator.clear_faults()
         wait_until(lambda: all(f.read_text().strip() == "50000000" for f in files), 30)
-        assert "desired state confirmed again: enforcing it" in agent.logs()
+        wait_until(lambda: "desired state confirmed again: enforcing it" in agent.logs(), 10)
         wait_until(lambda: cluster.status("a").get("result") == "applied", 20)
         assert agent.terminate() == 0
 
