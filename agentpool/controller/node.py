@@ -22,6 +22,7 @@ from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings, StaleAction
 from agentpool.controller import percent
 from agentpool.controller.gpu import GpuController
+from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.throttle import make_controller
 from agentpool.durations import format_duration
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
@@ -46,29 +47,6 @@ from agentpool.profiles import NT, parse_power_profile, parse_telemetry_profile
 log = logging.getLogger(__name__)
 
 NO_BACKEND = "RAPL unavailable, no cpufreq host control, and no HTTP control backend"
-
-
-def _control_setting(routing: Routing) -> str:
-    """Where the CPU control type came from, as a user would look it up."""
-    return "controls.cpu.type" if routing.profile_name is not None else "TELEMETRY_CPU_CONTROL"
-
-
-def _no_control(routing: Routing) -> str:
-    if routing.profile_name is not None:
-        return "controls.cpu.type is none in the TelemetryProfile: no CPU control backend"
-    return "TELEMETRY_CPU_CONTROL is none: no CPU control backend"
-
-
-def _why_none(policy: PowerPolicy | None, inputs: NodeInputs) -> str:
-    if policy is None:
-        kind = NT if inputs.nodetwin_api else "NodePowerProfile"
-        return f"no {kind} targets this node"
-    if policy.kind == NT:
-        return (
-            f"NodeTwin {policy.source!r} sets neither cpu.packagePowerCapWatts "
-            "nor cpu.packagePowerCapPctOfMax"
-        )
-    return f"NodePowerProfile {policy.source!r} sets no cpu.packagePowerCapWatts"
 
 
 class NodeController:
@@ -224,7 +202,7 @@ class NodeController:
         if policy is None or (policy.cap_watts is None and policy.cap_pct is None):
             self._clear_caps()
             return TickResult(
-                Backend.NONE, Result.NONE, f"nothing to enforce: {_why_none(policy, self.inputs)}"
+                Backend.NONE, Result.NONE, f"nothing to enforce: {why_none(policy, self.inputs)}"
             )
         observed: dict[str, Any] = {"profile": policy.profile.value}
         if sample is not None and sample.total_w is not None:
@@ -266,7 +244,7 @@ class NodeController:
                 observed,
             )
         if routing.control is ControlType.NONE:
-            return TickResult(Backend.NONE, Result.BLOCKED, _no_control(routing), observed)
+            return TickResult(Backend.NONE, Result.BLOCKED, no_control(routing), observed)
         if routing.control is ControlType.HTTP:
             return self._http_control(cap, routing, observed, sample)
         return self._host_control(cap, routing, hardware, sample, observed)
@@ -328,7 +306,7 @@ class NodeController:
                 Backend.NONE, Result.APPLIED, f"simulate-only: {summary}; nothing written", observed
             )
         if routing.control is ControlType.NONE:
-            return TickResult(Backend.NONE, Result.BLOCKED, _no_control(routing), observed)
+            return TickResult(Backend.NONE, Result.BLOCKED, no_control(routing), observed)
         self.dvfs.reset()  # this throttle is not the DVFS controller's: a later cap starts afresh
         self.metrics.set_backend(Backend.DVFS)
         self.metrics.set_dvfs(None, None, throttle, 0, 0)
@@ -358,7 +336,7 @@ class NodeController:
             assert routing.control_http is not None
             return f"HTTP control {routing.control_http.url(self.node)} (mode {routing.mode.value})"
         if routing.control is ControlType.NONE:
-            return f"no control ({_control_setting(routing)} none)"
+            return f"no control ({control_setting(routing)} none)"
         zones = [z.label for z in self.rapl.zones() if z.limit_file is not None]
         if zones and hardware.rapl_capable:
             return f"RAPL PL1 on {', '.join(zones)}"
