@@ -20,11 +20,10 @@ from agentpool.backends.cpufreq import CpufreqHost
 from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings, StaleAction
-from agentpool.controller import percent
+from agentpool.controller import percent, stale
 from agentpool.controller.gpu import GpuController
 from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.throttle import make_controller
-from agentpool.durations import format_duration
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
 from agentpool.gpu_metrics import GpuMetrics
 from agentpool.gpu_model import GpuBackend, GpuTickResult
@@ -82,8 +81,7 @@ class NodeController:
         )
         self._stale = False
         """The last tick acted on stale desired state."""
-        self._max_from_telemetry: float | None = None
-        """The CPU maximum the telemetry endpoint reported, once known (it does not change)."""
+        self._maxima = percent.TelemetryMaximum(node)
 
     def update(self, inputs: NodeInputs) -> None:
         if (
@@ -130,55 +128,26 @@ class NodeController:
 
     def _reconcile_unless_stale(self) -> TickResult:
         """Act on SPEC_STALE_ACTION while the desired state is unconfirmed; say so after."""
-        timeout = format_duration(self.settings.spec_read_timeout_s)
+        timeout = self.settings.spec_read_timeout_s
         if self.inputs.spec_stale:
             self._stale = True
-            why = f"desired state not confirmed from the API for {timeout} (watches failing)"
-            if self.settings.spec_stale_action is StaleAction.RELAX:
-                return self._relax(why)
-            result = self._reconcile()
-            return TickResult(
-                result.backend,
-                result.result,
-                f"{why}; SPEC_STALE_ACTION=keep: {result.message}",
-                result.observed,
-            )
+            if self.settings.spec_stale_action is StaleAction.KEEP:
+                return stale.kept(self._reconcile(), timeout)
+            self._clear_caps()
+            self.dvfs.reset()
+            if self.settings.simulate_only:
+                return stale.relaxed_simulated(timeout)
+            routing = self._routing()
+            throttled = self._http_throttle is not None and self._http_throttle[1] > 0
+            self._http_throttle = None
+            endpoint = routing.control_http if throttled else None
+            return stale.relax(self.node, self.cpufreq, self.rapl, endpoint, timeout)
         result = self._reconcile()
         if self._stale:
             self._stale = False
             log.info("node %s: desired state confirmed again, enforcing it", self.node)
-            result = TickResult(
-                result.backend,
-                result.result,
-                f"desired state confirmed again after a stale period: {result.message}",
-                result.observed,
-            )
+            result = stale.confirmed_again(result)
         return result
-
-    def _relax(self, why: str) -> TickResult:
-        """Give the node back what it had before us: host values, no HTTP throttle."""
-        self._clear_caps()
-        self.dvfs.reset()
-        problems: list[str] = []
-        if not self.settings.simulate_only:
-            problems = self.cpufreq.restore() + self.rapl.restore()
-            if self._http_throttle is not None and self._http_throttle[1]:
-                routing = self._routing()
-                if routing.control_http is not None:
-                    try:
-                        http.post_control(routing.control_http, self.node, http.DVFS_ACTION, 0, 0)
-                        self._http_throttle = None
-                    except HttpBackendError as exc:
-                        problems.append(f"releasing the HTTP throttle: {exc}")
-        if problems:
-            return TickResult(
-                Backend.NONE, Result.ERROR, f"{why}; could not relax: {'; '.join(problems)}"
-            )
-        return TickResult(
-            Backend.NONE,
-            Result.NONE,
-            f"{why}; SPEC_STALE_ACTION=relax: host limits restored, throttle released",
-        )
 
     # -- the reconcile, in the order of the contract (section 4) -----------------------------
 
@@ -259,34 +228,19 @@ class NodeController:
     # -- percent of the hardware maximum -------------------------------------------------------
 
     def _cap_watts(self, policy: PowerPolicy, routing: Routing) -> tuple[float | None, str]:
-        """The cap in watts (watts win over percent) and, for a percent, how it resolved.
-
-        With an unknown maximum the cap is None and the note says why.
-        """
+        """The cap in watts (watts win over percent) and, for a percent, how it resolved."""
         if policy.cap_watts is not None:
             self.metrics.set_percent(None, None)
             return policy.cap_watts, ""
-        pct = policy.cap_pct
-        assert pct is not None
+        assert policy.cap_pct is not None
         if routing.control is ControlType.HTTP:
-            maximum = percent.http_maximum(self.inputs.hardware_max_w, self._telemetry_max(routing))
+            maximum = percent.http_maximum(
+                self.inputs.hardware_max_w, self._maxima.from_telemetry(routing.source_http)
+            )
         else:
             maximum = percent.host_maximum(self.rapl.zones())
-        cap = maximum.resolve(pct)
-        self.metrics.set_percent(pct, maximum.watts)
-        if cap is None:
-            return None, f"maximum unknown ({maximum.source})"
-        return round(
-            cap, 3
-        ), f"{pct:g}% of max {maximum.watts:g} W ({maximum.source}) = {cap:.1f} W"
-
-    def _telemetry_max(self, routing: Routing) -> float | None:
-        if self._max_from_telemetry is None and routing.source_http is not None:
-            try:
-                self._max_from_telemetry = http.read_cpu_maximum(routing.source_http, self.node)
-            except HttpBackendError as exc:
-                log.debug("node %s: no CPU maximum from telemetry: %s", self.node, exc)
-        return self._max_from_telemetry
+        self.metrics.set_percent(policy.cap_pct, maximum.watts)
+        return percent.describe(policy.cap_pct, maximum)
 
     def _throttle_for_percent(
         self,

@@ -18,10 +18,16 @@ reason, and the controller falls back to throttling by ``100 - pct`` percent
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from agentpool.backends import http
 from agentpool.backends.rapl import PackageZone
 from agentpool.backends.sysfsio import try_read_int
+from agentpool.errors import HttpBackendError
+from agentpool.model import HttpEndpoint
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,3 +79,28 @@ def http_maximum(hardware_w: float | None, telemetry_w: float | None) -> Maximum
 def throttle_for(pct: float) -> int:
     """The throttle that stands in for ``pct`` of an unknown maximum: ``100 - pct``."""
     return max(0, min(100, round(100.0 - pct)))
+
+
+def describe(pct: float, maximum: Maximum) -> tuple[float | None, str]:
+    """The cap in watts (None: maximum unknown) and the status note saying how or why not."""
+    cap = maximum.resolve(pct)
+    if cap is None:
+        return None, f"maximum unknown ({maximum.source})"
+    note = f"{pct:g}% of max {maximum.watts:g} W ({maximum.source}) = {cap:.1f} W"
+    return round(cap, 3), note
+
+
+class TelemetryMaximum:
+    """The CPU maximum a node's telemetry reports, asked until known (it does not change)."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
+        self._watts: float | None = None
+
+    def from_telemetry(self, endpoint: HttpEndpoint | None) -> float | None:
+        if self._watts is None and endpoint is not None:
+            try:
+                self._watts = http.read_cpu_maximum(endpoint, self._node)
+            except HttpBackendError as exc:
+                log.debug("node %s: no CPU maximum from telemetry: %s", self._node, exc)
+        return self._watts
