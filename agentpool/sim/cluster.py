@@ -353,7 +353,11 @@ class SimCluster:
         if self._emulator is not None:
             self._emulator.stop()
         elif self.server is not None:
-            self.server.api().wipe(KINDS)
+            admin = self.server.api()
+            admin.wipe(KINDS)
+            if self.shape != "all":
+                # Leave the shared server as it was given to us: every chart CRD served.
+                install_shape(admin, "all")
         self.power.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
