@@ -113,7 +113,6 @@ class ApiSelector:
             outcome = self._attempt()
             if isinstance(outcome, Selection):
                 self.selection = outcome
-                self.problem = None
                 log.info(
                     "Joulie API: %s (JOULIE_API=%s); watching %s",
                     outcome.api.value,
@@ -121,6 +120,8 @@ class ApiSelector:
                     ", ".join(r.value for r in outcome.resources),
                 )
                 self._on_selected(outcome)
+                # Only now: readiness must never see "selected" before the informers exist.
+                self.problem = None
                 self.selected.set()
                 return
             self.problem = outcome
