@@ -9,8 +9,7 @@ at the power simulator, or host controls over per-node sysfs trees), or, with
 against it as a subprocess, exactly as a pod would run it, with
 ``KUBECONFIG`` pointing at the API server: the emulator by default, or a real
 kube-apiserver (:class:`~agentpool.sim.envtest.EnvtestServer`) shared between
-scenarios, which a cluster wipes on entry and exit and gives the CRDs of its
-API generation only.
+scenarios, which a cluster wipes on entry and exit.
 """
 
 from __future__ import annotations
@@ -24,13 +23,12 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from agentpool.sim.apiserver import ApiEmulator
-from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.clusterapi import ClusterApi, chart_crds
+from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import ADMIN, EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.powersim import PowerSim
@@ -56,48 +54,6 @@ class DirectApi(Protocol):
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[dict[str, Any]]: ...
-
-
-SHAPE_CRDS = {
-    "profiles": {"nodepowerprofiles.joulie.io", "telemetryprofiles.joulie.io"},
-    "nodetwin": {"nodetwins.joulie.io", "nodehardwares.joulie.io"},
-    "all": {
-        "nodepowerprofiles.joulie.io", "telemetryprofiles.joulie.io",
-        "nodetwins.joulie.io", "nodehardwares.joulie.io",
-    },
-}
-"""The chart's CRDs a real server gets for each API generation (as :data:`SHAPES`)."""
-
-
-def install_shape(admin: ClusterApi, shape: str) -> None:
-    """Give a shared real server exactly the CRDs of ``shape``: apply those, delete others."""
-    wanted = SHAPE_CRDS[shape]
-    crds = chart_crds()
-    admin.apply([c for c in crds if c["metadata"]["name"] in wanted])
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        if name in wanted:
-            continue
-        try:
-            admin.delete("customresourcedefinitions", name)
-        except ApiError as exc:
-            if exc.code != 404:
-                raise
-            continue
-        # Deletion is asynchronous (instances are removed first): wait until it is gone.
-        wait_until(_gone_checker(admin, name), 60)
-    admin.rediscover()
-
-
-def _gone_checker(admin: ClusterApi, crd: str) -> Callable[[], bool]:
-    def gone() -> bool:
-        try:
-            admin.get("customresourcedefinitions", crd)
-        except ApiError as exc:
-            return exc.code == 404
-        return False
-
-    return gone
 
 
 def free_port() -> int:
@@ -286,8 +242,8 @@ class SimCluster:
     """API server + power simulator + helpers to seed nodes and run agents.
 
     ``server``: run against this real kube-apiserver instead of a fresh
-    emulator; the CRDs of ``api`` (from the chart) are installed there, those
-    of the other API generation removed, and the agents authenticate as
+    emulator; every chart CRD is installed there, the agents are started with
+    ``JOULIE_API`` set to ``api``, and they authenticate as
     ``user`` (a user the server was started with), or, with
     ``service_account=(namespace, name)``, with a token of that
     ServiceAccount, as a pod does.
@@ -335,7 +291,7 @@ class SimCluster:
             self.kubeconfig = self.emulator.write_kubeconfig(self.workdir / "kubeconfig")
         else:
             admin = self.server.api()
-            install_shape(admin, self.shape)
+            admin.apply(chart_crds())
             admin.wipe(KINDS)
             path = self.workdir / "kubeconfig"
             if self.service_account is not None:
@@ -353,11 +309,7 @@ class SimCluster:
         if self._emulator is not None:
             self._emulator.stop()
         elif self.server is not None:
-            admin = self.server.api()
-            admin.wipe(KINDS)
-            if self.shape != "all":
-                # Leave the shared server as it was given to us: every chart CRD served.
-                install_shape(admin, "all")
+            self.server.api().wipe(KINDS)
         self.power.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -476,6 +428,10 @@ class SimCluster:
             }
         )
         full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        if self.server is not None:
+            # A shared real server serves every chart CRD (deleting CRDs between
+            # scenarios would race with discovery), so the agent is told the API.
+            full_env["JOULIE_API"] = self.shape
         full_env.update(env or {})
         argv = [*(wrap or []), sys.executable, "-m", "agentpool", *(args or [])]
         agent = AgentProcess(argv, full_env, port, self.workdir / f"{name}-{len(self.agents)}.log")

@@ -112,10 +112,6 @@ class ClusterApi:
             raise KeyError(f"resource {resource!r} is not served by {self.url}")
         return self._served[key]
 
-    def rediscover(self) -> None:
-        """Forget what discovery said (after CRDs were deleted): the next use asks again."""
-        self._served = {}
-
     def served(self, resource: str) -> bool:
         try:
             self._resolve(resource)

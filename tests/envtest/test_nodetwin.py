@@ -116,7 +116,7 @@ def test_agent_with_nodetwin_rbac_enforces_reports_and_publishes(
         wait_until(lambda: len(cluster.api.list("nodehardwares")) == len(nodes), 30)
         logs = agent.logs()
         assert "Joulie API: nodetwin" in logs
-        assert "403" not in logs
+        assert "HTTP 403" not in logs  # not a port number that contains 403
         assert agent.terminate() == 0
         # Least privilege: the agent's account may not touch the operator's desired state.
         sa: ClusterApi = as_agent(envtest_server, nodetwin_account, tmp_path)
