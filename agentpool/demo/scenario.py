@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 
 from agentpool.durations import format_duration
+from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.gpumodel import GpuConfig
 from agentpool.sim.powermodel import RAPL_ACTION
@@ -137,9 +138,10 @@ def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
         )
         if plan.gpus:
             gpu_cap = {"capWattsPerGpu": GPU_CAPS[plan.profile]}
-            cluster.api.patch(
-                "nodepowerprofiles", plan.name, {"spec": {"gpu": {"powerCap": gpu_cap}}}
+            desired = ("nodetwins", object_name(plan.name)) if cluster.nodetwin else (
+                "nodepowerprofiles", plan.name
             )
+            cluster.api.patch(*desired, {"spec": {"gpu": {"powerCap": gpu_cap}}})
 
 
 def agent_env(
