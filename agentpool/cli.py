@@ -167,6 +167,13 @@ def _duration_option(ctx: click.Context, param: click.Parameter, value: str | No
     help="the API emulator, or a real kube-apiserver from the envtest binaries in "
     "KUBEBUILDER_ASSETS",
 )
+@click.option(
+    "--api",
+    type=click.Choice(["profiles", "nodetwin"]),
+    default="profiles",
+    show_default=True,
+    help="Joulie API the cluster serves: profiles, or nodetwin (percent caps, NodeHardware)",
+)
 def demo(
     nodes: int,
     shards: int,
@@ -175,6 +182,7 @@ def demo(
     seed: int,
     workdir: Path | None,
     apiserver: str,
+    api: str,
 ) -> None:
     """Run a simulated cluster and the real pool supervisor against it, and watch it work.
 
@@ -190,8 +198,35 @@ def demo(
             find_assets()
         except EnvtestUnavailableError as exc:
             raise click.BadParameter(str(exc), param_hint="--apiserver") from exc
-    options = DemoOptions(nodes, shards, duration, interval or 2.0, seed, workdir, apiserver)
+    options = DemoOptions(nodes, shards, duration, interval or 2.0, seed, workdir, apiserver, api)
     sys.exit(run_demo(options))
+
+
+@cli.command()
+@click.option(
+    "--sysfs-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="host /sys mount  [env SYSFS_ROOT; default /host-sys, or /sys when that is absent]",
+)
+@click.option("--cap", type=click.FloatRange(min=1), default=None, help="a cap in watts to plan")
+@click.option(
+    "--pct",
+    type=click.FloatRange(min=0, max=100, min_open=True),
+    default=None,
+    help="a cap as percent of the hardware maximum to plan",
+)
+def inspect(sysfs_root: Path | None, cap: float | None, pct: float | None) -> None:
+    """Print what the agent finds on this node and what it would do with a cap; writes nothing."""
+    from agentpool.inspect import report
+
+    if sysfs_root is None:
+        configured = os.environ.get("SYSFS_ROOT", "").strip()
+        if configured and "{node}" not in configured:
+            sysfs_root = Path(configured)
+        else:
+            sysfs_root = Path("/host-sys") if Path("/host-sys").is_dir() else Path("/sys")
+    click.echo(report(sysfs_root, cap, pct), nl=False)
 
 
 def main() -> None:

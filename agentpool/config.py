@@ -18,8 +18,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from agentpool.backends.httpauth import HttpAuthSettings
+from agentpool.backends.httpauth import validate as validate_http_auth
 from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError
+from agentpool.model import Routing
+from agentpool.routing import GpuRouting, routing_from_env
 from agentpool.sharding import ordinal_from_pod_name
 
 E = TypeVar("E", bound=enum.StrEnum)
@@ -41,6 +45,22 @@ class DvfsControllerKind(enum.StrEnum):
     JOULIE = "joulie"
     """Joulie's controller (agentpool/controller/dvfs.py): EMA, trip count, cooldown, fixed
     steps."""
+
+
+class JoulieApi(enum.StrEnum):
+    AUTO = "auto"
+    """NodeTwin when ``nodetwins.joulie.io`` is served, else the profile API (at start)."""
+    NODETWIN = "nodetwin"
+    """Joulie's current API: NodeTwin desired state, NodeHardware published, env routing."""
+    PROFILES = "profiles"
+    """The profile API: NodePowerProfile desired state, TelemetryProfile routing and status."""
+
+
+class StaleAction(enum.StrEnum):
+    RELAX = "relax"
+    """Restore the host values found at start and release an HTTP throttle."""
+    KEEP = "keep"
+    """Keep enforcing the last desired state known."""
 
 
 class LogFormat(enum.StrEnum):
@@ -205,6 +225,12 @@ HEARTBEAT_HELP = (
 """Unset, the limit is derived per node, in one place: supervisor.scope.heartbeat_limit."""
 
 
+ROUTING = "routing"
+"""The TELEMETRY_* options fill ``routing`` and ``gpu_routing`` together (routing.py)."""
+HTTP_AUTH = "http_auth"
+"""The HTTP_* credential options fill one :class:`HttpAuthSettings` together."""
+
+
 OPTIONS: tuple[Option, ...] = (
     Option("AGENT_MODE", "daemonset", "daemonset (one node, NODE_NAME) or pool (a shard of nodes)",
            one_of(AgentMode), "mode"),
@@ -268,7 +294,41 @@ OPTIONS: tuple[Option, ...] = (
            optional(), "state_dir"),
     Option("LOG_FORMAT", "text", "text or json", one_of(LogFormat), "log_format"),
     Option("LOG_LEVEL", "info", "debug, info, warning or error", log_level, "log_level"),
+    Option("JOULIE_API", "auto", "auto (NodeTwin if served, else profiles), nodetwin or profiles",
+           one_of(JoulieApi), "joulie_api"),
+    Option("TELEMETRY_CPU_SOURCE", None, "CPU telemetry w/o TelemetryProfile: host, http, none",
+           optional(), ROUTING),
+    Option("TELEMETRY_CPU_HTTP_ENDPOINT", None, "CPU telemetry URL ('{node}' replaced)",
+           optional(), ROUTING),
+    Option("TELEMETRY_CPU_CONTROL", None, "CPU control when no TelemetryProfile: host, http, none",
+           optional(), ROUTING),
+    Option("TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT", None, "CPU control URL ('{node}' replaced)",
+           optional(), ROUTING),
+    Option("TELEMETRY_CPU_CONTROL_MODE", None, "CPU HTTP control mode: auto, rapl or dvfs",
+           optional(), ROUTING),
+    Option("TELEMETRY_GPU_CONTROL", None, "GPU control: host, http or none",
+           optional(), ROUTING),
+    Option("TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", None, "GPU control URL ('{node}' replaced)",
+           optional(), ROUTING),
+    Option("TELEMETRY_HTTP_TIMEOUT_SECONDS", None, "timeout of those HTTP endpoints; default 2",
+           optional(), ROUTING),
+    Option("SPEC_READ_TIMEOUT", "5m", "act on SPEC_STALE_ACTION when desired state is unconfirmed",
+           duration(positive=True), "spec_read_timeout_s"),
+    Option("SPEC_STALE_ACTION", "relax", "relax (restore host values) or keep",
+           one_of(StaleAction), "spec_stale_action"),
+    Option("HTTP_CA_BUNDLE", None, "PEM CAs of https endpoints; default: the system store",
+           optional(), HTTP_AUTH),
+    Option("HTTP_TOKEN_FILE", None, "bearer token file for https endpoints, re-read on change",
+           optional(), HTTP_AUTH),
+    Option("HTTP_CLIENT_CERT", None, "client certificate (PEM) for https endpoints",
+           optional(), HTTP_AUTH),
+    Option("HTTP_CLIENT_KEY", None, "its private key (PEM); required with HTTP_CLIENT_CERT",
+           optional(), HTTP_AUTH),
 )  # fmt: skip
+
+
+HTTP_AUTH_VARIABLES = tuple(opt.env for opt in OPTIONS if opt.to == HTTP_AUTH)
+"""In table order, which is the order of :class:`HttpAuthSettings`' fields."""
 
 
 def option(env: str) -> Option:
@@ -281,6 +341,8 @@ def _fields(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     top: dict[str, Any] = {}
     dvfs: dict[str, Any] = {}
     for opt in OPTIONS:
+        if opt.to in (ROUTING, HTTP_AUTH):
+            continue  # composed from several options by load_settings
         value = values[opt.env]
         targets = opt.to if isinstance(opt.to, tuple) else (opt.to,)
         parts = value if isinstance(opt.to, tuple) else (value,)
@@ -376,6 +438,18 @@ class Settings:
     """Log line format."""
     log_level: str = _TOP["log_level"]
     """Logging level name."""
+    joulie_api: JoulieApi = _TOP["joulie_api"]
+    """Which Joulie API generation to speak."""
+    routing: Routing = field(default_factory=Routing)
+    """CPU routing from the TELEMETRY_* variables, for nodes no TelemetryProfile targets."""
+    gpu_routing: GpuRouting = field(default_factory=GpuRouting)
+    """GPU control routing from the TELEMETRY_GPU_* variables."""
+    spec_read_timeout_s: float = _TOP["spec_read_timeout_s"]
+    """Desired state unconfirmed from the API this long is stale."""
+    spec_stale_action: StaleAction = _TOP["spec_stale_action"]
+    """What a worker does with stale desired state."""
+    http_auth: HttpAuthSettings = field(default_factory=HttpAuthSettings)
+    """CA bundle, token file and client certificate of HTTP endpoints."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
@@ -408,8 +482,14 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
             "DVFS_TARGET_PCT + DVFS_HOLD_BAND_PCT must be at most 110 "
             f"(target is {values['DVFS_TARGET_PCT']:g})",
         )
+    routing, gpu_routing = routing_from_env(values)
+    http_auth = HttpAuthSettings(*(values[env] for env in HTTP_AUTH_VARIABLES))
+    validate_http_auth(http_auth)
     top, dvfs = _fields(values)
-    return Settings(**top, dvfs=DvfsSettings(**dvfs))
+    return Settings(
+        **top, dvfs=DvfsSettings(**dvfs), routing=routing, gpu_routing=gpu_routing,
+        http_auth=http_auth,
+    )
 
 
 def _shard_id(mode: AgentMode, values: Mapping[str, Any], raw: Mapping[str, str | None]) -> int:

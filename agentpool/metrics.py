@@ -86,6 +86,21 @@ class NodeMetrics:
             "Sum of the package zones' estimated power",
             ["node"],
         )
+        self.cap_pct = gauge(
+            "joulie_policy_cap_pct_of_max",
+            "CPU cap requested as a percent of the hardware maximum (NodeTwin API)",
+            ["node"],
+        )
+        self.cpu_max = gauge(
+            "joulie_cpu_max_power_watts",
+            "CPU package maximum a percent cap was resolved against",
+            ["node"],
+        )
+        self.rapl_limit = gauge(
+            "joulie_rapl_power_limit_uw",
+            "PL1 limit written to a package zone",
+            ["node", "zone"],
+        )
 
     def _declare_dvfs(
         self,
@@ -183,6 +198,16 @@ class NodeMetrics:
     def set_cap_error(self, watts: float | None) -> None:
         """Power minus cap while DVFS enforces a cap; None tombstones it (no stale error)."""
         self.dvfs_cap_error.labels(self.node).set(TOMBSTONE if watts is None else watts)
+
+    def set_percent(self, pct: float | None, maximum_w: float | None) -> None:
+        """A percent cap and the maximum it resolved against; None tombstones a series."""
+        self.cap_pct.labels(self.node).set(TOMBSTONE if pct is None else pct)
+        self.cpu_max.labels(self.node).set(TOMBSTONE if maximum_w is None else maximum_w)
+
+    def set_rapl_limits(self, limits_uw: dict[str, int]) -> None:
+        """The PL1 limits written, per zone (what the profile API reports in ``observed``)."""
+        for zone, value in limits_uw.items():
+            self.rapl_limit.labels(self.node, zone).set(value)
 
     def count_action(self, action: str) -> None:
         self.dvfs_actions.labels(self.node, action).inc()

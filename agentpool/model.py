@@ -66,11 +66,16 @@ class PowerPolicy:
     node_name: str
     profile: Profile
     cap_watts: float | None
-    """Total CPU package budget; None means nothing to enforce."""
+    """Total CPU package budget; None means nothing to enforce (unless ``cap_pct``)."""
     policy_name: str | None = None
     """Informational ``spec.policy.name``."""
     gpu_cap: GpuCap | None = None
     """``spec.gpu.powerCap``; None means no GPU cap to enforce."""
+    cap_pct: float | None = None
+    """``cpu.packagePowerCapPctOfMax``: percent of the hardware maximum, used only
+    when ``cap_watts`` is None (watts win)."""
+    kind: str = "NodePowerProfile"
+    """The kind it came from (NodePowerProfile or NodeTwin), for messages."""
 
     @property
     def label(self) -> str:
@@ -138,6 +143,14 @@ class NodeInputs:
     """Why this NodePowerProfile was chosen when several target the node."""
     gpu_allocatable: dict[str, str] = field(default_factory=dict)
     """The Node's allocatable ``nvidia.com/gpu`` / ``amd.com/gpu`` (GPU discovery)."""
+    node_twin: dict[str, Any] | None = None
+    """NodeTwin API: the node's NodeTwin (trimmed to metadata and spec)."""
+    nodetwin_api: bool = False
+    """The agent speaks the NodeTwin API: desired state comes from ``node_twin`` only."""
+    hardware_max_w: float | None = None
+    """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
+    spec_stale: bool = False
+    """The desired state has not been confirmed from the API for SPEC_READ_TIMEOUT."""
 
 
 @dataclass(frozen=True)

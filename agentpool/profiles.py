@@ -29,6 +29,7 @@ E = TypeVar("E", SourceType, ControlType, ControlMode)
 
 NPP = "NodePowerProfile"
 TP = "TelemetryProfile"
+NT = "NodeTwin"
 MAX_TIMEOUT_S = 300.0
 """A longer HTTP timeout would let one tick hang for minutes; refuse it."""
 
@@ -51,12 +52,25 @@ def _mapping(
     return value
 
 
-def parse_power_profile(obj: Mapping[str, Any]) -> PowerPolicy:
+def _number(value: Any, kind: str, name: str, path: str) -> float:
+    # bool is an int subclass in Python; JSON true is not a wattage.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ProfileError(kind, name, path, f"{value!r} is not a number")
+    return float(value)
+
+
+def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
+    """A NodePowerProfile's, or with ``kind=NT`` a NodeTwin's, desired state.
+
+    Both carry the same spec fields; ``cpu.packagePowerCapPctOfMax`` (which
+    Joulie releases between the two APIs also put into NodePowerProfiles) is
+    accepted in both, and watts win over it.
+    """
     name = object_name(obj) or "?"  # for error messages
-    spec = _mapping(obj, "spec", NPP, name, "spec")
+    spec = _mapping(obj, "spec", kind, name, "spec")
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node:
-        raise ProfileError(NPP, name, "spec.nodeName", "required, a node name")
+        raise ProfileError(kind, name, "spec.nodeName", "required, a node name")
     raw_profile = spec.get("profile")
     try:
         profile = Profile(raw_profile) if isinstance(raw_profile, str) else None
@@ -64,22 +78,25 @@ def parse_power_profile(obj: Mapping[str, Any]) -> PowerPolicy:
         profile = None
     if profile is None:
         accepted = " or ".join(p.value for p in Profile)
-        raise ProfileError(NPP, name, "spec.profile", f"{raw_profile!r} is not {accepted}")
-    cpu = _mapping(spec, "cpu", NPP, name, "spec.cpu")
+        raise ProfileError(kind, name, "spec.profile", f"{raw_profile!r} is not {accepted}")
+    cpu = _mapping(spec, "cpu", kind, name, "spec.cpu")
     cap = cpu.get("packagePowerCapWatts")
     cap_watts: float | None = None
     if cap is not None:
-        # bool is an int subclass in Python; JSON true is not a wattage.
-        if isinstance(cap, bool) or not isinstance(cap, int | float) or not math.isfinite(cap):
+        cap_watts = _number(cap, kind, name, "spec.cpu.packagePowerCapWatts")
+        if cap_watts < 1:
             raise ProfileError(
-                NPP, name, "spec.cpu.packagePowerCapWatts", f"{cap!r} is not a number"
+                kind, name, "spec.cpu.packagePowerCapWatts", f"{cap!r} must be a number >= 1"
             )
-        if cap < 1:
+    pct = cpu.get("packagePowerCapPctOfMax")
+    cap_pct: float | None = None
+    if pct is not None:
+        cap_pct = _number(pct, kind, name, "spec.cpu.packagePowerCapPctOfMax")
+        if not 0 < cap_pct <= 100:
             raise ProfileError(
-                NPP, name, "spec.cpu.packagePowerCapWatts", f"{cap!r} must be a number >= 1"
+                kind, name, "spec.cpu.packagePowerCapPctOfMax", f"{pct!r} must be 0 < pct <= 100"
             )
-        cap_watts = float(cap)
-    policy = _mapping(spec, "policy", NPP, name, "spec.policy")
+    policy = _mapping(spec, "policy", kind, name, "spec.policy")
     policy_name = policy.get("name")
     return PowerPolicy(
         source=name,
@@ -87,7 +104,9 @@ def parse_power_profile(obj: Mapping[str, Any]) -> PowerPolicy:
         profile=profile,
         cap_watts=cap_watts,
         policy_name=str(policy_name) if policy_name is not None else None,
-        gpu_cap=parse_gpu_cap(spec, NPP, name),
+        gpu_cap=parse_gpu_cap(spec, kind, name),
+        cap_pct=cap_pct,
+        kind=kind,
     )
 
 

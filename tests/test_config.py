@@ -11,12 +11,15 @@ from agentpool.config import (
     AgentMode,
     DvfsControllerKind,
     DvfsSettings,
+    JoulieApi,
     LogFormat,
     Settings,
+    StaleAction,
     defaults,
     load_settings,
 )
 from agentpool.errors import ConfigError
+from agentpool.model import ControlMode, ControlType, HttpEndpoint, Routing, SourceType
 
 POOL = {"AGENT_MODE": "pool"}
 DAEMON = {"NODE_NAME": "worker-0"}
@@ -206,6 +209,36 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "WATCH_TIMEOUT": "-1m"}, "WATCH_TIMEOUT", "-1m"),
     ({**POOL, "LOG_FORMAT": "xml"}, "LOG_FORMAT", "xml"),
     ({**POOL, "LOG_LEVEL": "verbose"}, "LOG_LEVEL", "verbose"),
+    ({**POOL, "JOULIE_API": "v2"}, "JOULIE_API", "v2"),
+    ({**POOL, "TELEMETRY_CPU_SOURCE": "prometheus"}, "TELEMETRY_CPU_SOURCE", "prometheus"),
+    ({**POOL, "TELEMETRY_CPU_SOURCE": "http"}, "TELEMETRY_CPU_HTTP_ENDPOINT", ""),
+    (
+        {**POOL, "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": "sim:80/t"},
+        "TELEMETRY_CPU_HTTP_ENDPOINT",
+        "sim:80/t",
+    ),
+    ({**POOL, "TELEMETRY_CPU_CONTROL": "bmc"}, "TELEMETRY_CPU_CONTROL", "bmc"),
+    ({**POOL, "TELEMETRY_CPU_CONTROL": "http"}, "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT", ""),
+    (
+        {
+            **POOL,
+            "TELEMETRY_CPU_CONTROL": "http",
+            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": "ftp://sim/{node}",
+        },
+        "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT",
+        "ftp://sim/{node}",
+    ),
+    ({**POOL, "TELEMETRY_CPU_CONTROL_MODE": "msr"}, "TELEMETRY_CPU_CONTROL_MODE", "msr"),
+    ({**POOL, "TELEMETRY_GPU_CONTROL": "nvml"}, "TELEMETRY_GPU_CONTROL", "nvml"),
+    ({**POOL, "TELEMETRY_GPU_CONTROL": "http"}, "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", ""),
+    ({**POOL, "TELEMETRY_HTTP_TIMEOUT_SECONDS": "2.5"}, "TELEMETRY_HTTP_TIMEOUT_SECONDS", "2.5"),
+    ({**POOL, "TELEMETRY_HTTP_TIMEOUT_SECONDS": "0"}, "TELEMETRY_HTTP_TIMEOUT_SECONDS", "0"),
+    ({**POOL, "SPEC_READ_TIMEOUT": "5"}, "SPEC_READ_TIMEOUT", "5"),
+    ({**POOL, "SPEC_STALE_ACTION": "panic"}, "SPEC_STALE_ACTION", "panic"),
+    ({**POOL, "HTTP_CA_BUNDLE": "/nonexistent/ca.crt"}, "HTTP_CA_BUNDLE", "/nonexistent/ca.crt"),
+    ({**POOL, "HTTP_TOKEN_FILE": "/nonexistent/token"}, "HTTP_TOKEN_FILE", "/nonexistent/token"),
+    ({**POOL, "HTTP_CLIENT_KEY": "/tls.key"}, "HTTP_CLIENT_CERT", ""),
+    ({**POOL, "HTTP_CLIENT_CERT": "/tls.crt"}, "HTTP_CLIENT_KEY", ""),
 ]
 
 
@@ -229,3 +262,30 @@ def test_error_table_covers_every_validated_variable() -> None:
     # Variables that are free text by nature (a path, a name) cannot be malformed.
     free_text = {"KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR", "STATE_DIR"}
     assert {o.env for o in OPTIONS} - free_text == {variable for _, variable, _ in ERRORS}
+
+
+def test_env_routing_defaults_to_host_and_reads_every_variable() -> None:
+    assert load_settings(POOL).routing == Routing()
+    settings = load_settings(
+        {
+            **POOL,
+            "TELEMETRY_CPU_SOURCE": "HTTP",
+            "TELEMETRY_CPU_HTTP_ENDPOINT": "http://sim:18080/telemetry/{node}",
+            "TELEMETRY_CPU_CONTROL": "http",
+            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": "https://bmc/control/{node}",
+            "TELEMETRY_CPU_CONTROL_MODE": "dvfs",
+            "TELEMETRY_GPU_CONTROL": "none",
+            "TELEMETRY_HTTP_TIMEOUT_SECONDS": "7",
+        }
+    )
+    assert settings.routing == Routing(
+        source=SourceType.HTTP,
+        source_http=HttpEndpoint("http://sim:18080/telemetry/{node}", 7.0),
+        control=ControlType.HTTP,
+        control_http=HttpEndpoint("https://bmc/control/{node}", 7.0),
+        mode=ControlMode.DVFS,
+    )
+    assert settings.gpu_routing.control is ControlType.NONE
+    assert settings.joulie_api is JoulieApi.AUTO
+    assert settings.spec_read_timeout_s == 300.0
+    assert settings.spec_stale_action is StaleAction.RELAX

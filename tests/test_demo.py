@@ -103,6 +103,34 @@ def test_demo_with_duration_shows_caps_restart_and_label_removal(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_demo_on_the_nodetwin_api_with_percent_caps(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*DEMO, "--api", "nodetwin", "--nodes", "4", "--duration", "15", "--workdir", "w"],
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "caps applied on all 4 managed nodes" in out
+    flip = re.search(
+        r"profile of (\S+) flipped eco -> performance \(cap 48% -> 80% of max, 120 -> 200 W\)",
+        out,
+    )
+    assert flip
+    assert f"new cap of {flip[1]} applied: 200 W" in out
+    assert "timeline: 3/3 moments confirmed" in out
+    logs = "".join(p.read_text() for p in (tmp_path / "w").glob("shard-*.log"))
+    assert "Joulie API: nodetwin (JOULIE_API=auto)" in logs
+    assert "48% of max 250 W (telemetry cpu.packagePowerMaxWatts)" in logs
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_agents_and_workers_cleanly(tmp_path: Path) -> None:
     lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()

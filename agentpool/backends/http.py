@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agentpool.backends.httpauth import HttpAuth, HttpAuthSettings
 from agentpool.errors import HttpBackendError
 from agentpool.model import HttpEndpoint, Result
 
@@ -40,14 +41,36 @@ def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_auth = HttpAuth(HttpAuthSettings())
+"""The credentials of this process's requests (one worker, one node): see :func:`configure`."""
+
+
+def configure(settings: HttpAuthSettings) -> None:
+    """Use these credentials for every later request of this process."""
+    global _auth
+    if settings != _auth.settings:
+        _auth = HttpAuth(settings)
+
+
+def _refusal(code: int) -> str:
+    what = "not authenticated" if code == 401 else "not allowed"
+    return f"refused the agent's credentials ({what}: check HTTP_TOKEN_FILE and the client cert)"
+
+
 def _exchange(request: urllib.request.Request, timeout: float) -> bytes:
     url = request.full_url
+    for name, value in _auth.headers(url).items():
+        request.add_unredirected_header(name, value)  # never forwarded on a redirect
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        context = _auth.context(url)
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             body: bytes = response.read(MAX_BODY_BYTES + 1)
     except urllib.error.HTTPError as exc:
         exc.close()
-        raise HttpBackendError(url, f"HTTP {exc.code} {exc.reason}", status=exc.code) from exc
+        problem = f"HTTP {exc.code} {exc.reason}"
+        if exc.code in (401, 403):
+            problem += f": {_refusal(exc.code)}"
+        raise HttpBackendError(url, problem, status=exc.code) from exc
     except TimeoutError as exc:
         raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
     except urllib.error.URLError as exc:
@@ -69,13 +92,31 @@ def _json(url: str, body: bytes) -> Any:
         raise HttpBackendError(url, f"answer is not JSON: {snippet!r}") from exc
 
 
-def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
-    """Watts from the telemetry endpoint; None when the answer has no reading."""
+def _telemetry(endpoint: HttpEndpoint, node: str) -> tuple[str, dict[str, Any]]:
     url = endpoint.url(node)
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     payload = _json(url, _exchange(request, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
+    return url, payload
+
+
+def read_cpu_maximum(endpoint: HttpEndpoint, node: str) -> float | None:
+    """The node's CPU package maximum, ``cpu.packagePowerMaxWatts`` of the telemetry.
+
+    None when the answer does not carry a positive number: the agent never guesses one.
+    """
+    _, payload = _telemetry(endpoint, node)
+    cpu = payload.get("cpu")
+    value = cpu.get("packagePowerMaxWatts") if isinstance(cpu, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
+    """Watts from the telemetry endpoint; None when the answer has no reading."""
+    url, payload = _telemetry(endpoint, node)
     # On a GPU node the top-level reading is CPU + GPU (Joulie's simulator), so the
     # CPU's own reading wins when the answer has one.
     cpu = payload.get("cpu")

@@ -57,6 +57,8 @@ class PackageZone:
     """PL1 ``constraint_N_power_limit_uw``, or None when the zone has no limit."""
     max_file: Path | None
     """``constraint_N_max_power_uw`` when present."""
+    min_file: Path | None = None
+    """``constraint_N_min_power_uw`` when present."""
 
 
 def _powercap_dirs(root: Path) -> list[Path]:
@@ -67,7 +69,7 @@ def _powercap_dirs(root: Path) -> list[Path]:
     return found
 
 
-def _pl1(zone: Path) -> tuple[Path | None, Path | None]:
+def _pl1(zone: Path) -> tuple[Path | None, Path | None, Path | None]:
     names: dict[str, int] = {}
     for entry in zone.iterdir():
         match = _CONSTRAINT_NAME.match(entry.name)
@@ -83,10 +85,15 @@ def _pl1(zone: Path) -> tuple[Path | None, Path | None]:
     else:
         index = None  # named constraints but no long_term: not a PL1 we understand
     if index is None:
-        return None, None
+        return None, None, None
     limit = zone / f"constraint_{index}_power_limit_uw"
     maximum = zone / f"constraint_{index}_max_power_uw"
-    return (limit if limit.exists() else None), (maximum if maximum.exists() else None)
+    minimum = zone / f"constraint_{index}_min_power_uw"
+    return (
+        limit if limit.exists() else None,
+        maximum if maximum.exists() else None,
+        minimum if minimum.exists() else None,
+    )
 
 
 def discover_package_zones(root: Path) -> list[PackageZone]:
@@ -102,8 +109,8 @@ def discover_package_zones(root: Path) -> list[PackageZone]:
             continue
         if try_read_int(entry / "enabled") == 0:
             continue
-        limit, maximum = _pl1(resolved)
-        zones[resolved] = PackageZone(entry.name, resolved, limit, maximum)
+        limit, maximum, minimum = _pl1(resolved)
+        zones[resolved] = PackageZone(entry.name, resolved, limit, maximum, minimum)
     return sorted(zones.values(), key=lambda z: int(z.label.split(":")[1]))
 
 

@@ -20,8 +20,10 @@ from agentpool.backends.cpufreq import CpufreqHost
 from agentpool.backends.http import ControlAnswer
 from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
 from agentpool.backends.sysfsio import Originals
-from agentpool.config import Settings
+from agentpool.config import Settings, StaleAction
+from agentpool.controller import percent, stale
 from agentpool.controller.gpu import GpuController
+from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.throttle import make_controller
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
 from agentpool.gpu_metrics import GpuMetrics
@@ -41,7 +43,7 @@ from agentpool.model import (
     SourceType,
     TickResult,
 )
-from agentpool.profiles import parse_power_profile, parse_telemetry_profile
+from agentpool.profiles import NT, parse_power_profile, parse_telemetry_profile
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ class NodeController:
         self.settings = settings
         self.node = node
         self.metrics = metrics
+        http.configure(settings.http_auth)
         self.clock = clock
         root = Path(settings.sysfs_root_for(node))
         self.originals = originals or Originals()
@@ -78,6 +81,9 @@ class NodeController:
         self.gpu = GpuController(
             settings, node, GpuMetrics(node, metrics.registry), self.originals
         )
+        self._stale = False
+        """The last tick acted on stale desired state."""
+        self._maxima = percent.TelemetryMaximum(node)
 
     def update(self, inputs: NodeInputs) -> None:
         if (
@@ -90,7 +96,7 @@ class NodeController:
     def tick(self) -> TickResult:
         started = self.clock()
         try:
-            result = self._reconcile()
+            result = self._reconcile_unless_stale()
         except AgentError as exc:
             result = TickResult(Backend.NONE, Result.ERROR, str(exc))
         note = self.inputs.power_profile_note
@@ -120,6 +126,31 @@ class NodeController:
         except AgentError as exc:
             return GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc))
 
+    # -- stale desired state (SPEC_READ_TIMEOUT) ---------------------------------------------
+
+    def _reconcile_unless_stale(self) -> TickResult:
+        """Act on SPEC_STALE_ACTION while the desired state is unconfirmed; say so after."""
+        timeout = self.settings.spec_read_timeout_s
+        if self.inputs.spec_stale:
+            self._stale = True
+            if self.settings.spec_stale_action is StaleAction.KEEP:
+                return stale.kept(self._reconcile(), timeout)
+            self._clear_caps()
+            self.dvfs.reset()
+            if self.settings.simulate_only:
+                return stale.relaxed_simulated(timeout)
+            routing = self._routing()
+            throttled = self._http_throttle is not None and self._http_throttle[1] > 0
+            self._http_throttle = None
+            endpoint = routing.control_http if throttled else None
+            return stale.relax(self.node, self.cpufreq, self.rapl, endpoint, timeout)
+        result = self._reconcile()
+        if self._stale:
+            self._stale = False
+            log.info("node %s: desired state confirmed again, enforcing it", self.node)
+            result = stale.confirmed_again(result)
+        return result
+
     # -- the reconcile, in the order of the contract (section 4) -----------------------------
 
     def _reconcile(self) -> TickResult:
@@ -136,22 +167,42 @@ class NodeController:
             policy = self._policy()
             routing = self._routing()
         except ProfileError as exc:
-            self.metrics.set_cap(None, None)
+            self._clear_caps()
             return TickResult(Backend.NONE, Result.ERROR, str(exc))
         sample = self._sample_host_energy(routing)
-        if policy is None or policy.cap_watts is None:
-            self.metrics.set_cap(None, None)
-            why = (
-                "no NodePowerProfile targets this node"
-                if policy is None
-                else f"NodePowerProfile {policy.source!r} sets no cpu.packagePowerCapWatts"
+        if policy is None or (policy.cap_watts is None and policy.cap_pct is None):
+            self._clear_caps()
+            return TickResult(
+                Backend.NONE, Result.NONE, f"nothing to enforce: {why_none(policy, self.inputs)}"
             )
-            return TickResult(Backend.NONE, Result.NONE, f"nothing to enforce: {why}")
-        cap = policy.cap_watts
-        self.metrics.set_cap(policy.label, cap)
-        observed: dict[str, Any] = {"capWatts": cap, "profile": policy.profile.value}
+        observed: dict[str, Any] = {"profile": policy.profile.value}
         if sample is not None and sample.total_w is not None:
             observed["packagePowerWatts"] = round(sample.total_w, 3)
+        cap, note = self._cap_watts(policy, routing)
+        if cap is None:
+            assert policy.cap_pct is not None
+            return self._throttle_for_percent(policy.cap_pct, note, routing, hardware, observed)
+        self.metrics.set_cap(policy.label, cap)
+        observed["capWatts"] = cap
+        result = self._enforce(cap, routing, hardware, sample, observed)
+        if note:
+            result = TickResult(
+                result.backend, result.result, f"{note}: {result.message}", observed
+            )
+        return result
+
+    def _clear_caps(self) -> None:
+        self.metrics.set_cap(None, None)
+        self.metrics.set_percent(None, None)
+
+    def _enforce(
+        self,
+        cap: float,
+        routing: Routing,
+        hardware: Hardware,
+        sample: EnergySample | None,
+        observed: dict[str, Any],
+    ) -> TickResult:
         if self.settings.simulate_only:
             plan = self._plan(routing, hardware)
             log.info(
@@ -164,30 +215,84 @@ class NodeController:
                 observed,
             )
         if routing.control is ControlType.NONE:
-            return TickResult(
-                Backend.NONE,
-                Result.BLOCKED,
-                "controls.cpu.type is none in the TelemetryProfile: no CPU control backend",
-                observed,
-            )
+            return TickResult(Backend.NONE, Result.BLOCKED, no_control(routing), observed)
         if routing.control is ControlType.HTTP:
             return self._http_control(cap, routing, observed, sample)
         return self._host_control(cap, routing, hardware, sample, observed)
 
     def _policy(self) -> PowerPolicy | None:
+        if self.inputs.nodetwin_api:
+            twin = self.inputs.node_twin
+            return parse_power_profile(twin, kind=NT) if twin is not None else None
         raw = self.inputs.power_profile
         return parse_power_profile(raw) if raw is not None else None
 
+    # -- percent of the hardware maximum -------------------------------------------------------
+
+    def _cap_watts(self, policy: PowerPolicy, routing: Routing) -> tuple[float | None, str]:
+        """The cap in watts (watts win over percent) and, for a percent, how it resolved."""
+        if policy.cap_watts is not None:
+            self.metrics.set_percent(None, None)
+            return policy.cap_watts, ""
+        assert policy.cap_pct is not None
+        if routing.control is ControlType.HTTP:
+            maximum = percent.http_maximum(
+                self.inputs.hardware_max_w, self._maxima.from_telemetry(routing.source_http)
+            )
+        else:
+            maximum = percent.host_maximum(self.rapl.zones())
+        self.metrics.set_percent(policy.cap_pct, maximum.watts)
+        return percent.describe(policy.cap_pct, maximum)
+
+    def _throttle_for_percent(
+        self,
+        pct: float,
+        why: str,
+        routing: Routing,
+        hardware: Hardware,
+        observed: dict[str, Any],
+    ) -> TickResult:
+        """Percent of an unknown maximum: throttle by ``100 - pct`` instead, and say so."""
+        self.metrics.set_cap(None, None)
+        throttle = percent.throttle_for(pct)
+        observed["throttlePct"] = throttle
+        summary = f"cap {pct:g}% of max: {why}; throttling CPUs by {throttle}% instead"
+        if self.settings.simulate_only:
+            return TickResult(
+                Backend.NONE, Result.APPLIED, f"simulate-only: {summary}; nothing written", observed
+            )
+        if routing.control is ControlType.NONE:
+            return TickResult(Backend.NONE, Result.BLOCKED, no_control(routing), observed)
+        self.dvfs.reset()  # this throttle is not the DVFS controller's: a later cap starts afresh
+        self.metrics.set_backend(Backend.DVFS)
+        self.metrics.set_dvfs(None, None, throttle, 0, 0)
+        if routing.control is ControlType.HTTP:
+            assert routing.control_http is not None
+            answer = http.post_control(
+                routing.control_http, self.node, http.DVFS_ACTION, 0.0, throttle
+            )
+            self._http_throttle = (routing.control_http.url(self.node), throttle)
+            if answer.result is not Result.APPLIED:
+                summary = f"{answer.message}; {summary}"
+            return TickResult(Backend.DVFS, answer.result, summary, observed)
+        if not self.cpufreq.available():
+            return TickResult(Backend.NONE, Result.BLOCKED, NO_BACKEND, observed)
+        self.cpufreq.apply(throttle)
+        for reading in self.cpufreq.readings():
+            self.metrics.set_cpu_freq(reading.cpu, reading.cur_khz, reading.max_khz)
+        return TickResult(Backend.DVFS, Result.APPLIED, summary, observed)
+
     def _routing(self) -> Routing:
+        """A TelemetryProfile targeting the node wins; else the TELEMETRY_* variables."""
         raw = self.inputs.telemetry_profile
-        return parse_telemetry_profile(raw) if raw is not None else Routing()
+        return parse_telemetry_profile(raw) if raw is not None else self.settings.routing
 
     def _plan(self, routing: Routing, hardware: Hardware) -> str:
         if routing.control is ControlType.HTTP:
             assert routing.control_http is not None
             return f"HTTP control {routing.control_http.url(self.node)} (mode {routing.mode.value})"
         if routing.control is ControlType.NONE:
-            return "no control (controls.cpu.type none)"
+            return f"no control ({control_setting(routing)} none)"
         zones = [z.label for z in self.rapl.zones() if z.limit_file is not None]
         if zones and hardware.rapl_capable:
             return f"RAPL PL1 on {', '.join(zones)}"
@@ -268,6 +373,7 @@ class NodeController:
             else:
                 self._release_host_throttle()
                 observed["raplLimitsUw"] = applied
+                self.metrics.set_rapl_limits(applied)
                 zones = ", ".join(applied)
                 return TickResult(
                     Backend.RAPL,

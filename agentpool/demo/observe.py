@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import MANAGED, AgentProcess, SimCluster
 
 SCRAPE_TIMEOUT_S = 2.0
@@ -66,7 +67,7 @@ class NodeRow:
     """The node carries ``joulie.io/managed=true`` right now."""
     profile: str | None
     cap: float | None
-    """Desired cap (NodePowerProfile)."""
+    """Desired cap in watts (NodePowerProfile; NodeTwin: its percent of the maximum)."""
     shard: int | None
     """The shard whose supervisor runs this node's worker; None without a worker."""
     pid: int | None
@@ -108,9 +109,29 @@ def _gpu_cell(count: int, cap: float | None, status: dict[str, Any]) -> str:
     return text if result == "applied" else f"{text} {result}"
 
 
-def _cpu_status(obj: dict[str, Any]) -> dict[str, Any]:
-    cpu: dict[str, Any] = ((obj.get("status") or {}).get("control") or {}).get("cpu") or {}
-    return cpu
+def _gpu_status(cluster: SimCluster, node: str) -> dict[str, Any]:
+    if cluster.nodetwin:
+        obj = cluster.api.get("nodetwins", object_name(node))
+        control = (obj.get("status") or {}).get("controlStatus") or {}
+    else:
+        obj = cluster.api.get("telemetryprofiles", node)
+        control = (obj.get("status") or {}).get("control") or {}
+    gpu: dict[str, Any] = control.get("gpu") or {}
+    return gpu
+
+
+def _desired(cluster: SimCluster, node: str, max_watts: float) -> tuple[dict[str, Any], Any]:
+    """The desired-state spec and its cap in watts (a percent resolved against the maximum)."""
+    if cluster.nodetwin:
+        spec = cluster.api.get("nodetwins", object_name(node)).get("spec") or {}
+        cpu = spec.get("cpu") or {}
+        cap = cpu.get("packagePowerCapWatts")
+        pct = cpu.get("packagePowerCapPctOfMax")
+        if cap is None and pct is not None:
+            cap = round(pct / 100 * max_watts, 3)
+        return spec, cap
+    spec = cluster.api.get("nodepowerprofiles", node).get("spec") or {}
+    return spec, (spec.get("cpu") or {}).get("packagePowerCapWatts")
 
 
 def observe(
@@ -120,15 +141,13 @@ def observe(
     rows = []
     for node in nodes:
         labels = cluster.api.get("nodes", node).get("metadata", {}).get("labels") or {}
-        spec = cluster.api.get("nodepowerprofiles", node).get("spec") or {}
-        cap = (spec.get("cpu") or {}).get("packagePowerCapWatts")
-        tp = cluster.api.get("telemetryprofiles", node)
-        status = _cpu_status(tp)
-        gpu_status = ((tp.get("status") or {}).get("control") or {}).get("gpu") or {}
+        power = cluster.power.state(node)
+        spec, cap = _desired(cluster, node, power.config.max_watts)
+        status = cluster.status(node)
+        gpu_status = _gpu_status(cluster, node)
         shard = next((i for i, m in enumerate(shards) if node in m.pids), None)
         restarts = next((m.restarts[node] for m in shards if node in m.restarts), None)
         enforced = next((m.caps[node] for m in shards if node in m.caps), None)
-        power = cluster.power.state(node)
         rows.append(
             NodeRow(
                 node=node,

@@ -59,6 +59,9 @@ class DemoOptions:
     """Keep kubeconfig and agent logs here; None: a temporary directory."""
     apiserver: str = "emulator"
     """``emulator``, or ``envtest``: a real kube-apiserver from KUBEBUILDER_ASSETS."""
+    api: str = "profiles"
+    """``profiles`` (NodePowerProfile + TelemetryProfile) or ``nodetwin`` (NodeTwin with
+    percent caps, NodeHardware, routing by environment): the cluster serves only that one."""
 
 
 class _Run:
@@ -192,7 +195,7 @@ def _run(opts: DemoOptions, signals: queue.SimpleQueue[int], out: TextIO) -> int
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(EnvtestServer()) if opts.apiserver == "envtest" else None
         cluster = stack.enter_context(
-            SimCluster(workdir=opts.workdir, seed=opts.seed, server=server)
+            SimCluster(workdir=opts.workdir, seed=opts.seed, server=server, api=opts.api)
         )
         return _show(run, cluster, signals, out)
 
@@ -200,8 +203,11 @@ def _run(opts: DemoOptions, signals: queue.SimpleQueue[int], out: TextIO) -> int
 def _show(run: _Run, cluster: SimCluster, signals: queue.SimpleQueue[int], out: TextIO) -> int:
     opts = run.opts
     seed_cluster(cluster, run.plans)
+    routing = cluster.routing_env() if cluster.nodetwin else None
     agents = [
-        cluster.start_agent(env=agent_env(i, opts.shards, opts.interval_s), name=f"shard-{i}")
+        cluster.start_agent(
+            env=agent_env(i, opts.shards, opts.interval_s, routing), name=f"shard-{i}"
+        )
         for i in range(opts.shards)
     ]
     header = Header(

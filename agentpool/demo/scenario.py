@@ -2,7 +2,8 @@
 
 This module owns the seeding of a :class:`~agentpool.sim.cluster.SimCluster`
 (KWOK-style nodes, NodePowerProfiles, TelemetryProfiles pointing at the power
-simulator) and the environment the shard agents get. It configures the agent
+simulator; or, on the NodeTwin API, NodeTwins with percent caps and routing
+by environment) and the environment the shard agents get. It configures the agent
 only through its documented variables, exactly as a StatefulSet would; the
 agent must never learn that it runs in a demo.
 """
@@ -15,6 +16,7 @@ import random
 from dataclasses import dataclass
 
 from agentpool.durations import format_duration
+from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.gpumodel import GpuConfig
 from agentpool.sim.powermodel import RAPL_ACTION
@@ -40,11 +42,20 @@ class Profile(enum.StrEnum):
     def cap_watts(self) -> float:
         return CAPS[self]
 
+    @property
+    def pct(self) -> float:
+        """The same cap as a percent of the simulated nodes' maximum (NodeTwin API)."""
+        return PCTS[self]
+
 
 CAPS: dict[Profile, float] = {Profile.ECO: 120.0, Profile.PERFORMANCE: 200.0}
 GPU_CAPS: dict[Profile, float] = {Profile.ECO: 250.0, Profile.PERFORMANCE: 350.0}
 """``spec.gpu.powerCap.capWattsPerGpu`` of the GPU nodes, by profile."""
 DEMO_GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=400, load=0.8)
+SIM_MAX_WATTS = 250.0
+"""The power simulator's default node maximum; its telemetry reports it, so the agent
+resolves percent caps against it."""
+PCTS: dict[Profile, float] = {p: CAPS[p] / SIM_MAX_WATTS * 100 for p in CAPS}
 
 
 @dataclass(frozen=True)
@@ -112,10 +123,12 @@ def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
             cluster.power.set_behaviour(
                 plan.name, "blocked", RAPL_LOCKED_MESSAGE, action=RAPL_ACTION
             )
+        # The NodeTwin API gets what Joulie's current operator writes by default: percent.
         cluster.add_node(
             plan.name,
             managed=plan.managed,
-            cap=plan.cap,
+            cap=None if cluster.nodetwin else plan.cap,
+            pct=plan.profile.pct if cluster.nodetwin else None,
             profile=plan.profile.value,
             labels={
                 "type": "kwok",
@@ -125,12 +138,15 @@ def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
         )
         if plan.gpus:
             gpu_cap = {"capWattsPerGpu": GPU_CAPS[plan.profile]}
-            cluster.api.patch(
-                "nodepowerprofiles", plan.name, {"spec": {"gpu": {"powerCap": gpu_cap}}}
+            desired = ("nodetwins", object_name(plan.name)) if cluster.nodetwin else (
+                "nodepowerprofiles", plan.name
             )
+            cluster.api.patch(*desired, {"spec": {"gpu": {"powerCap": gpu_cap}}})
 
 
-def agent_env(shard: int, shards: int, interval_s: float) -> dict[str, str]:
+def agent_env(
+    shard: int, shards: int, interval_s: float, routing: dict[str, str] | None = None
+) -> dict[str, str]:
     """What the StatefulSet would pass to replica ``shard`` (plus the demo's tempo).
 
     The DVFS cooldown defaults to 20 s, tuned for a 20 s reconcile interval;
@@ -140,8 +156,11 @@ def agent_env(shard: int, shards: int, interval_s: float) -> dict[str, str]:
     answers a throttle at once (no sensor lag to overshoot on), so the eco
     DVFS nodes, which need 75-95 % throttle, hold their cap after one tick
     instead of two or three, before the timeline's first step.
+    ``routing``: the ``TELEMETRY_*`` variables (NodeTwin API, which has no
+    TelemetryProfile).
     """
     return {
+        **(routing or {}),
         "AGENT_MODE": "pool",
         "POOL_SHARDS": str(shards),
         "POOL_SHARD_ID": str(shard),

@@ -81,6 +81,13 @@ class FlipProfile(Moment):
     def perform(self, world: World, row: NodeRow) -> str | None:
         self.old_cap = row.cap or self.old_cap
         new = Profile.PERFORMANCE
+        if world.cluster.nodetwin:
+            world.cluster.set_cap(self.node, None, profile=new.value, pct=new.pct)
+            return (
+                f"profile of {self.node} flipped {row.profile} -> {new.value} "
+                f"(cap {Profile.ECO.pct:g}% -> {new.pct:g}% of max, "
+                f"{self.old_cap:g} -> {new.cap_watts:g} W)"
+            )
         world.cluster.set_cap(self.node, new.cap_watts, profile=new.value)
         return (
             f"profile of {self.node} flipped {row.profile} -> {new.value} "

@@ -42,6 +42,10 @@ class Resource(enum.StrEnum):
     NODES = "nodes"
     NODE_POWER_PROFILES = "nodepowerprofiles"
     TELEMETRY_PROFILES = "telemetryprofiles"
+    NODE_TWINS = "nodetwins"
+    """Joulie's current API: desired state in spec, the agent's feedback in status."""
+    NODE_HARDWARES = "nodehardwares"
+    """Joulie's current API: what the agent found on each node."""
 
 
 RequestHook = Callable[[str, str, int], None]
@@ -86,8 +90,20 @@ def load_client(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def _body(response: Any, what: str) -> dict[str, Any]:
+    try:
+        body = json.loads(response.data)
+    except ValueError as exc:
+        raise KubeTemporaryError(f"{what}: answer is not JSON") from exc
+    finally:
+        response.release_conn()
+    if not isinstance(body, dict):
+        raise KubeTemporaryError(f"{what}: answer is not a JSON object")
+    return body
+
+
 class KubeApi:
-    """List, watch and status-patch the three resources the agent uses."""
+    """List, watch, create and status-patch the resources the agent uses."""
 
     def __init__(self, api_client: client.ApiClient, on_request: RequestHook | None = None) -> None:
         self._client = api_client
@@ -187,15 +203,19 @@ class KubeApi:
             response.close()
             response.release_conn()
 
-    def patch_telemetry_status(self, name: str, status: dict[str, Any]) -> None:
-        """Merge-patch ``status`` of a TelemetryProfile through its status subresource."""
+    def patch_status(self, resource: Resource, name: str, status: dict[str, Any]) -> None:
+        """JSON merge patch of ``status`` through the status subresource (never a PUT).
+
+        The client sends a dict body to ``patch_*`` as a merge patch: keys not in
+        ``status`` are left as they are, which is what keeps other writers' fields.
+        """
         self._call(
             "patch",
-            Resource.TELEMETRY_PROFILES,
+            resource,
             lambda: self._custom.patch_cluster_custom_object_status(
                 GROUP,
                 VERSION,
-                Resource.TELEMETRY_PROFILES.value,
+                resource.value,
                 name,
                 {"status": status},
                 _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
@@ -203,6 +223,47 @@ class KubeApi:
             ),
         )
 
+    def create(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a cluster-scoped ``joulie.io`` object; 409 (exists) is a :class:`KubeError`."""
+        response = self._call(
+            "create",
+            resource,
+            lambda: self._custom.create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                resource.value,
+                obj,
+                _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+                _preload_content=False,
+            ),
+        )
+        return _body(response, f"create {resource.value}")
+
+    def served(self) -> set[str]:
+        """The ``joulie.io/v1alpha1`` resources the server serves (API discovery).
+
+        A server without any Joulie CRD answers 404 for the group version: an
+        empty set, not an error. Subresources (``nodetwins/status``) are listed too.
+        """
+        path = f"/apis/{GROUP}/{VERSION}"
+        try:
+            response = self._custom.get_api_resources(
+                GROUP,
+                VERSION,
+                _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+            )
+        except ApiException as exc:
+            self._on_request("get", "discovery", int(exc.status or 0))
+            if exc.status == 404:
+                return set()
+            raise _wrap(exc, f"discover {path}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._on_request("get", "discovery", 0)
+            raise _wrap(exc, f"discover {path}") from exc
+        self._on_request("get", "discovery", int(getattr(response, "status", 200) or 200))
+        body = _body(response, f"discover {path}")
+        return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
     """The selector arguments of a list or watch call; empty ones are left out."""

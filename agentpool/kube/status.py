@@ -1,4 +1,5 @@
-"""Write TelemetryProfile ``status.control.cpu``, coalesced, from one thread.
+"""Write a node's status (TelemetryProfile ``status.control.cpu``, or NodeTwin
+``status.controlStatus.cpu`` with another ``body``), coalesced, from one thread.
 
 Writes go through the status subresource as a JSON merge patch, never a PUT
 of the object. A node's status is written when backend/result/message
@@ -34,7 +35,7 @@ from typing import Any
 
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.gpu_model import gpu_status
-from agentpool.kube.api import KubeApi
+from agentpool.kube.api import KubeApi, Resource
 from agentpool.model import TickResult
 from agentpool.retrying import exponential_delay
 
@@ -44,6 +45,9 @@ HEARTBEAT_S = 300.0
 """The agent's status heartbeat: an unchanged status is rewritten this often."""
 CONCURRENCY = 8
 """Status writes in flight at once (below the API client's connection pool size)."""
+
+StatusBody = Callable[[TickResult, frozenset[str]], dict[str, Any]]
+"""Builds the ``status`` merge patch from a result and the observed keys to null."""
 
 
 @dataclass
@@ -97,8 +101,12 @@ class StatusWriter:
         max_backoff_s: float = 30.0,
         spread_heartbeats: bool = False,
         concurrency: int = CONCURRENCY,
+        resource: Resource = Resource.TELEMETRY_PROFILES,
+        body: StatusBody | None = None,
     ) -> None:
         self._api = api
+        self._resource = resource
+        self._body: StatusBody = body or status_body
         self._heartbeat_s = heartbeat_s
         self._spread = spread_heartbeats
         self._clock = clock
@@ -207,7 +215,9 @@ class StatusWriter:
             last = self._written.get(profile)
         stale = (last.observed_keys - entry.result.observed.keys()) if last else frozenset()
         try:
-            self._api.patch_telemetry_status(profile, status_body(entry.result, frozenset(stale)))
+            self._api.patch_status(
+                self._resource, profile, self._body(entry.result, frozenset(stale))
+            )
         except KubeTemporaryError as exc:
             self._retry_later(profile, entry, exc)
             return

@@ -2,11 +2,14 @@
 
 What the integration tests, the benchmark and the demo share: seed N managed
 nodes with their NodePowerProfiles and TelemetryProfiles (controls pointing
-at the power simulator, or host controls over per-node sysfs trees), then run
-the real ``agentpool`` command against it as a subprocess, exactly as a pod
-would run it, with ``KUBECONFIG`` pointing at the API server: the emulator by
-default, or a real kube-apiserver (:class:`~agentpool.sim.envtest.EnvtestServer`)
-shared between scenarios, which a cluster wipes on entry and exit.
+at the power simulator, or host controls over per-node sysfs trees), or, with
+``api="nodetwin"``, with NodeTwins as Joulie's current operator writes them
+(routing then comes from the agent's ``TELEMETRY_*`` environment, see
+:meth:`SimCluster.routing_env`), then run the real ``agentpool`` command
+against it as a subprocess, exactly as a pod would run it, with
+``KUBECONFIG`` pointing at the API server: the emulator by default, or a real
+kube-apiserver (:class:`~agentpool.sim.envtest.EnvtestServer`) shared between
+scenarios, which a cluster wipes on entry and exit.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from agentpool.sim.polling import wait_until
 from agentpool.sim.powersim import PowerSim
 
 MANAGED = "joulie.io/managed"
-KINDS = ("telemetryprofiles", "nodepowerprofiles", "nodes")
+KINDS = ("telemetryprofiles", "nodepowerprofiles", "nodetwins", "nodehardwares", "nodes")
 """What a scenario seeds; a shared real server is wiped of these between scenarios."""
 __all__ = ["AgentProcess", "DirectApi", "SimCluster", "free_port", "wait_until"]
 
@@ -48,6 +51,12 @@ class DirectApi(Protocol):
         self, resource: str, name: str, patch: dict[str, Any], subresource: str | None = None
     ) -> dict[str, Any]: ...
     def delete(self, resource: str, name: str) -> dict[str, Any]: ...
+    def list(
+        self,
+        resource: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]: ...
 
 
 def free_port() -> int:
@@ -128,6 +137,60 @@ def worker_pids(metrics_text: str) -> dict[str, int]:
     return pids
 
 
+def node_twin(
+    node: str, cap: float | None = None, pct: float | None = None, profile: str = "eco"
+) -> dict[str, Any]:
+    """A NodeTwin as Joulie's operator creates it (named after the node, sanitised)."""
+    from agentpool.kube.nodetwin import object_name
+
+    cpu: dict[str, Any] = {}
+    if cap is not None:
+        cpu["packagePowerCapWatts"] = cap
+    if pct is not None:
+        cpu["packagePowerCapPctOfMax"] = pct
+    return {
+        "apiVersion": "joulie.io/v1alpha1",
+        "kind": "NodeTwin",
+        "metadata": {"name": object_name(node)},
+        "spec": {
+            "nodeName": node,
+            "profile": profile,
+            "policy": {"name": "sim"},
+            "scheduling": {"draining": False},
+            "cpu": cpu,
+        },
+    }
+
+
+def operator_status(node: str) -> dict[str, Any]:
+    """The status fields Joulie's operator writes into a NodeTwin (everything but the
+    agent's ``controlStatus.cpu``), with values that differ per node."""
+    seed = sum(node.encode()) % 50
+    return {
+        "schedulableClass": "eco",
+        "predictedPowerHeadroomScore": 40.0 + seed,
+        "predictedCoolingStressScore": 12.5,
+        "predictedPsuStressScore": 0,
+        "hardwareDensityScore": 0.75,
+        "estimatedPUE": 1.12,
+        "lastUpdated": "2026-02-27T00:00:00Z",
+        "effectiveCapState": {"cpuPct": 60, "gpuPct": 100},
+        "powerMeasurement": {
+            "source": "http",
+            "measuredNodePowerW": 300.0 + seed,
+            "cpuCappedPowerW": 150,
+            "nodeTdpW": 250,
+            "powerTrendWPerMin": -1.5,
+        },
+        "controlStatus": {
+            "gpu": {
+                "backend": "http", "result": "applied", "message": "operator-side gpu",
+                "updatedAt": "2026-02-27T00:00:00Z",
+            }
+        },
+    }
+
+
 class AgentProcess:
     """One ``agentpool`` supervisor subprocess and its metrics address."""
 
@@ -199,10 +262,15 @@ class SimCluster:
     """API server + power simulator + helpers to seed nodes and run agents.
 
     ``server``: run against this real kube-apiserver instead of a fresh
-    emulator; the chart's CRDs are installed there and the agents
-    authenticate as ``user`` (a user the server was started with), or, with
+    emulator; every chart CRD is installed there, the agents are started with
+    ``JOULIE_API`` set to ``api``, and they authenticate as
+    ``user`` (a user the server was started with), or, with
     ``service_account=(namespace, name)``, with a token of that
     ServiceAccount, as a pod does.
+
+    ``api``: ``profiles`` (NodePowerProfile + TelemetryProfile served) or
+    ``nodetwin`` (only NodeTwin + NodeHardware served, as with Joulie's
+    current operator).
     """
 
     def __init__(
@@ -212,13 +280,16 @@ class SimCluster:
         server: EnvtestServer | None = None,
         user: str = ADMIN,
         service_account: tuple[str, str] | None = None,
+        api: str = "profiles",
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="agentpool-sim-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
         self.server = server
         self.user = user
         self.service_account = service_account
-        self._emulator = ApiEmulator() if server is None else None
+        self.nodetwin = api == "nodetwin"
+        self.shape = api
+        self._emulator = ApiEmulator(shape=api) if server is None else None
         self.api: DirectApi = self._emulator or server.api()  # type: ignore[union-attr]
         self.power = PowerSim(seed=seed)
         self.agents: list[AgentProcess] = []
@@ -272,11 +343,36 @@ class SimCluster:
         http: bool = True,
         labels: Mapping[str, str] | None = None,
         mode: str = "auto",
+        pct: float | None = None,
+        status: Mapping[str, Any] | None = None,
     ) -> None:
+        """Seed a node and its desired state. NodeTwin API: a NodeTwin with ``cap``
+        watts and/or ``pct`` percent of max, its operator status set to
+        :func:`operator_status` (or ``status``); ``http`` is then up to the agent's
+        environment (:meth:`routing_env`)."""
         node_labels = dict(labels or {})
         if managed:
             node_labels[MANAGED] = "true"
-        self.api.create("nodes", {"metadata": {"name": name, "labels": node_labels}})
+        node: dict[str, Any] = {"metadata": {"name": name, "labels": node_labels}}
+        if self.nodetwin:
+            node["status"] = {
+                "capacity": {"cpu": "64", "memory": "263855804Ki"},
+                "allocatable": {"cpu": "63", "memory": "261758652Ki"},
+            }
+        self.api.create("nodes", node)
+        if self.nodetwin and self.server is not None:
+            # A real server ignores a Node's status on create: it goes through /status.
+            self.api.patch("nodes", name, {"status": node["status"]}, subresource="status")
+        if self.nodetwin:
+            if profile:
+                twin = self.api.create("nodetwins", node_twin(name, cap, pct, profile))
+                self.api.patch(
+                    "nodetwins",
+                    twin["metadata"]["name"],
+                    {"status": dict(status if status is not None else operator_status(name))},
+                    subresource="status",
+                )
+            return
         if profile:  # profile="" seeds the node without a NodePowerProfile
             self.api.create("nodepowerprofiles", power_profile(name, cap, profile))
         self.api.create(
@@ -286,16 +382,42 @@ class SimCluster:
     def set_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         self.api.patch("nodes", name, {"metadata": {"labels": dict(labels)}})
 
-    def set_cap(self, name: str, cap: float, profile: str | None = None) -> None:
+    def set_cap(
+        self, name: str, cap: float | None, profile: str | None = None, pct: float | None = None
+    ) -> None:
+        """New desired watts (NodeTwin API: and/or percent; None removes that field)."""
         spec: dict[str, Any] = {"cpu": {"packagePowerCapWatts": cap}}
+        if self.nodetwin:
+            spec["cpu"]["packagePowerCapPctOfMax"] = pct
         if profile is not None:
             spec["profile"] = profile
+        if self.nodetwin:
+            from agentpool.kube.nodetwin import object_name
+
+            self.api.patch("nodetwins", object_name(name), {"spec": spec})
+            return
         self.api.patch("nodepowerprofiles", name, {"spec": spec})
 
     def status(self, name: str) -> dict[str, Any]:
+        """The node's CPU control status (NodeTwin API: ``status.controlStatus.cpu``)."""
+        if self.nodetwin:
+            from agentpool.kube.nodetwin import object_name
+
+            twin = self.api.get("nodetwins", object_name(name))
+            return dict(((twin.get("status") or {}).get("controlStatus") or {}).get("cpu") or {})
         obj = self.api.get("telemetryprofiles", name)
         cpu: dict[str, Any] = ((obj.get("status") or {}).get("control") or {}).get("cpu") or {}
         return cpu
+
+    def routing_env(self, mode: str = "auto") -> dict[str, str]:
+        """The agent's ``TELEMETRY_*`` variables pointing at the power simulator."""
+        return {
+            "TELEMETRY_CPU_SOURCE": "http",
+            "TELEMETRY_CPU_HTTP_ENDPOINT": self.power.telemetry_endpoint,
+            "TELEMETRY_CPU_CONTROL": "http",
+            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": self.power.control_endpoint,
+            "TELEMETRY_CPU_CONTROL_MODE": mode,
+        }
 
     def start_agent(
         self,
@@ -311,7 +433,9 @@ class SimCluster:
         """
         port = free_port()
         full_env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("POOL_", "AGENT_", "NODE_"))
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("POOL_", "AGENT_", "NODE_", "TELEMETRY_", "JOULIE_"))
         }
         full_env.update(
             {
@@ -324,6 +448,10 @@ class SimCluster:
             }
         )
         full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        if self.server is not None:
+            # A shared real server serves every chart CRD (deleting CRDs between
+            # scenarios would race with discovery), so the agent is told the API.
+            full_env["JOULIE_API"] = self.shape
         full_env.update(env or {})
         argv = [*(wrap or []), sys.executable, "-m", "agentpool", *(args or [])]
         agent = AgentProcess(argv, full_env, port, self.workdir / f"{name}-{len(self.agents)}.log")

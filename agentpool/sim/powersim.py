@@ -328,6 +328,7 @@ class PowerSim:
                     "load": model.config.load,
                     "capWatts": model.cap_watts,
                     "throttlePct": model.throttle_pct,
+                    "packagePowerMaxWatts": model.config.max_watts,
                 },
                 "capWatts": model.cap_watts,
                 "throttlePct": model.throttle_pct,

@@ -97,6 +97,10 @@ class RaplSpec:
     energy_start_uj: tuple[int, ...] | None = None
     """Initial ``energy_uj`` per package; None gives distinct made-up values."""
     max_energy_range_uj: int = MAX_ENERGY_RANGE_UJ
+    max_files: bool = True
+    """False drops every ``constraint_N_max_power_uw`` (some firmware reports none)."""
+    min_watts: float | None = None
+    """``constraint_0_min_power_uw`` of each package; None writes no min file."""
 
 
 @dataclass(frozen=True)
@@ -372,9 +376,11 @@ class _RaplBuilder:
                 self.tree.locked[limit_file] = uw
             _put(Path(f"{prefix}_time_window_us"), window_us)
             max_file = None
-            if max_watts is not None:
+            if max_watts is not None and self.spec.max_files:
                 max_file = Path(f"{prefix}_max_power_uw")
                 _put(max_file, int(max_watts * 1_000_000))
+            if i == 0 and kind is not ZoneKind.SUBZONE and self.spec.min_watts is not None:
+                _put(Path(f"{prefix}_min_power_uw"), int(self.spec.min_watts * 1_000_000))
             constraints.append(Constraint(i, name_, limit_file, max_file, uw))
         link = self.root / "class/powercap" / path.name
         _link(link, path)

@@ -39,7 +39,8 @@ class AgentHttpServer:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         """``render``, if given, writes part of ``/metrics`` directly (the workers' merged
-        multiprocess files, see ``FastMultiProcessCollector.render``); ``registry`` the rest."""
+        multiprocess files, see ``FastMultiProcessCollector.render``); ``registry`` the rest.
+        ``not_ready_reason``, if given, says why ``/readyz`` is 503 (None: no known reason)."""
         scrape_lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):

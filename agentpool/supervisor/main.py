@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -28,6 +29,9 @@ from agentpool.config import AgentMode, Settings
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Informer
+from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.kube.nodetwin import twin_status_body
+from agentpool.kube.selection import ApiSelector, Selection
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
@@ -104,7 +108,11 @@ def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack
 
 
 def _informers(
-    settings: Settings, api: KubeApi, supervisor: Supervisor, counters: ApiCounters
+    settings: Settings,
+    api: KubeApi,
+    supervisor: Supervisor,
+    counters: ApiCounters,
+    kinds: Iterable[Resource],
 ) -> list[Informer]:
     if settings.mode is AgentMode.DAEMONSET:
         nodes_label, nodes_field = None, f"metadata.name={settings.node_name}"
@@ -120,8 +128,13 @@ def _informers(
             watch_timeout_s=settings.watch_timeout_s,
             on_watch_restart=counters.on_watch_restart,
         )
-        for kind in Resource
+        for kind in kinds
     ]
+
+
+def _stop_all(informers: list[Informer]) -> None:
+    for informer in list(informers):
+        informer.stop()
 
 
 class _Readiness:
@@ -130,11 +143,16 @@ class _Readiness:
     def __init__(self, informers: list[Informer], bound_s: float) -> None:
         self.informers = informers
         self.bound_s = bound_s
+        self.waiting_for: Callable[[], str | None] = lambda: None
+        """Why there are no informers yet (API discovery); None once they exist."""
 
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return self.waiting_for() is None and all(i.synced.is_set() for i in self.informers)
 
     def __call__(self) -> tuple[bool, str]:
+        waiting = self.waiting_for()
+        if waiting is not None:
+            return False, f"not ready: {waiting}"
         now = time.monotonic()
         problems = []
         for informer in self.informers:
@@ -189,22 +207,58 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     stack.callback(api.close)
     collector = SupervisorCollector(counters)
     status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True)
+    twin_status = StatusWriter(
+        api,
+        heartbeat_s=HEARTBEAT_S,
+        spread_heartbeats=True,
+        resource=Resource.NODE_TWINS,
+        body=twin_status_body,
+    )
+    hardware = HardwarePublisher(api)
     readiness = _Readiness([], settings.watch_timeout_s + FRESHNESS_SLACK_S)
+    view = ClusterView(settings)
+    desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
+
+    def spec_confirmed() -> bool:
+        # Before an API is selected there is no desired state to go stale.
+        return all(
+            i.healthy.is_set() for i in list(readiness.informers) if i.resource in desired
+        )
+
     supervisor = Supervisor(
         settings,
         ForkServerLauncher(ctx, settings, files),
-        ClusterView(settings),
+        view,
         status,
         collector,
         files,
         readiness.synced,
         max_workers=capacity,
+        twin_status=twin_status,
+        hardware=hardware,
+        spec_confirmed=spec_confirmed,
     )
     stack.callback(supervisor.close)
-    readiness.informers.extend(_informers(settings, api, supervisor, counters))
+
+    def on_selected(selection: Selection) -> None:
+        # Runs once, in the selector's thread, before any informer of the API exists:
+        # the loop sees the view's API before the first event that depends on it.
+        view.select(selection.api)
+        # Never in simulate-only mode: it promises to write nothing but statuses.
+        hardware.enabled = (
+            Resource.NODE_HARDWARES in selection.resources and not settings.simulate_only
+        )
+        informers = _informers(settings, api, supervisor, counters, selection.resources)
+        readiness.informers.extend(informers)
+        for informer in informers:
+            informer.start()
+
+    selector = ApiSelector(api, settings.joulie_api, on_selected)
+    readiness.waiting_for = lambda: selector.problem
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack)
     supervisor.install_signal_handlers()
-    services: list[_Service] = [server, collector, status, *readiness.informers]
+    stack.callback(_stop_all, readiness.informers)
+    services: list[_Service] = [server, collector, status, twin_status, hardware, selector]
     for component in services:
         component.start()
         stack.callback(component.stop)

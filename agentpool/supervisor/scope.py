@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from agentpool.config import AgentMode, Settings
+from agentpool.config import AgentMode, JoulieApi, Settings
 from agentpool.gpu_discovery import gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
@@ -25,6 +25,7 @@ from agentpool.labels import parse_selector
 from agentpool.model import DEFAULT_HTTP_TIMEOUT_S, NodeInputs
 from agentpool.profiles import MAX_TIMEOUT_S, object_name, target_of
 from agentpool.sharding import owns
+from agentpool.supervisor import twinview
 
 HEARTBEAT_SLACK_S = 30.0
 """Added to the ticks a worker may legally spend silent."""
@@ -109,11 +110,23 @@ class ClusterView:
         self.telemetry: dict[str, dict[str, Any]] = {}
         self._power_by_node: dict[str, set[str]] = defaultdict(set)
         self._telemetry_by_node: dict[str, set[str]] = defaultdict(set)
+        self.api = JoulieApi.PROFILES
+        """The Joulie API in use; set by :meth:`select` before its informers start."""
+        self.twins = twinview.TwinView()
+        self.spec_stale = False
+        """The desired-state watch has failed for SPEC_READ_TIMEOUT (set by the supervisor)."""
+        self.node_objects: dict[str, dict[str, Any]] = {}
+        """NodeTwin API: each node's labels, capacity and allocatable (for NodeHardware)."""
+
+    def select(self, api: JoulieApi) -> None:
+        self.api = api
 
     # -- feeding ---------------------------------------------------------------------------------
 
     def apply(self, event: InformerEvent) -> set[str]:
         """Apply an informer event; returns the nodes whose inputs or scope may have changed."""
+        if event.resource in twinview.RESOURCES:
+            return self.twins.apply(event)
         if isinstance(event, Relisted):
             return self._replace(event.resource, event.items)
         return self._change(event)
@@ -138,6 +151,13 @@ class ClusterView:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             self.labels[name] = {str(k): str(v) for k, v in labels.items()}
             self.gpus[name] = gpu_allocatable(obj)
+            if self.api is JoulieApi.NODETWIN:
+                status = obj.get("status") or {}
+                self.node_objects[name] = {
+                    "labels": self.labels[name],
+                    "capacity": dict(status.get("capacity") or {}),
+                    "allocatable": dict(status.get("allocatable") or {}),
+                }
         elif resource is Resource.NODE_POWER_PROFILES:
             self.power[name] = _trim(obj)
             if node := _npp_node(obj):
@@ -169,6 +189,7 @@ class ClusterView:
             self._store(change.resource).pop(name, None)
             if change.resource is Resource.NODES:
                 self.gpus.pop(name, None)
+                self.node_objects.pop(name, None)
         else:
             self._put(change.resource, change.obj)
         return affected | self._affected(change.resource, name)
@@ -181,6 +202,7 @@ class ClusterView:
         self._store(resource).clear()
         if resource is Resource.NODES:
             self.gpus.clear()
+            self.node_objects.clear()
         if resource is Resource.NODE_POWER_PROFILES:
             self._power_by_node.clear()
         elif resource is Resource.TELEMETRY_PROFILES:
@@ -234,7 +256,30 @@ class ClusterView:
         chosen, _ = self._chosen(self.telemetry, self._telemetry_by_node, node, "TelemetryProfile")
         return object_name(chosen) if chosen else None
 
+    def status_target(self, node: str) -> tuple[Resource, str] | None:
+        """Where the node's status goes: its NodeTwin on that API, else its TelemetryProfile."""
+        if self.api is JoulieApi.NODETWIN:
+            twin = self.twins.twin_name(node)
+            return (Resource.NODE_TWINS, twin) if twin else None
+        profile = self.telemetry_profile_name(node)
+        return (Resource.TELEMETRY_PROFILES, profile) if profile else None
+
     def inputs_for(self, node: str) -> NodeInputs:
+        if self.api is JoulieApi.NODETWIN:
+            twin, twin_note = self.twins.twin_for(node)
+            telemetry, _ = self._chosen(
+                self.telemetry, self._telemetry_by_node, node, "TelemetryProfile"
+            )
+            return NodeInputs(
+                node_name=node,
+                labels=dict(self.labels.get(node, {})),
+                telemetry_profile=telemetry,
+                power_profile_note=twin_note,
+                node_twin=twin,
+                nodetwin_api=True,
+                hardware_max_w=self.twins.hardware_max.get(node),
+                spec_stale=self.spec_stale,
+            )
         power, note = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
         telemetry, _ = self._chosen(
             self.telemetry, self._telemetry_by_node, node, "TelemetryProfile"
@@ -246,4 +291,5 @@ class ClusterView:
             power_profile=power,
             telemetry_profile=telemetry,
             power_profile_note=note,
+            spec_stale=self.spec_stale,
         )

@@ -37,7 +37,9 @@ from typing import Any
 
 from agentpool.config import Settings
 from agentpool.errors import CapacityError
+from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
+from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.model import NodeInputs, TickResult
 from agentpool.supervisor import statuses
 from agentpool.supervisor.loopio import LoopIO
@@ -47,6 +49,7 @@ from agentpool.supervisor.protocol import Stopped, StopWorker, TickReport, frame
 from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
 from agentpool.supervisor.statuses import StatusSink
+from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.supervisor.worker_handles import (
     Launch,
     StopReason,
@@ -92,8 +95,19 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         loop_period_s: float = LOOP_PERIOD_S,
         max_workers: int | None = None,
+        twin_status: StatusSink | None = None,
+        hardware: HardwarePublisher | None = None,
+        spec_confirmed: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
+        self.spec_confirmed = spec_confirmed
+        """True while the desired-state watch works (SPEC_READ_TIMEOUT counts from the last)."""
+        self._spec_seen = clock()
+        self.hardware = hardware
+        """Publishes NodeHardware (NodeTwin API, once enabled)."""
+        self.twin_status = twin_status
+        """Writes NodeTwin ``status.controlStatus`` (NodeTwin API); ``status`` writes
+        TelemetryProfile status (profile API)."""
         self.launch = launch
         self.view = view
         self.status = status
@@ -174,6 +188,7 @@ class Supervisor:
             self._check_heartbeats(now)
             self._enforce_kill_deadlines(now)
             self._check_lingering(now)
+            self._check_spec_freshness(now)
         if self._scope_stale or (scan and self._awaiting_sync):
             self._reconcile_scope(now)
         if scan:
@@ -242,11 +257,13 @@ class Supervisor:
             handle.restore_problems = message.problems
 
     def _offer_status(self, node: str, result: TickResult, force: bool = False) -> None:
-        if self.status is None:
+        target = self.view.status_target(node)
+        if target is None:
             return
-        profile = self.view.telemetry_profile_name(node)
-        if profile is not None:
-            self.status.offer(profile, node, result, force=force)
+        resource, name = target
+        writer = self.twin_status if resource is Resource.NODE_TWINS else self.status
+        if writer is not None:
+            writer.offer(name, node, result, force=force)
 
     # -- deaths ----------------------------------------------------------------------------------
 
@@ -324,6 +341,8 @@ class Supervisor:
         self.workers.pop(node, None)
         self._table_changed = True
         self.files.forget(node)
+        if self.hardware is not None:
+            self.hardware.forget(node)
 
     # -- heartbeats and stops --------------------------------------------------------------------
 
@@ -338,6 +357,26 @@ class Supervisor:
     def _set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
         """The worker is being given ``inputs``; its heartbeat limit follows them."""
         handle.heartbeat_s = heartbeat_limit(self.settings, inputs.telemetry_profile)
+
+    def _check_spec_freshness(self, now: float) -> None:
+        """Mark desired state stale after SPEC_READ_TIMEOUT without a working watch."""
+        if self.spec_confirmed is None:
+            return
+        if self.spec_confirmed():
+            self._spec_seen = now
+        stale = now - self._spec_seen > self.settings.spec_read_timeout_s
+        if stale == self.view.spec_stale:
+            return
+        self.view.spec_stale = stale
+        if stale:
+            log.error(
+                "desired state not confirmed from the API for %.0fs: SPEC_STALE_ACTION=%s",
+                now - self._spec_seen,
+                self.settings.spec_stale_action.value,
+            )
+        else:
+            log.info("desired state confirmed again: enforcing it")
+        self._inputs_changed |= set(self.workers)
 
     def _stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
         handle.state = WorkerState.STOPPING
@@ -433,6 +472,15 @@ class Supervisor:
             if handle is None or handle.conn is None or handle.state is WorkerState.STOPPING:
                 continue
             inputs = self.view.inputs_for(node)
+            if self.hardware is not None and self.hardware.enabled and inputs.nodetwin_api:
+                self.hardware.offer(
+                    hardware_inputs(
+                        self.settings,
+                        node,
+                        self.view.node_objects.get(node),
+                        inputs.telemetry_profile,
+                    )
+                )
             handle.unsent = None if inputs == handle.last_sent else inputs
             if handle.unsent is not None:
                 self._set_heartbeat(handle, inputs)
@@ -477,9 +525,11 @@ class Supervisor:
             result = statuses.agent_stopped(self.settings, handle.restore_problems)
             result = statuses.with_gpu(result, handle.last_result)
             self._offer_status(node, result, force=True)
-        if self.status is not None:
+        for writer in (self.status, self.twin_status):
+            if writer is None:
+                continue
             left = deadline - self.clock()
-            if not self.status.flush(timeout=max(FINAL_STATUS_MIN_S, left)):
+            if not writer.flush(timeout=max(FINAL_STATUS_MIN_S, left)):
                 log.warning("not every final status was written in time")
         left_over = self._running()
         if left_over:

@@ -178,6 +178,8 @@ def test_the_kubernetes_schema_check_is_not_vacuous(render: Render) -> None:
         ({"agent": {"logFormat": "xml"}}, "/agent/logFormat"),
         ({"agent": {"env": {"DVFS_MIN_FREQ_KHZ": 1500000}}}, "/agent/env/DVFS_MIN_FREQ_KHZ"),
         ({"agent": {"env": {"AGENT_MODE": "pool"}}}, "invalid propertyName 'AGENT_MODE'"),
+        ({"agent": {"env": {"JOULIE_API": "auto"}}}, "invalid propertyName 'JOULIE_API'"),
+        ({"joulie": {"api": "v2"}}, "/joulie/api"),
         ({"agent": {"env": {"SYSFS_ROOT": "/sys"}}}, "invalid propertyName 'SYSFS_ROOT'"),
         ({"agent": {"env": {"METRICS_ADDR": "8080"}}}, "/agent/env/METRICS_ADDR"),
         ({"agent": {"env": {"RECONCILE_INTERVAL": "20"}}}, "/agent/env/RECONCILE_INTERVAL"),
@@ -546,22 +548,49 @@ CONTRACT_RULES = {
     ("joulie.io", "telemetryprofiles"): ["get", "list", "watch"],
     ("joulie.io", "telemetryprofiles/status"): ["update", "patch"],
 }
+NODETWIN_RULES = {
+    ("", "nodes"): ["get", "list", "watch"],
+    # A TelemetryProfile targeting a node still routes it where that CRD exists.
+    ("joulie.io", "telemetryprofiles"): ["get", "list", "watch"],
+    ("joulie.io", "nodetwins"): ["get", "list", "watch"],
+    ("joulie.io", "nodetwins/status"): ["patch"],
+    ("joulie.io", "nodehardwares"): ["get", "list", "watch", "create"],
+    ("joulie.io", "nodehardwares/status"): ["patch"],
+}
+RULES_BY_API = {
+    "profiles": CONTRACT_RULES,
+    "nodetwin": NODETWIN_RULES,
+    "auto": {**CONTRACT_RULES, **NODETWIN_RULES},
+}
 
 
-@BOTH_MODES
-def test_rbac_is_exactly_the_contract(render: Render, mode: str) -> None:
-    objects = render({"agent": {"mode": mode}})
-    role = one(objects, "ClusterRole")
+def granted_rules(role: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
     granted: dict[tuple[str, str], list[str]] = {}
     for rule in role["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"}  # no resourceNames, no URLs
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 assert (group, resource) not in granted
-                granted[(group, resource)] = rule["verbs"]
-    assert {k: sorted(v) for k, v in granted.items()} == {
-        k: sorted(v) for k, v in CONTRACT_RULES.items()
-    }
+                granted[(group, resource)] = sorted(rule["verbs"])
+    return granted
+
+
+@pytest.mark.parametrize("api", ["auto", "nodetwin", "profiles"])
+@BOTH_MODES
+def test_rbac_is_exactly_what_the_api_needs(render: Render, mode: str, api: str) -> None:
+    objects = render({"agent": {"mode": mode}, "joulie": {"api": api}})
+    granted = granted_rules(one(objects, "ClusterRole"))
+    assert granted == {k: sorted(v) for k, v in RULES_BY_API[api].items()}
+    assert env_of(agent_workload(objects))["JOULIE_API"] == api
+
+
+@BOTH_MODES
+def test_rbac_is_exactly_the_contract(render: Render, mode: str) -> None:
+    objects = render({"agent": {"mode": mode}})
+    role = one(objects, "ClusterRole")
+    # The default, auto, needs both APIs' permissions: discovery picks one at start.
+    assert granted_rules(role) == {k: sorted(v) for k, v in RULES_BY_API["auto"].items()}
+    assert env_of(agent_workload(objects))["JOULIE_API"] == "auto"
 
     binding = one(objects, "ClusterRoleBinding")
     assert binding["roleRef"] == {
@@ -673,3 +702,35 @@ def test_chart_readme_documents_every_value() -> None:
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     missing = [key for key in leaf_keys(values) if f"`{key}`" not in readme]
     assert missing == []
+
+
+# --- HTTP endpoint credentials ------------------------------------------------
+
+
+@BOTH_MODES
+def test_http_credentials_are_mounted_from_secrets(render: Render, mode: str) -> None:
+    auth = {"caSecret": "bmc-ca", "tokenSecret": "bmc-token", "clientCertSecret": "bmc-client"}
+    workload = agent_workload(render({"agent": {"mode": mode, "httpAuth": auth}}))
+    env = env_of(workload)
+    assert env["HTTP_CA_BUNDLE"] == "/etc/agentpool/http/ca/ca.crt"
+    assert env["HTTP_TOKEN_FILE"] == "/etc/agentpool/http/token/token"
+    assert env["HTTP_CLIENT_CERT"] == "/etc/agentpool/http/client/tls.crt"
+    assert env["HTTP_CLIENT_KEY"] == "/etc/agentpool/http/client/tls.key"
+    pod = workload["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"http-ca": "bmc-ca", "http-token": "bmc-token", "http-client": "bmc-client"}
+    mounts = {m["name"]: m for m in container(workload)["volumeMounts"]}
+    for name in secrets:
+        assert mounts[name]["readOnly"] is True
+        assert "subPath" not in mounts[name]  # a subPath mount would never see a rotation
+        assert env_value_under(env, mounts[name]["mountPath"])
+
+
+def env_value_under(env: dict[str, Any], directory: str) -> bool:
+    return any(isinstance(v, str) and v.startswith(directory + "/") for v in env.values())
+
+
+def test_no_http_credentials_by_default(render: Render) -> None:
+    workload = agent_workload(render())
+    assert not [k for k in env_of(workload) if k.startswith("HTTP_")]
+    assert all("secret" not in v for v in workload["spec"]["template"]["spec"]["volumes"])

@@ -50,9 +50,11 @@ def validate(kind: str, obj: dict[str, Any]) -> None:
     jsonschema.Draft4Validator(schema_of(kind)).validate(obj)
 
 
-def test_helm_sees_both_crds(chart: Any) -> None:
+def test_helm_sees_every_crd(chart: Any) -> None:
     assert sorted(c["name"] for c in chart.crds) == [
+        "crds/joulie.io_nodehardwares.yaml",
         "crds/joulie.io_nodepowerprofiles.yaml",
+        "crds/joulie.io_nodetwins.yaml",
         "crds/joulie.io_telemetryprofiles.yaml",
     ]
 

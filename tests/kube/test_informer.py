@@ -177,3 +177,25 @@ def test_unknown_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(KubeError, match="cannot load Kubernetes configuration"):
         load_client(str(tmp_path / "missing"))
+
+
+def test_a_refusal_is_retried_not_final(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    # A real apiserver answers 403 for a moment after a restart (cold RBAC cache): an
+    # informer that gave up there would leave the pod unready for good.
+    api_emulator.create("nodes", node("a"))
+    api_emulator.inject(verb="list", resource="nodes", fault="403", times=2)
+    sink = Sink()
+    restarts: list[str] = []
+    informer = Informer(
+        api, Resource.NODES, sink, max_backoff_s=0.2,
+        on_watch_restart=lambda resource, why: restarts.append(why),
+    )
+    informer.start()
+    try:
+        first = sink.next(timeout=10)
+        assert isinstance(first, Relisted)
+        assert [i["metadata"]["name"] for i in first.items] == ["a"]
+        assert restarts == ["error", "error"]
+        wait_until(informer.healthy.is_set, 5)
+    finally:
+        informer.stop()

@@ -25,9 +25,12 @@ from agentpool.sim.apiserver.errors import (
 )
 from agentpool.sim.apiserver.faults import FaultKind, FaultRule
 from agentpool.sim.apiserver.resources import (
+    NODE_HARDWARES,
     NODE_POWER_PROFILES,
+    NODE_TWINS,
     NODES,
     RESOURCES,
+    SHAPES,
     TELEMETRY_PROFILES,
     ResourceType,
 )
@@ -35,8 +38,11 @@ from agentpool.sim.apiserver.store import KubeObject
 
 __all__ = [
     "NODES",
+    "NODE_HARDWARES",
     "NODE_POWER_PROFILES",
+    "NODE_TWINS",
     "RESOURCES",
+    "SHAPES",
     "TELEMETRY_PROFILES",
     "AlreadyExistsError",
     "ApiEmulator",

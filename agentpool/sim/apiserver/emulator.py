@@ -18,7 +18,7 @@ from typing import Any
 from agentpool.sim.apiserver.counters import Counters
 from agentpool.sim.apiserver.faults import FaultRule, FaultTable, parse_fault
 from agentpool.sim.apiserver.patching import merge_patch
-from agentpool.sim.apiserver.resources import ResourceType, resolve
+from agentpool.sim.apiserver.resources import SHAPES, ResourceType, resolve
 from agentpool.sim.apiserver.schema import crd_schemas
 from agentpool.sim.apiserver.selectors import ObjectFilter
 from agentpool.sim.apiserver.server import ApiApp
@@ -36,7 +36,9 @@ class ApiEmulator:
     images or downloads; this is an HTTP server on 127.0.0.1 that the
     unmodified ``kubernetes`` client (and kubectl) talks to. It serves core
     ``nodes`` and the cluster-scoped ``joulie.io/v1alpha1`` kinds
-    ``nodepowerprofiles`` and ``telemetryprofiles`` (with ``/status``), with
+    ``nodepowerprofiles``, ``telemetryprofiles``, ``nodetwins`` and
+    ``nodehardwares`` (the last three with ``/status``; ``shape`` says which
+    are served: by default the profile API's, see :data:`~.resources.SHAPES`), with
     real resourceVersion, selector, watch and conflict semantics; see
     :mod:`agentpool.sim.apiserver.server` for what it deliberately ignores.
 
@@ -58,7 +60,11 @@ class ApiEmulator:
         host: str = "127.0.0.1",
         history_limit: int = DEFAULT_HISTORY,
         shutdown_timeout: float = 0.5,
+        shape: str = "profiles",
     ) -> None:
+        self.served = self._shape(shape)
+        """The kinds served now (see :meth:`install`); the others answer 404 as on a
+        cluster without their CRD."""
         self.store = Store(history_limit=history_limit)
         self._faults = FaultTable()
         self._counters = Counters()
@@ -69,13 +75,28 @@ class ApiEmulator:
         self.kubeconfig: Path | None = None
         """The last kubeconfig written by :meth:`write_kubeconfig` (for ``KUBECONFIG=``)."""
 
+    @staticmethod
+    def _shape(shape: str) -> tuple[ResourceType, ...]:
+        try:
+            return SHAPES[shape]
+        except KeyError:
+            raise ValueError(f"unknown cluster shape {shape!r}; known: {sorted(SHAPES)}") from None
+
+    def install(self, shape: str) -> None:
+        """Serve the kinds of another cluster shape from now on (``"all"``: every
+        kind), as when CRDs are installed or removed while clients run. Objects of
+        kinds no longer served are kept, out of sight, as etcd keeps them."""
+        self.served = self._shape(shape)
+
     # -- lifecycle -----------------------------------------------------------
 
     def start(self) -> ApiEmulator:
         if self._server is not None:
             raise RuntimeError("emulator already running")
         server = BackgroundServer(
-            lambda: ApiApp(self.store, self._faults, self._counters).build(),
+            lambda: ApiApp(
+                self.store, self._faults, self._counters, served=lambda: self.served
+            ).build(),
             host=self._host, port=self._port, shutdown_timeout=self._shutdown_timeout,
         )
         server.start()
@@ -193,9 +214,11 @@ class ApiEmulator:
     def resource_version(self) -> int:
         return self.store.resource_version
 
-    @staticmethod
-    def _type(resource: str | ResourceType) -> ResourceType:
-        return resource if isinstance(resource, ResourceType) else resolve(resource)
+    def _type(self, resource: str | ResourceType) -> ResourceType:
+        rt = resource if isinstance(resource, ResourceType) else resolve(resource)
+        if rt not in self.served:
+            raise KeyError(f"{rt.plural} is not served by this cluster shape")
+        return rt
 
     def create(self, resource: str | ResourceType, obj: KubeObject) -> KubeObject:
         return copy.deepcopy(self.store.create(self._type(resource), copy.deepcopy(obj)))

@@ -1,9 +1,11 @@
 """The resource types the emulator serves, and the discovery documents about them.
 
-Owns the static table of kinds (core ``nodes`` and the two cluster-scoped
-``joulie.io/v1alpha1`` CRDs of README "Custom resources") and the JSON that
-``/api``, ``/apis``, ``/api/v1``, ``/apis/joulie.io/v1alpha1`` and ``/version``
-answer. Nothing here holds state.
+Owns the static table of kinds (core ``nodes``, the cluster-scoped
+``joulie.io/v1alpha1`` kinds of both Joulie API generations: the profile API's
+NodePowerProfile and TelemetryProfile, the current API's NodeTwin and
+NodeHardware), which of them a cluster shape serves (:data:`SHAPES`), and the
+JSON that ``/api``, ``/apis``, ``/api/v1``, ``/apis/joulie.io/v1alpha1`` and
+``/version`` answer. Nothing here holds state.
 """
 
 from __future__ import annotations
@@ -61,21 +63,44 @@ TELEMETRY_PROFILES = ResourceType(
     ("tp",), status_subresource=True,
 )
 
-RESOURCES: tuple[ResourceType, ...] = (NODES, NODE_POWER_PROFILES, TELEMETRY_PROFILES)
+NODE_TWINS = ResourceType(
+    "nodetwins", "nodetwin", "NodeTwin", JOULIE_GROUP, JOULIE_VERSION,
+    ("nt",), status_subresource=True,
+)
+NODE_HARDWARES = ResourceType(
+    "nodehardwares", "nodehardware", "NodeHardware", JOULIE_GROUP, JOULIE_VERSION,
+    ("nhw",), status_subresource=True,
+)
+
+RESOURCES: tuple[ResourceType, ...] = (
+    NODES, NODE_POWER_PROFILES, TELEMETRY_PROFILES, NODE_TWINS, NODE_HARDWARES,
+)
+
+SHAPES: dict[str, tuple[ResourceType, ...]] = {
+    "all": RESOURCES,
+    "profiles": (NODES, NODE_POWER_PROFILES, TELEMETRY_PROFILES),
+    "nodetwin": (NODES, NODE_TWINS, NODE_HARDWARES),
+    "none": (NODES,),
+}
+"""Cluster shapes by name: which kinds a cluster serves. ``profiles`` is a cluster
+with the CRDs of an older Joulie operator, ``nodetwin`` one with the current
+operator's CRDs only, ``none`` one where no Joulie CRD is installed yet."""
 
 
-def resolve(name: str) -> ResourceType:
+def resolve(name: str, served: tuple[ResourceType, ...] = RESOURCES) -> ResourceType:
     """Find a type by plural, singular, kind or short name (``tp``, ``Node``...)."""
     lowered = name.lower()
-    for rt in RESOURCES:
+    for rt in served:
         if lowered in (rt.plural, rt.singular, rt.kind.lower(), *rt.short_names):
             return rt
-    raise KeyError(f"unknown resource {name!r}; served: {[rt.plural for rt in RESOURCES]}")
+    raise KeyError(f"unknown resource {name!r}; served: {[rt.plural for rt in served]}")
 
 
-def _resource_entries(group: str, version: str) -> list[dict[str, Any]]:
+def _resource_entries(
+    group: str, version: str, served: tuple[ResourceType, ...]
+) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
-    for rt in RESOURCES:
+    for rt in served:
         if (rt.group, rt.version) != (group, version):
             continue
         entries.append({
@@ -90,13 +115,21 @@ def _resource_entries(group: str, version: str) -> list[dict[str, Any]]:
     return entries
 
 
-def resource_list(group: str, version: str) -> dict[str, Any]:
+def resource_list(
+    group: str, version: str, served: tuple[ResourceType, ...] = RESOURCES
+) -> dict[str, Any]:
     """``APIResourceList`` for ``/api/v1`` or ``/apis/<group>/<version>``."""
     return {
         "kind": "APIResourceList", "apiVersion": "v1",
         "groupVersion": f"{group}/{version}" if group else version,
-        "resources": _resource_entries(group, version),
+        "resources": _resource_entries(group, version, served),
     }
+
+
+def serves_group(served: tuple[ResourceType, ...]) -> bool:
+    """Whether any ``joulie.io`` kind is served (else the group is absent, as on a
+    cluster without the CRDs: ``/apis/joulie.io/...`` answers 404)."""
+    return any(rt.group == JOULIE_GROUP for rt in served)
 
 
 def core_versions(server_address: str) -> dict[str, Any]:
@@ -118,8 +151,10 @@ def api_group() -> dict[str, Any]:
     }
 
 
-def api_group_list() -> dict[str, Any]:
+def api_group_list(served: tuple[ResourceType, ...] = RESOURCES) -> dict[str, Any]:
     """``APIGroupList`` for ``/apis``: only our CRD group (no built-in named groups)."""
+    if not serves_group(served):
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
     group = api_group()
     del group["kind"], group["apiVersion"]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}

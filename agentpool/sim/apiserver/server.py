@@ -103,7 +103,10 @@ class ApiApp:
         faults: FaultTable,
         counters: Counters,
         default_watch_timeout: float = DEFAULT_WATCH_TIMEOUT,
+        served: Callable[[], tuple[ResourceType, ...]] = lambda: resources.RESOURCES,
     ) -> None:
+        self._served = served
+        """Asked on every request, so a test can "install a CRD" while clients run."""
         self._store = store
         self._faults = faults
         self._counters = counters
@@ -117,11 +120,17 @@ class ApiApp:
         documents: dict[str, Callable[[web.Request], Any]] = {
             "/version": lambda _: resources.version_info(),
             "/api": lambda request: resources.core_versions(request.host),
-            "/api/v1": lambda _: resources.resource_list("", "v1"),
-            "/apis": lambda _: resources.api_group_list(),
-            f"/apis/{resources.JOULIE_GROUP}": lambda _: resources.api_group(),
+            "/api/v1": lambda _: resources.resource_list("", "v1", self._served()),
+            "/apis": lambda _: resources.api_group_list(self._served()),
+            f"/apis/{resources.JOULIE_GROUP}": lambda _: (
+                resources.api_group() if resources.serves_group(self._served()) else None
+            ),
             f"/apis/{resources.JOULIE_GROUP}/{resources.JOULIE_VERSION}": lambda _: (
-                resources.resource_list(resources.JOULIE_GROUP, resources.JOULIE_VERSION)
+                resources.resource_list(
+                    resources.JOULIE_GROUP, resources.JOULIE_VERSION, self._served()
+                )
+                if resources.serves_group(self._served())
+                else None
             ),
         }
         for path, document in documents.items():
@@ -142,10 +151,13 @@ class ApiApp:
 
     # -- plumbing ------------------------------------------------------------
 
-    @staticmethod
-    def _document(make: Callable[[web.Request], Any]) -> Handler:
+    @classmethod
+    def _document(cls, make: Callable[[web.Request], Any]) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
-            return _json(make(request))
+            body = make(request)
+            if body is None:  # a group that is not installed
+                return await cls._not_found(request)
+            return _json(body)
 
         return handler
 
@@ -186,6 +198,8 @@ class ApiApp:
 
     def _handler(self, rt: ResourceType, *, named: bool, sub: str = "") -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
+            if rt not in self._served():  # as a cluster without that CRD installed
+                return await self._not_found(request)
             verb = self._verb(request.method, named, request.query)
             if verb is None or (sub and verb not in ("get", "update", "patch")):
                 return error_response(ApiError(

@@ -116,6 +116,24 @@ annotations:
 {{- end }}
 - name: LOG_FORMAT
   value: {{ .Values.agent.logFormat | quote }}
+- name: JOULIE_API
+  value: {{ (.Values.joulie).api | default "auto" | quote }}
+{{- with .Values.agent.httpAuth }}
+{{- if .caSecret }}
+- name: HTTP_CA_BUNDLE
+  value: {{ printf "/etc/agentpool/http/ca/%s" .caKey | quote }}
+{{- end }}
+{{- if .tokenSecret }}
+- name: HTTP_TOKEN_FILE
+  value: {{ printf "/etc/agentpool/http/token/%s" .tokenKey | quote }}
+{{- end }}
+{{- if .clientCertSecret }}
+- name: HTTP_CLIENT_CERT
+  value: /etc/agentpool/http/client/tls.crt
+- name: HTTP_CLIENT_KEY
+  value: /etc/agentpool/http/client/tls.key
+{{- end }}
+{{- end }}
 - name: SHUTDOWN_TIMEOUT
   value: {{ printf "%ds" (int .Values.agent.shutdownTimeoutSeconds) | quote }}
 - name: PROMETHEUS_MULTIPROC_DIR
@@ -165,8 +183,27 @@ resources:
   mountPath: {{ include "joulie.stateDir" . }}
 - name: tmp
   mountPath: /tmp
+{{- with .Values.agent.httpAuth }}
+{{- if .caSecret }}
+- name: http-ca
+  mountPath: /etc/agentpool/http/ca
+  readOnly: true
+{{- end }}
+{{- if .tokenSecret }}
+- name: http-token
+  mountPath: /etc/agentpool/http/token
+  readOnly: true
+{{- end }}
+{{- if .clientCertSecret }}
+- name: http-client
+  mountPath: /etc/agentpool/http/client
+  readOnly: true
+{{- end }}
+{{- end }}
 {{- end }}
 
+{{/* Secrets are mounted as directories (not subPath), so a rotation reaches the
+pod and the agent re-reads the token. */}}
 {{- define "joulie.commonVolumes" -}}
 - name: metrics-multiproc
   emptyDir: {}
@@ -174,6 +211,23 @@ resources:
   emptyDir: {}
 - name: tmp
   emptyDir: {}
+{{- with .Values.agent.httpAuth }}
+{{- if .caSecret }}
+- name: http-ca
+  secret:
+    secretName: {{ .caSecret }}
+{{- end }}
+{{- if .tokenSecret }}
+- name: http-token
+  secret:
+    secretName: {{ .tokenSecret }}
+{{- end }}
+{{- if .clientCertSecret }}
+- name: http-client
+  secret:
+    secretName: {{ .clientCertSecret }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Scheduling and identity of the pod, shared by both modes. */}}

@@ -1,0 +1,62 @@
+"""Stale desired state (SPEC_READ_TIMEOUT): the wording of each case, and the relaxing.
+
+When the desired-state watch has failed for SPEC_READ_TIMEOUT the agent no
+longer trusts what it last saw. ``relax`` gives the node back what it had
+before the agent (host values found at start, no HTTP throttle); ``keep``
+goes on enforcing the last desired state. Either way the status says so, and
+says so again once when the API confirms the desired state.
+"""
+
+from __future__ import annotations
+
+from agentpool.backends import http
+from agentpool.backends.cpufreq import CpufreqHost
+from agentpool.backends.rapl import RaplHost
+from agentpool.durations import format_duration
+from agentpool.errors import HttpBackendError
+from agentpool.model import Backend, HttpEndpoint, Result, TickResult
+
+
+def why(timeout_s: float) -> str:
+    return (
+        f"desired state not confirmed from the API for {format_duration(timeout_s)} "
+        "(watches failing)"
+    )
+
+
+def prefixed(result: TickResult, prefix: str) -> TickResult:
+    return TickResult(result.backend, result.result, f"{prefix}{result.message}", result.observed)
+
+
+def kept(result: TickResult, timeout_s: float) -> TickResult:
+    return prefixed(result, f"{why(timeout_s)}; SPEC_STALE_ACTION=keep: ")
+
+
+def confirmed_again(result: TickResult) -> TickResult:
+    return prefixed(result, "desired state confirmed again after a stale period: ")
+
+
+def relaxed_simulated(timeout_s: float) -> TickResult:
+    message = f"{why(timeout_s)}; SPEC_STALE_ACTION=relax: simulate-only, nothing written"
+    return TickResult(Backend.NONE, Result.NONE, message)
+
+
+def relax(
+    node: str,
+    cpufreq: CpufreqHost,
+    rapl: RaplHost,
+    throttled_endpoint: HttpEndpoint | None,
+    timeout_s: float,
+) -> TickResult:
+    """Restore the host values and release an HTTP throttle; the status of it."""
+    problems = cpufreq.restore() + rapl.restore()
+    if throttled_endpoint is not None:
+        try:
+            http.post_control(throttled_endpoint, node, http.DVFS_ACTION, 0, 0)
+        except HttpBackendError as exc:
+            problems.append(f"releasing the HTTP throttle: {exc}")
+    if problems:
+        message = f"{why(timeout_s)}; could not relax: {'; '.join(problems)}"
+        return TickResult(Backend.NONE, Result.ERROR, message)
+    message = f"{why(timeout_s)}; SPEC_STALE_ACTION=relax: host limits restored, throttle released"
+    return TickResult(Backend.NONE, Result.NONE, message)

@@ -1,0 +1,201 @@
+"""Publish one NodeHardware per controlled node, writing only when its content changes.
+
+Joulie's own agent rewrites every node's NodeHardware twice per tick; at a
+thousand nodes that is most of its API traffic for facts that almost never
+change. Here the supervisor *offers* a node's inputs (labels, capacity,
+allocatable, whether it is under host control) whenever they may have
+changed, and a thread (1) creates the object if this process has not seen it
+(an existing one, 409, is fine), (2) discovers the content (sysfs reads for
+host-controlled nodes, see :mod:`agentpool.hardware_discovery`), and (3)
+merge-patches ``status`` through the subresource only when the content
+differs from what it last wrote. Keys that disappeared are nulled in the
+patch so they go away. A rediscovery pass every :data:`REDISCOVER_S` picks up
+host changes (a BIOS update, a module loaded) without writing otherwise.
+
+``publish_due(now)`` does one pass synchronously; the thread only calls it,
+so a test can drive simulated minutes without waiting.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentpool.errors import KubeError
+from agentpool.hardware_discovery import discover_host, nodehardware_status
+from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.nodetwin import object_name
+
+log = logging.getLogger(__name__)
+
+REDISCOVER_S = 60.0
+"""Host facts are read again this often; a write follows only if they changed."""
+RETRY_S = 5.0
+
+
+@dataclass(frozen=True)
+class HardwareInputs:
+    """What the supervisor knows about a node that the NodeHardware content depends on."""
+
+    node: str
+    labels: dict[str, str]
+    capacity: dict[str, Any]
+    allocatable: dict[str, Any]
+    sysfs_root: str | None
+    """The node's sysfs mount when it is under host control, else None."""
+    http_control: bool = False
+    """CPU control goes to an HTTP endpoint (a BMC or gateway)."""
+    http_telemetry: bool = False
+    """CPU telemetry comes from an HTTP endpoint."""
+
+
+@dataclass
+class _Entry:
+    inputs: HardwareInputs
+    created: bool = False
+    written: dict[str, Any] | None = None
+    due: float = 0.0
+
+
+def merge_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch turning ``old`` into ``new`` (removed keys become null)."""
+    if old is None:
+        return copy.deepcopy(new)
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            sub = merge_diff(before, value)
+            if sub:
+                patch[key] = sub
+        elif value != before:
+            patch[key] = copy.deepcopy(value)
+    return patch
+
+
+class HardwarePublisher:
+    """Owns every NodeHardware this process writes. ``offer``/``forget`` never block."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        clock: Callable[[], float] = time.monotonic,
+        rediscover_s: float = REDISCOVER_S,
+    ) -> None:
+        self._api = api
+        self._clock = clock
+        self._rediscover_s = rediscover_s
+        self._entries: dict[str, _Entry] = {}
+        self._cond = threading.Condition()
+        self._stop = False
+        self.enabled = False
+        """Set once NodeHardware is known to be served (the NodeTwin API was selected)."""
+        self.writes = 0
+        """Status patches and creates done, for tests and the log."""
+        self._thread = threading.Thread(target=self._run, name="nodehardware", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(2)
+
+    def offer(self, inputs: HardwareInputs) -> None:
+        with self._cond:
+            entry = self._entries.get(inputs.node)
+            if entry is None:
+                self._entries[inputs.node] = _Entry(inputs)
+            elif entry.inputs != inputs:
+                entry.inputs, entry.due = inputs, 0.0
+            else:
+                return
+            self._cond.notify()
+
+    def forget(self, node: str) -> None:
+        """The node left this pod's scope: its new owner (or nobody) publishes from now on."""
+        with self._cond:
+            self._entries.pop(node, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                now = self._clock()
+                waits = [e.due - now for e in self._entries.values()]
+                if not waits or min(waits) > 0:
+                    self._cond.wait(min(waits) if waits else None)
+                    continue
+            self.publish_due(self._clock())
+
+    def publish_due(self, now: float) -> int:
+        """Publish every node whose turn has come; returns the number of API writes."""
+        with self._cond:
+            due = [(n, e, e.inputs) for n, e in self._entries.items() if e.due <= now]
+        writes = 0
+        for node, entry, inputs in due:
+            try:
+                writes += self._publish(entry, inputs)
+                delay = self._rediscover_s
+            except KubeError as exc:
+                log.warning("NodeHardware of node %s not written: %s", node, exc)
+                delay = RETRY_S
+            with self._cond:
+                if entry.inputs is inputs:  # newer inputs offered meanwhile stay due now
+                    entry.due = now + delay
+        return writes
+
+    def _publish(self, entry: _Entry, inputs: HardwareInputs) -> int:
+        host = discover_host(Path(inputs.sysfs_root)) if inputs.sysfs_root else None
+        content = nodehardware_status(
+            inputs.labels,
+            inputs.capacity,
+            inputs.allocatable,
+            host,
+            http_control=inputs.http_control,
+            http_telemetry=inputs.http_telemetry,
+        )
+        if content == entry.written:
+            return 0
+        name = object_name(inputs.node)
+        writes = 0
+        if not entry.created:
+            body = {
+                "apiVersion": "joulie.io/v1alpha1",
+                "kind": "NodeHardware",
+                "metadata": {"name": name},
+                "spec": {"nodeName": inputs.node},
+            }
+            try:
+                self._api.create(Resource.NODE_HARDWARES, body)
+                writes += 1
+            except KubeError as exc:
+                if exc.status != 409:  # 409: it exists already (another run created it)
+                    raise
+            entry.created = True
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = merge_diff(entry.written, content)
+        # Both names: Joulie's CRD declares updatedAt, its Go type lastUpdated.
+        patch.update(updatedAt=stamp, lastUpdated=stamp)
+        self._api.patch_status(Resource.NODE_HARDWARES, name, patch)
+        entry.written = content
+        self.writes += writes + 1
+        log.info(
+            "NodeHardware %s of node %s written (quality %s)",
+            name,
+            inputs.node,
+            content["quality"]["overall"],
+        )
+        return writes + 1

@@ -1,0 +1,52 @@
+"""NodeTwin status as the agent writes it, and the operator's naming of per-node objects.
+
+The agent owns exactly ``status.controlStatus.cpu`` of a NodeTwin: the four
+keys Joulie's CRD declares there (``backend``, ``result``, ``message``,
+``updatedAt``). Everything else in the status (``schedulableClass``, the
+predicted scores, ``powerMeasurement``, ``controlStatus.gpu``...) belongs to
+the operator, so the write is a JSON merge patch through ``/status`` that
+names only those keys, and never carries anything the schema does not
+declare (a real server would prune it; what the profile API reports in
+``observed`` goes to metrics instead).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from agentpool.model import TickResult
+
+CONTROL_KEYS = ("backend", "result", "message", "updatedAt")
+
+
+def twin_status_body(
+    result: TickResult, stale_keys: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The ``status`` merge patch of a NodeTwin: ``controlStatus.cpu`` and nothing else.
+
+    ``stale_keys`` (observed keys to null, for the profile API) do not apply: no
+    ``observed`` is written here.
+    """
+    return {
+        "controlStatus": {
+            "cpu": {
+                "backend": result.backend.value,
+                "result": result.result.value,
+                "message": result.message,
+                "updatedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        }
+    }
+
+
+def object_name(node: str) -> str:
+    """The name Joulie gives a node's NodeTwin and NodeHardware.
+
+    Lowercased, ``.``, ``_`` and ``/`` turned into ``-``, leading and trailing
+    ``-`` trimmed (as ``sanitizeNodeObjectName`` in Joulie's agent).
+    """
+    name = node.strip().lower()
+    for char in "._/":
+        name = name.replace(char, "-")
+    return name.strip("-")

@@ -1,0 +1,203 @@
+"""The supervisor's view of Joulie's current API: NodeTwins and NodeHardwares, by node.
+
+Fed by the NodeTwin and NodeHardware informers through :class:`ClusterView`.
+A node's twin is the NodeTwin whose ``spec.nodeName`` is the node (the
+operator names it after the node, sanitised, but the spec is what counts);
+when several claim one node the oldest wins and the choice is reported.
+NodeHardwares are kept only for what the workers need from them: the node's
+CPU package maximum, for percent caps over HTTP control.
+
+Like the rest of the view, objects are trimmed to what is read (metadata and
+spec of twins), so the agent's own status writes, which come back as
+MODIFIED events, change no node's inputs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from agentpool.config import Settings
+from agentpool.errors import ProfileError
+from agentpool.kube.api import Resource
+from agentpool.kube.informer import Change, InformerEvent, Relisted
+from agentpool.kube.nodehardware import HardwareInputs
+from agentpool.model import ControlType, SourceType
+from agentpool.profiles import parse_telemetry_profile
+
+RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _spec_node(obj: dict[str, Any]) -> str | None:
+    spec = obj.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    return node if isinstance(node, str) and node else None
+
+
+def _trim_twin(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
+        "spec": obj.get("spec"),
+    }
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
+def hardware_max_w(obj: dict[str, Any]) -> float | None:
+    """The node's CPU package maximum from a NodeHardware: ``maxWattsPerSocket x sockets``.
+
+    None when either is missing: a maximum is never guessed.
+    """
+    status = obj.get("status")
+    cpu = status.get("cpu") if isinstance(status, dict) else None
+    if not isinstance(cpu, dict):
+        return None
+    cap_range = cpu.get("capRange")
+    per_socket = (
+        _number(cap_range.get("maxWattsPerSocket")) if isinstance(cap_range, dict) else None
+    )
+    sockets = _number(cpu.get("sockets"))
+    if per_socket is None or sockets is None:
+        return None
+    return per_socket * sockets
+
+
+class TwinView:
+    """NodeTwins indexed by ``spec.nodeName``, NodeHardware maxima by node. Not thread safe."""
+
+    def __init__(self) -> None:
+        self.twins: dict[str, dict[str, Any]] = {}
+        self._by_node: dict[str, set[str]] = defaultdict(set)
+        self.hardware_max: dict[str, float | None] = {}
+        """By ``spec.nodeName`` of the NodeHardware."""
+        self._hardware_node: dict[str, str] = {}
+        """NodeHardware name -> its node."""
+
+    def apply(self, event: InformerEvent) -> set[str]:
+        """Apply a NodeTwin or NodeHardware event; returns the nodes whose inputs may change."""
+        if isinstance(event, Relisted):
+            return self._replace(event.resource, event.items)
+        return self._change(event)
+
+    def _replace(self, resource: Resource, items: Iterable[dict[str, Any]]) -> set[str]:
+        if resource is Resource.NODE_TWINS:
+            affected = set(self._by_node)
+            self.twins.clear()
+            self._by_node.clear()
+            for obj in items:
+                self._put_twin(obj)
+            return affected | set(self._by_node)
+        affected = set(self.hardware_max)
+        self.hardware_max.clear()
+        self._hardware_node.clear()
+        for obj in items:
+            self._put_hardware(obj)
+        return affected | set(self.hardware_max)
+
+    def _change(self, change: Change) -> set[str]:
+        name = _name(change.obj)
+        if change.resource is Resource.NODE_TWINS:
+            affected = self._drop_twin(name)
+            if change.kind != "DELETED":
+                affected |= self._put_twin(change.obj)
+            return affected
+        affected = self._drop_hardware(name)
+        if change.kind != "DELETED":
+            affected |= self._put_hardware(change.obj)
+        return affected
+
+    def _put_twin(self, obj: dict[str, Any]) -> set[str]:
+        name = _name(obj)
+        self.twins[name] = _trim_twin(obj)
+        node = _spec_node(obj)
+        if node is None:
+            return set()
+        self._by_node[node].add(name)
+        return {node}
+
+    def _drop_twin(self, name: str) -> set[str]:
+        old = self.twins.pop(name, None)
+        node = _spec_node(old) if old is not None else None
+        if node is None:
+            return set()
+        self._by_node[node].discard(name)
+        if not self._by_node[node]:
+            del self._by_node[node]
+        return {node}
+
+    def _put_hardware(self, obj: dict[str, Any]) -> set[str]:
+        node = _spec_node(obj)
+        if node is None:
+            return set()
+        self._hardware_node[_name(obj)] = node
+        before = self.hardware_max.get(node)
+        self.hardware_max[node] = hardware_max_w(obj)
+        # The agent's own NodeHardware writes come back here; only a new maximum matters.
+        return {node} if self.hardware_max[node] != before else set()
+
+    def _drop_hardware(self, name: str) -> set[str]:
+        node = self._hardware_node.pop(name, None)
+        if node is None:
+            return set()
+        if self.hardware_max.pop(node, None) is None:
+            return set()
+        return {node}
+
+    # -- questions -----------------------------------------------------------------------------
+
+    def twin_for(self, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The node's twin and, when several claim the node, a note saying which won."""
+        names = self._by_node.get(node)
+        if not names:
+            return None, None
+        objs = [self.twins[n] for n in sorted(names)]
+        chosen = min(
+            objs, key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), _name(o))
+        )
+        if len(objs) == 1:
+            return chosen, None
+        note = (
+            f"{len(objs)} NodeTwins target node {node} ({', '.join(sorted(names))}); "
+            f"using the oldest, {_name(chosen)!r}"
+        )
+        return chosen, note
+
+    def twin_name(self, node: str) -> str | None:
+        twin, _ = self.twin_for(node)
+        return _name(twin) if twin is not None else None
+
+
+def hardware_inputs(
+    settings: Settings,
+    node: str,
+    node_object: dict[str, Any] | None,
+    telemetry_profile: dict[str, Any] | None,
+) -> HardwareInputs:
+    """What a node's NodeHardware depends on; sysfs is read only under host control."""
+    routing = settings.routing
+    if telemetry_profile is not None:
+        try:
+            routing = parse_telemetry_profile(telemetry_profile)
+        except ProfileError:
+            pass  # its worker reports the error; publish what labels say meanwhile
+    host = routing.control is ControlType.HOST
+    obj = node_object or {}
+    return HardwareInputs(
+        node=node,
+        labels=dict(obj.get("labels") or {}),
+        capacity=dict(obj.get("capacity") or {}),
+        allocatable=dict(obj.get("allocatable") or {}),
+        sysfs_root=settings.sysfs_root_for(node) if host else None,
+        http_control=routing.control is ControlType.HTTP,
+        http_telemetry=routing.source is SourceType.HTTP,
+    )

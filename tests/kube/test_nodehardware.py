@@ -1,0 +1,163 @@
+"""The NodeHardware publisher and the NodeTwin status writer against the API emulator.
+
+Both are driven synchronously or with a simulated clock so that minutes of
+steady state take no real time; the writes are counted by the emulator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentpool.kube.api import KubeApi, Resource, load_client
+from agentpool.kube.nodehardware import HardwareInputs, HardwarePublisher, merge_diff
+from agentpool.kube.nodetwin import object_name, twin_status_body
+from agentpool.kube.status import StatusWriter
+from agentpool.model import Backend, Result, TickResult
+from agentpool.sim.apiserver import ApiEmulator
+from agentpool.sim.cluster import node_twin, operator_status, wait_until
+from agentpool.sim.sysfs import intel_2socket
+
+CREATES = ("create", "nodehardwares")
+PATCHES = ("patch", "nodehardwares/status")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[ApiEmulator]:
+    with ApiEmulator(shape="nodetwin") as emulator:
+        emulator.write_kubeconfig(tmp_path / "kubeconfig")
+        yield emulator
+
+
+@pytest.fixture
+def api(emu: ApiEmulator) -> Iterator[KubeApi]:
+    assert emu.kubeconfig is not None
+    client = KubeApi(load_client(str(emu.kubeconfig)))
+    yield client
+    client.close()
+
+
+def inputs(node: str, root: Path | None, **labels: str) -> HardwareInputs:
+    return HardwareInputs(
+        node, dict(labels), {"cpu": "64", "memory": "256Gi"}, {}, str(root) if root else None
+    )
+
+
+def test_created_once_then_zero_writes_in_five_minutes_of_steady_state(
+    emu: ApiEmulator, api: KubeApi, tmp_path: Path
+) -> None:
+    clock = Clock()
+    publisher = HardwarePublisher(api, clock=clock, rediscover_s=20.0)
+    with intel_2socket(tmp_path / "a"), intel_2socket(tmp_path / "b", packages=1):
+        publisher.offer(inputs("Node_A.example", tmp_path / "a"))
+        publisher.offer(inputs("node-b", tmp_path / "b"))
+        assert publisher.publish_due(clock.now) == 4  # a create and a status patch each
+        counts = emu.request_counts()
+        assert (counts[CREATES], counts[PATCHES]) == (2, 2)
+        hw = emu.get("nodehardwares", "node-a-example")
+        assert hw["spec"] == {"nodeName": "Node_A.example"}
+        assert hw["status"]["cpu"]["capRange"]["maxWattsPerSocket"] == 165.0
+        assert hw["status"]["quality"]["overall"] == "full"
+        emu.reset_counters()
+        # Five simulated minutes: 15 rediscoveries per node, the same offers again.
+        for _ in range(30):
+            clock.now += 10.0
+            publisher.offer(inputs("Node_A.example", tmp_path / "a"))
+            assert publisher.publish_due(clock.now) == 0
+        assert emu.request_counts() == {}
+    assert publisher.writes == 4
+
+
+def test_a_change_is_one_patch_and_removed_keys_go_away(
+    emu: ApiEmulator, api: KubeApi, tmp_path: Path
+) -> None:
+    clock = Clock()
+    publisher = HardwarePublisher(api, clock=clock)
+    with intel_2socket(tmp_path / "a"):
+        publisher.offer(inputs("n", tmp_path / "a"))
+        publisher.publish_due(clock.now)
+        emu.reset_counters()
+        # The node moves to HTTP control: nothing is measured any more.
+        publisher.offer(inputs("n", None, **{"feature.node.kubernetes.io/cpu-sockets": "2"}))
+        assert publisher.publish_due(clock.now) == 1
+    assert emu.request_counts() == {PATCHES: 1}
+    status = emu.get("nodehardwares", "n")["status"]
+    assert "capRange" not in status["cpu"]
+    assert status["quality"]["overall"] == "partial"
+
+
+def test_an_existing_object_is_adopted(emu: ApiEmulator, api: KubeApi) -> None:
+    emu.create("nodehardwares", {"metadata": {"name": "n"}, "spec": {"nodeName": "n"}})
+    publisher = HardwarePublisher(api, clock=Clock())
+    publisher.offer(inputs("n", None))
+    assert publisher.publish_due(1000.0) == 1
+    assert emu.get("nodehardwares", "n")["status"]["cpu"]["totalCores"] == 64
+
+
+def test_the_thread_publishes_offers(emu: ApiEmulator, api: KubeApi) -> None:
+    publisher = HardwarePublisher(api)
+    publisher.start()
+    try:
+        publisher.offer(inputs("n", None))
+        wait_until(lambda: emu.list("nodehardwares") != [], 10)
+    finally:
+        publisher.stop()
+
+
+def test_merge_diff_nulls_removed_keys() -> None:
+    old = {"a": 1, "b": {"c": 2, "d": 3}, "e": [1]}
+    new = {"a": 1, "b": {"c": 2}, "e": [2], "f": True}
+    assert merge_diff(old, new) == {"b": {"d": None}, "e": [2], "f": True}
+    assert merge_diff(None, new) == new
+    assert merge_diff(new, new) == {}
+
+
+def test_object_names_follow_the_operator() -> None:
+    assert object_name("Worker_0.Example/x") == "worker-0-example-x"
+    assert object_name("-a.") == "a"
+
+
+def test_twin_status_writes_keep_every_operator_field_byte_for_byte(
+    emu: ApiEmulator, api: KubeApi
+) -> None:
+    twin = emu.create("nodetwins", node_twin("w-0", cap=100))
+    emu.patch("nodetwins", "w-0", {"status": operator_status("w-0")}, subresource="status")
+    before = json.dumps(
+        {k: v for k, v in emu.get("nodetwins", "w-0")["status"].items() if k != "controlStatus"},
+        sort_keys=True,
+    )
+    gpu = json.dumps(emu.get("nodetwins", "w-0")["status"]["controlStatus"]["gpu"])
+    writer = StatusWriter(
+        api, heartbeat_s=3600, resource=Resource.NODE_TWINS, body=twin_status_body
+    )
+    writer.start()
+    try:
+        for i in range(12):
+            result = TickResult(Backend.RAPL, Result.APPLIED, f"cap {100 + i} W", {"capWatts": i})
+            assert writer.offer(twin["metadata"]["name"], "w-0", result)
+            assert writer.flush(10)
+            status = emu.get("nodetwins", "w-0")["status"]
+            assert status["controlStatus"]["cpu"]["message"] == f"cap {100 + i} W"
+            assert set(status["controlStatus"]["cpu"]) == {
+                "backend",
+                "result",
+                "message",
+                "updatedAt",
+            }
+            rest = {k: v for k, v in status.items() if k != "controlStatus"}
+            assert json.dumps(rest, sort_keys=True) == before
+            assert json.dumps(status["controlStatus"]["gpu"]) == gpu
+    finally:
+        writer.stop()
+    assert emu.request_counts()[("patch", "nodetwins/status")] == 12  # the direct API is not HTTP
