@@ -82,7 +82,8 @@ _KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
 _VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
 _SET = re.compile(rf"^\s*(?P<key>{_KEY})\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)\s*$")
 _BINARY = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>==|=|!=)\s*(?P<value>{_VALUE})\s*$")
-_COMPARE = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>[<>])\s*(?P<value>-?\d+)\s*$")
+# The bound must be a label value too, so no sign: the API server refuses "cores>-1".
+_COMPARE = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>[<>])\s*(?P<value>\d+)\s*$")
 _EXISTS = re.compile(rf"^\s*(?P<neg>!?)\s*(?P<key>{_KEY})\s*$")
 _VALUE_ONLY = re.compile(rf"^{_VALUE}$")
 
