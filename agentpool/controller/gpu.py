@@ -6,7 +6,7 @@ reconcile, and never able to stop it: every failure becomes the
 whose desired state has no GPU cap reports nothing (``None``: no
 ``control.gpu`` at all) until it has had one; after that it reports
 ``none``. The desired cap is the same :class:`GpuCap` whichever API it came
-from; this module reads it from the NodePowerProfile (profile API).
+from: the NodePowerProfile (profile API) or the NodeTwin (current API).
 
 Originals (the cap found before the first write) go into the node's journal
 and are put back by :meth:`GpuController.restore` on graceful stop, also by
@@ -33,10 +33,17 @@ from agentpool.config import AgentMode, Settings
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
 from agentpool.gpu_discovery import GpuFacts, discover_gpus
 from agentpool.gpu_metrics import ALL_DEVICES, GpuMetrics
-from agentpool.gpu_model import DeviceLimits, GpuBackend, GpuCap, GpuTickResult, resolve_cap
+from agentpool.gpu_model import (
+    DeviceLimits,
+    GpuBackend,
+    GpuCap,
+    GpuTickResult,
+    parse_gpu_cap,
+    resolve_cap,
+)
 from agentpool.gpu_profiles import GpuControlMode, GpuRouting, parse_gpu_routing
-from agentpool.model import ControlType, Hardware, HttpEndpoint, NodeInputs, Result
-from agentpool.profiles import parse_power_profile
+from agentpool.model import ControlType, Hardware, HttpEndpoint, NodeInputs, Result, SourceType
+from agentpool.profiles import NT, object_name, parse_power_profile
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +82,11 @@ class GpuController:
     # -- one tick ------------------------------------------------------------------------------
 
     def tick(self, inputs: NodeInputs, hardware: Hardware) -> GpuTickResult | None:
-        """One tick of the profile API: the cap from the NodePowerProfile, the routing from
-        the TelemetryProfile."""
+        """One tick: the cap from the NodePowerProfile (or, on the NodeTwin API, the
+        NodeTwin), the routing from the TelemetryProfile (or the TELEMETRY_* variables)."""
         try:
-            cap = self._desired(inputs)
-            routing = parse_gpu_routing(inputs.telemetry_profile)
+            cap = self._twin_desired(inputs) if inputs.nodetwin_api else self._desired(inputs)
+            routing = self._routing(inputs)
         except ProfileError as exc:
             self._active = True
             return self._export(GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc)), {})
@@ -140,6 +147,24 @@ class GpuController:
             )
             self._facts = facts
         return facts
+
+    def _twin_desired(self, inputs: NodeInputs) -> GpuCap | None:
+        twin = inputs.node_twin
+        if twin is None:
+            return None
+        spec = twin.get("spec")
+        return parse_gpu_cap(spec if isinstance(spec, dict) else {}, NT, object_name(twin) or "?")
+
+    def _routing(self, inputs: NodeInputs) -> GpuRouting:
+        """A TelemetryProfile targeting the node wins; on the NodeTwin API the TELEMETRY_*
+        variables route the rest (GPU telemetry rides on the CPU telemetry answer)."""
+        if inputs.telemetry_profile is not None or not inputs.nodetwin_api:
+            return parse_gpu_routing(inputs.telemetry_profile)
+        env, cpu = self.settings.gpu_routing, self.settings.routing
+        telemetry = cpu.source_http if cpu.source is SourceType.HTTP else None
+        return GpuRouting(
+            control=env.control, control_http=env.control_http, telemetry_http=telemetry
+        )
 
     def _desired(self, inputs: NodeInputs) -> GpuCap | None:
         raw = inputs.power_profile

@@ -352,3 +352,41 @@ def test_pool_mode_never_caps_the_pods_own_gpus(nvml: FakeNvml, tmp_path: Path) 
     assert (gpu.backend, gpu.result) == (GpuBackend.NONE, Result.BLOCKED)
     assert gpu.message.startswith("host GPU control (NVML / AMD SMI) works only in daemonset")
     assert nvml.limits() == [400, 72, 700]
+
+
+# -- the NodeTwin API ---------------------------------------------------------------------------
+
+
+def test_nodetwin_gpu_cap_routed_by_environment_with_its_control_status(
+    sim: PowerSim, tmp_path: Path
+) -> None:
+    from agentpool.kube.nodetwin import twin_status_body
+    from agentpool.model import ControlType, HttpEndpoint, Routing, SourceType
+    from agentpool.routing import GpuRouting
+    from agentpool.sim.cluster import node_twin
+
+    node = Node(
+        "gpu-0", tmp_path,
+        routing=Routing(source=SourceType.HTTP, source_http=HttpEndpoint(sim.telemetry_endpoint),
+                        control=ControlType.HTTP, control_http=HttpEndpoint(sim.control_endpoint)),
+        gpu_routing=GpuRouting(control=ControlType.HTTP,
+                               control_http=HttpEndpoint(sim.control_endpoint)),
+    )
+    twin = node_twin("gpu-0", cap=150)
+    twin["spec"]["gpu"] = {"powerCap": {"scope": "perGpu", "capPctOfMax": 60}}
+    node.controller.update(NodeInputs("gpu-0", node_twin=twin, nodetwin_api=True))
+    result = node.controller.tick()
+    assert result.gpu is not None
+    assert (result.gpu.backend, result.gpu.result) == (GpuBackend.HTTP, Result.APPLIED)
+    assert sim.state("gpu-0").gpu_cap_watts == 240  # 60 % of each device's 400 W
+    assert gpu_posts(sim, "gpu-0") == [240]
+    body = twin_status_body(result)["controlStatus"]
+    # Joulie's schema declares exactly these four keys under controlStatus.gpu.
+    assert set(body["gpu"]) == {"backend", "result", "message", "updatedAt"}
+    assert body["gpu"]["backend"] == "http"
+    # A twin without a GPU cap writes no controlStatus.gpu: the operator's stays.
+    plain = Node("cpu-0", tmp_path)
+    plain.controller.update(
+        NodeInputs("cpu-0", node_twin=node_twin("cpu-0", cap=150), nodetwin_api=True)
+    )
+    assert "gpu" not in twin_status_body(plain.controller.tick())["controlStatus"]
