@@ -9,6 +9,7 @@ and the CLI turns that into exit status 2 before anything starts.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Callable, Mapping
@@ -21,7 +22,7 @@ from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError
 from agentpool.model import Routing
 from agentpool.routing import GpuRouting, routing_from_env
-from agentpool.sharding import ordinal_from_pod_name
+from agentpool.sharding import Assignment, ordinal_from_pod_name
 
 E = TypeVar("E", bound=enum.StrEnum)
 
@@ -56,6 +57,13 @@ class StaleAction(enum.StrEnum):
     """Keep enforcing the last desired state known."""
 
 
+class Membership(enum.StrEnum):
+    STATIC = "static"
+    """A fixed pool: ``fnv32a(node) % POOL_SHARDS == POOL_SHARD_ID`` (the contract)."""
+    LEASE = "lease"
+    """An elastic pool: members hold Leases, nodes are handed over as it grows and shrinks."""
+
+
 class LogFormat(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
@@ -86,6 +94,27 @@ OPTIONS: tuple[Option, ...] = (
     Option("POOL_SHARDS", "1", "total number of pool shards (StatefulSet replicas)"),
     Option("POOL_SHARD_ID", None, "this pod's shard; default: trailing integer of POD_NAME"),
     Option("POD_NAME", None, "StatefulSet pod name (shard id fallback)"),
+    Option(
+        "POOL_MEMBERSHIP", "static",
+        "static (POOL_SHARDS, POOL_SHARD_ID) or lease (live Leases; follows the StatefulSet)",
+    ),
+    Option(
+        "POOL_ASSIGNMENT", "rendezvous",
+        "lease membership: modulo or rendezvous (fewest nodes move on a resize)",
+    ),
+    Option(
+        "POOL_LEASE_DURATION", "15s",
+        "lease membership: a pod counts as gone this long after its last renewal",
+    ),
+    Option(
+        "POOL_LEASE_RENEW", "5s",
+        "lease membership: renewal period, at most half of POOL_LEASE_DURATION",
+    ),
+    Option("POD_NAMESPACE", None, "lease membership: namespace of the Leases and the StatefulSet"),
+    Option(
+        "POOL_STATEFULSET", None,
+        "lease membership: StatefulSet whose replicas are followed; default POD_NAME less ordinal",
+    ),
     Option("SYSFS_ROOT", "/host-sys", "host /sys mount; '{node}' is replaced by the node name"),
     Option("KUBECONFIG", None, "kubeconfig file; default: in-cluster configuration"),
     Option("DVFS_CONTROLLER", "adaptive", "DVFS: adaptive (learns the slope) or joulie"),
@@ -173,6 +202,28 @@ class DvfsSettings:
 
 
 @dataclass(frozen=True)
+class ElasticSettings:
+    """How an elastic pool finds its members and shares nodes (README: elastic pool)."""
+
+    membership: Membership = Membership.STATIC
+    """Static pools ignore everything below."""
+    assignment: Assignment = Assignment.RENDEZVOUS
+    """How nodes map to the live members."""
+    lease_duration_s: float = 15.0
+    """``leaseDurationSeconds`` of this pod's Lease."""
+    renew_s: float = 5.0
+    """Renewal period; a pod that could not renew for duration - renew stops its workers."""
+    namespace: str | None = None
+    """Namespace of the Leases and of the StatefulSet."""
+    statefulset: str | None = None
+    """The StatefulSet whose ``spec.replicas`` is followed."""
+
+    @property
+    def lease(self) -> bool:
+        return self.membership is Membership.LEASE
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the agent is configured with, validated."""
 
@@ -232,6 +283,8 @@ class Settings:
     """What a worker does with stale desired state."""
     http_auth: HttpAuthSettings = field(default_factory=HttpAuthSettings)
     """CA bundle, token file and client certificate of HTTP endpoints."""
+    elastic: ElasticSettings = field(default_factory=ElasticSettings)
+    """Pool membership (static by default) and the elastic pool's lease settings."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
@@ -358,7 +411,8 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
         )
     else:
         shard_id, shard_env, shard_value = 0, "POOL_SHARD_ID", "0"
-    if mode is AgentMode.POOL and shard_id >= max(shards, 1):
+    elastic = _elastic(values, mode, pod_name)
+    if mode is AgentMode.POOL and not elastic.lease and shard_id >= max(shards, 1):
         raise ConfigError(
             shard_env, shard_value, f"shard id {shard_id} must be below POOL_SHARDS={shards}"
         )
@@ -408,7 +462,49 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
         state_dir=(values.get("STATE_DIR") or "").strip() or None,
         log_format=_enum("LOG_FORMAT", get("LOG_FORMAT"), LogFormat),
         log_level=level,
+        elastic=elastic,
     )
+
+
+def _elastic(
+    values: Mapping[str, str | None], mode: AgentMode, pod_name: str | None
+) -> ElasticSettings:
+    """The elastic-pool settings; in lease mode POD_NAME, the namespace and a StatefulSet."""
+    def get(env: str) -> str:
+        return values.get(env) or ""
+
+    membership = _enum("POOL_MEMBERSHIP", get("POOL_MEMBERSHIP"), Membership)
+    duration = _duration("POOL_LEASE_DURATION", get("POOL_LEASE_DURATION"), positive=True)
+    renew = _duration("POOL_LEASE_RENEW", get("POOL_LEASE_RENEW"), positive=True)
+    if renew * 2 > duration:
+        raise ConfigError(
+            "POOL_LEASE_RENEW", get("POOL_LEASE_RENEW"),
+            f"expected at most half of POOL_LEASE_DURATION={get('POOL_LEASE_DURATION')}",
+        )
+    elastic = ElasticSettings(
+        membership=membership,
+        assignment=_enum("POOL_ASSIGNMENT", get("POOL_ASSIGNMENT"), Assignment),
+        lease_duration_s=duration,
+        renew_s=renew,
+        namespace=get("POD_NAMESPACE").strip() or None,
+        statefulset=get("POOL_STATEFULSET").strip() or None,
+    )
+    if membership is not Membership.LEASE or mode is not AgentMode.POOL:
+        return elastic
+    if pod_name is None:
+        raise ConfigError("POD_NAME", get("POD_NAME"), "required with POOL_MEMBERSHIP=lease "
+                          "(the Lease is named after the pod)")
+    if elastic.namespace is None:
+        raise ConfigError("POD_NAMESPACE", get("POD_NAMESPACE"),
+                          "required with POOL_MEMBERSHIP=lease (metadata.namespace)")
+    if elastic.statefulset is None:
+        ordinal = ordinal_from_pod_name(pod_name)
+        if ordinal is None or not pod_name.endswith(f"-{ordinal}"):
+            raise ConfigError("POOL_STATEFULSET", get("POOL_STATEFULSET"),
+                              f"required with POOL_MEMBERSHIP=lease when POD_NAME={pod_name!r} "
+                              "does not end in -<ordinal>")
+        return dataclasses.replace(elastic, statefulset=pod_name[: -len(f"-{ordinal}")])
+    return elastic
 
 
 def _step_pct(raw: str, env: str = "DVFS_STEP_PCT") -> int:
