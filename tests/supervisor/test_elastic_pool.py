@@ -1,0 +1,190 @@
+"""Acceptance of the elastic pool (README: elastic pool) with real agent processes.
+
+Real ``agentpool`` supervisors in lease mode, each with its worker processes,
+against the API server (the emulator, and a real kube-apiserver where the
+envtest binaries exist) and the power simulator. The pool's StatefulSet is
+scaled 2 -> 3 -> 5 -> 2 (pods are started and stopped by the test, as the
+StatefulSet controller would); after each change every node must be
+controlled by exactly one pod, the one the assignment names, within 30 s,
+and at no sampled instant (every 100 ms, from the simulator's request log
+by User-Agent and from the pods' ``/metrics``) by two. Then a pod is
+SIGKILLed: its nodes are controlled again within the documented bound, and
+nothing is doubly controlled when it returns.
+
+The issue asks for 200 nodes; the suite uses 40 so that it stays within a
+couple of minutes on 2 busy cores (five supervisors and their 40 worker
+processes); ``bench/elastic.py`` runs the same scenario at 200.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from agentpool.elastic import HANDOFF_CYCLE_S
+from agentpool.sharding import Assignment, owner_of
+from agentpool.sim.cluster import AgentProcess, SimCluster
+from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.polling import wait_until
+from agentpool.sim.poolwatch import MetricsSampler, request_overlaps, worker_nodes
+
+NS = "default"
+NODES = [f"kwok-node-{i}" for i in range(40)]
+LEASE_S, RENEW_S, SHUTDOWN_S, INTERVAL_S = 3.0, 1.0, 3.0, 1.0
+CONVERGE_S = 30.0
+"""The issue's bound for every node to have exactly one controller after a change."""
+
+
+def statefulset(name: str, replicas: int) -> dict[str, object]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "containers": [{"name": "agent", "image": "agentpool:test"}]}}},
+    }
+
+
+class Pool:
+    """The StatefulSet and its pods, driven by hand as its controller would."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.name = f"pool{uuid.uuid4().hex[:5]}"
+        self.pods: dict[str, AgentProcess] = {}
+        cluster.api.create("statefulsets", statefulset(self.name, 2))
+
+    def start(self, ordinal: int) -> AgentProcess:
+        name = f"{self.name}-{ordinal}"
+        agent = self.cluster.start_agent(env={
+            "POOL_MEMBERSHIP": "lease", "POD_NAME": name, "POD_NAMESPACE": NS,
+            "POOL_LEASE_DURATION": f"{LEASE_S:g}s", "POOL_LEASE_RENEW": f"{RENEW_S:g}s",
+            "SHUTDOWN_TIMEOUT": f"{SHUTDOWN_S:g}s", "RECONCILE_INTERVAL": f"{INTERVAL_S:g}s",
+        }, name=name)
+        self.pods[name] = agent
+        return agent
+
+    def scale(self, replicas: int) -> None:
+        self.cluster.api.patch(  # type: ignore[call-arg]
+            "statefulsets", self.name, {"spec": {"replicas": replicas}}, namespace=NS)
+
+    def members(self, replicas: int) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(replicas)]
+
+    def scrapers(self) -> dict[str, object]:
+        return {name: agent.metrics for name, agent in list(self.pods.items())
+                if agent.process.poll() is None}
+
+    def converged(self, members: list[str], since: float) -> bool:
+        """Each node: a live worker in exactly the owner's pod, and a request from it since."""
+        holders: dict[str, set[str]] = {}
+        for name, agent in list(self.pods.items()):
+            if agent.process.poll() is not None:
+                continue
+            try:
+                nodes = worker_nodes(agent.metrics())
+            except OSError:
+                return False
+            for node in nodes:
+                holders.setdefault(node, set()).add(name)
+        expected = {node: owner_of(node, members, Assignment.RENDEZVOUS) for node in NODES}
+        if any(holders.get(node) != {owner} for node, owner in expected.items()):
+            return False
+        acted = {(r.node, r.user_agent and r.user_agent.split("(")[1].split(",")[0])
+                 for r in self.cluster.power.requests() if r.monotonic >= since}
+        return all((node, owner) in acted for node, owner in expected.items())
+
+    def cleanup(self) -> None:
+        for agent in self.pods.values():
+            agent.terminate()
+        api = self.cluster.api
+        api.delete("statefulsets", self.name, namespace=NS)  # type: ignore[call-arg]
+        for name in self.pods:
+            try:
+                api.delete("leases", name, namespace=NS)  # type: ignore[call-arg]
+            except Exception:  # noqa: BLE001 - never created, or already gone
+                continue
+
+
+@pytest.fixture(params=["emulator", "envtest"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[SimCluster]:
+    server: EnvtestServer | None = None
+    if request.param == "envtest":
+        server = request.getfixturevalue("envtest_server")
+    with SimCluster(server=server) as sim:
+        for node in NODES:
+            sim.add_node(node)
+        yield sim
+
+
+@pytest.fixture
+def pool(cluster: SimCluster) -> Iterator[Pool]:
+    made = Pool(cluster)
+    try:
+        yield made
+    finally:
+        made.cleanup()
+
+
+def wait_converged(pool: Pool, replicas: int, since: float) -> float:
+    members = pool.members(replicas)
+    try:
+        wait_until(lambda: pool.converged(members, since), CONVERGE_S, interval=0.2)
+    except TimeoutError:
+        logs = "\n".join(f"--- {n}\n{a.logs()[-3000:]}" for n, a in pool.pods.items())
+        raise AssertionError(f"not converged on {members} within {CONVERGE_S:g}s\n{logs}") from None
+    return time.monotonic() - since
+
+
+def test_scaling_2_3_5_2_moves_every_node_to_one_pod_and_never_two(pool: Pool) -> None:
+    sampler = MetricsSampler(pool.scrapers).start()  # type: ignore[arg-type]
+    began = time.monotonic()
+    took: dict[int, float] = {}
+    try:
+        for replicas in (2, 3, 5, 2):
+            since = time.monotonic()
+            pool.scale(replicas)
+            for ordinal in range(replicas):
+                if f"{pool.name}-{ordinal}" not in pool.pods:
+                    pool.start(ordinal)
+            took[replicas] = wait_converged(pool, replicas, since)
+            for name in [n for n in pool.pods if n not in pool.members(replicas)]:
+                # Scaled away: its nodes were handed over while it ran; now the kubelet's SIGTERM.
+                assert pool.pods.pop(name).terminate() == 0
+    finally:
+        sampler.stop()
+    assert len(sampler.samples) > 50
+    assert sampler.doubles() == []
+    window = INTERVAL_S * 1.5
+    assert request_overlaps(pool.cluster.power.requests(), window, since=began) == []
+    print(f"converged after each change in {took}")
+
+
+def test_a_sigkilled_pods_nodes_are_controlled_again_within_the_bound(pool: Pool) -> None:
+    for ordinal in range(2):
+        pool.start(ordinal)
+    wait_converged(pool, 2, time.monotonic())
+    sampler = MetricsSampler(pool.scrapers).start()  # type: ignore[arg-type]
+    began = time.monotonic()
+    try:
+        victim = pool.pods.pop(f"{pool.name}-1")
+        victim.kill()
+        killed_at = time.monotonic()
+        # Still a member as far as replicas go: only the lease's expiry lets its nodes move.
+        took = wait_converged(pool, 1, killed_at)
+        bound = LEASE_S + SHUTDOWN_S + RENEW_S + HANDOFF_CYCLE_S
+        # Never before the lease expired plus the grace (minus one renew period, as seen from
+        # another pod); the upper bound with 5x headroom for a loaded 2-core machine.
+        assert took >= LEASE_S + SHUTDOWN_S - RENEW_S
+        assert took < 5 * bound, took
+        pool.start(1)  # back under the same name
+        wait_converged(pool, 2, time.monotonic())
+    finally:
+        sampler.stop()
+    assert sampler.doubles() == []
+    assert request_overlaps(pool.cluster.power.requests(), INTERVAL_S * 1.5, since=began) == []
+    print(f"taken over {took:.1f}s after SIGKILL (documented bound {bound:g}s)")
