@@ -39,6 +39,21 @@ HANDOFF_CYCLE_S = 0.5
 """Cycle period while nodes wait to be acquired or released (renewals are slower)."""
 
 
+KILL_MARGIN_S = 1.0
+"""Added to SHUTDOWN_TIMEOUT for the grace: the supervisor notices an overdue worker
+within one loop period (0.5 s) and SIGKILLs it; the rest is slack."""
+
+
+def grace_for(shutdown_timeout_s: float) -> float:
+    """How long a silent pod's claims still block after its lease expired.
+
+    A pod that cannot renew starts stopping its workers one renew period
+    before its lease expires; each is SIGKILLed at most SHUTDOWN_TIMEOUT
+    later, so by the end of this grace none of them can still act.
+    """
+    return shutdown_timeout_s + KILL_MARGIN_S
+
+
 def takeover_bound_s(elastic: ElasticSettings, grace_s: float) -> float:
     """How long a dead pod's nodes stay uncontrolled at most (README: elastic pool).
 

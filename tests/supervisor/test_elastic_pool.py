@@ -24,7 +24,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentpool.elastic import HANDOFF_CYCLE_S
+from agentpool.config import ElasticSettings, Membership
+from agentpool.elastic import grace_for, takeover_bound_s
 from agentpool.sharding import Assignment, owner_of
 from agentpool.sim.cluster import AgentProcess, SimCluster
 from agentpool.sim.envtest import EnvtestServer
@@ -176,10 +177,11 @@ def test_a_sigkilled_pods_nodes_are_controlled_again_within_the_bound(pool: Pool
         killed_at = time.monotonic()
         # Still a member as far as replicas go: only the lease's expiry lets its nodes move.
         took = wait_converged(pool, 1, killed_at)
-        bound = LEASE_S + SHUTDOWN_S + RENEW_S + HANDOFF_CYCLE_S
+        elastic = ElasticSettings(Membership.LEASE, lease_duration_s=LEASE_S, renew_s=RENEW_S)
+        bound = takeover_bound_s(elastic, grace_for(SHUTDOWN_S))
         # Never before the lease expired plus the grace (minus one renew period, as seen from
         # another pod); the upper bound with 5x headroom for a loaded 2-core machine.
-        assert took >= LEASE_S + SHUTDOWN_S - RENEW_S
+        assert took >= LEASE_S + grace_for(SHUTDOWN_S) - RENEW_S
         assert took < 5 * bound, took
         pool.start(1)  # back under the same name
         wait_converged(pool, 2, time.monotonic())
