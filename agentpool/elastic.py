@@ -106,8 +106,11 @@ class ElasticPool:
         leases: LeaseClient,
         grace_s: float,
         clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.elastic = elastic
+        self.wake = wake
+        """Called from the I/O thread after each result, so the loop turns soon."""
         self.leases = leases
         self.grace_s = grace_s
         self.clock = clock
@@ -131,7 +134,17 @@ class ElasticPool:
 
     def replicas(self, value: int | None) -> None:
         """The StatefulSet's ``spec.replicas`` changed (from any thread)."""
-        self._results.put(_Replicas(value))
+        self._put(_Replicas(value))
+
+    def _put(self, result: _Result) -> None:
+        self._results.put(result)
+        self.wake()
+
+    def running(self) -> set[str]:
+        """The nodes whose workers must run now (the handoff's running phase)."""
+        if self.state is None:
+            return set()
+        return self.state.handoff.nodes(NodePhase.RUNNING)
 
     def turn(self, nodes: Iterable[str]) -> Actions:
         """One loop turn with the currently selected nodes: what to start and stop now."""
@@ -227,7 +240,7 @@ class ElasticPool:
                 if not resumed:
                     own = self.leases.own()
                     mine = own is not None and own.holder == self.leases.pod
-                    self._results.put(_Resumed(own.claims if own is not None and mine
+                    self._put(_Resumed(own.claims if own is not None and mine
                                                else frozenset()))
                     resumed = True
                 elif write is not None:
@@ -235,13 +248,13 @@ class ElasticPool:
             except KubeError as exc:
                 log.warning("pool lease cycle failed: %s", exc)
             finally:
-                self._results.put(_CycleDone())
+                self._put(_CycleDone())
 
     def _cycle(self, write: LeaseWrite) -> None:
         sent_at = self.clock()
         self.leases.write(write.claims, write.view)
-        self._results.put(_Written(sent_at, write))
-        self._results.put(_Read(self.leases.members()))
+        self._put(_Written(sent_at, write))
+        self._put(_Read(self.leases.members()))
 
     # -- metrics -----------------------------------------------------------------------------
 

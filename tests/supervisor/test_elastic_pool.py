@@ -27,6 +27,7 @@ import pytest
 from agentpool.config import ElasticSettings, Membership
 from agentpool.elastic import grace_for, takeover_bound_s
 from agentpool.sharding import Assignment, owner_of
+from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import AgentProcess, SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
@@ -107,8 +108,9 @@ class Pool:
         for name in self.pods:
             try:
                 api.delete("leases", name, namespace=NS)  # type: ignore[call-arg]
-            except Exception:  # noqa: BLE001 - never created, or already gone
-                continue
+            except ApiError as exc:  # never created, or already gone
+                if exc.code != 404:
+                    raise
 
 
 @pytest.fixture(params=["emulator", "envtest"])
