@@ -140,6 +140,12 @@ class ElasticPool:
         self._results.put(result)
         self.wake()
 
+    def releasing(self) -> set[str]:
+        """Nodes being handed over: each needs :meth:`stopped` once its worker is gone."""
+        if self.state is None:
+            return set()
+        return self.state.handoff.nodes(NodePhase.RELEASING)
+
     def running(self) -> set[str]:
         """The nodes whose workers must run now (the handoff's running phase)."""
         if self.state is None:
