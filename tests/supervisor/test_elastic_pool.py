@@ -146,7 +146,7 @@ def wait_converged(pool: Pool, replicas: int, since: float) -> float:
 def test_scaling_2_3_5_2_moves_every_node_to_one_pod_and_never_two(pool: Pool) -> None:
     sampler = MetricsSampler(pool.scrapers).start()  # type: ignore[arg-type]
     began = time.monotonic()
-    took: dict[int, float] = {}
+    took: list[float] = []
     try:
         for replicas in (2, 3, 5, 2):
             since = time.monotonic()
@@ -154,7 +154,7 @@ def test_scaling_2_3_5_2_moves_every_node_to_one_pod_and_never_two(pool: Pool) -
             for ordinal in range(replicas):
                 if f"{pool.name}-{ordinal}" not in pool.pods:
                     pool.start(ordinal)
-            took[replicas] = wait_converged(pool, replicas, since)
+            took.append(wait_converged(pool, replicas, since))
             for name in [n for n in pool.pods if n not in pool.members(replicas)]:
                 # Scaled away: its nodes were handed over while it ran; now the kubelet's SIGTERM.
                 assert pool.pods.pop(name).terminate() == 0
@@ -164,7 +164,7 @@ def test_scaling_2_3_5_2_moves_every_node_to_one_pod_and_never_two(pool: Pool) -
     assert sampler.doubles() == []
     window = INTERVAL_S * 1.5
     assert request_overlaps(pool.cluster.power.requests(), window, since=began) == []
-    print(f"converged after each change in {took}")
+    print("converged after each change in " + ", ".join(f"{t:.1f}s" for t in took))
 
 
 def test_a_sigkilled_pods_nodes_are_controlled_again_within_the_bound(pool: Pool) -> None:
@@ -192,3 +192,32 @@ def test_a_sigkilled_pods_nodes_are_controlled_again_within_the_bound(pool: Pool
     assert sampler.doubles() == []
     assert request_overlaps(pool.cluster.power.requests(), INTERVAL_S * 1.5, since=began) == []
     print(f"taken over {took:.1f}s after SIGKILL (documented bound {bound:g}s)")
+
+
+def test_a_worker_slow_to_stop_delays_its_nodes_new_owner_instead_of_overlapping(
+    pool: Pool,
+) -> None:
+    for ordinal in range(2):
+        pool.start(ordinal)
+    wait_converged(pool, 2, time.monotonic())
+    # The nodes pod 2 will take: make their old workers slow to stop (every request hangs
+    # until the client's 2 s timeout, and a worker finishes its request before it stops).
+    moving = [n for n in NODES if owner_of(n, pool.members(3), Assignment.RENDEZVOUS)
+              == f"{pool.name}-2"]
+    assert moving
+    for node in moving:
+        pool.cluster.power.set_fault(node, "hang", hang_seconds=10)
+    sampler = MetricsSampler(pool.scrapers).start()  # type: ignore[arg-type]
+    try:
+        since = time.monotonic()
+        pool.scale(3)
+        pool.start(2)
+        wait_until(lambda: all(
+            n in worker_nodes(pool.pods[f"{pool.name}-2"].metrics()) for n in moving), CONVERGE_S)
+        for node in moving:
+            pool.cluster.power.set_fault(node, None)
+        wait_converged(pool, 3, since)
+    finally:
+        sampler.stop()
+    assert len(sampler.samples) > 20
+    assert sampler.doubles() == []
