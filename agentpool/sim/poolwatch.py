@@ -1,6 +1,9 @@
-"""Watching an elastic pool from outside: who controls which node, sampled every 100 ms.
+"""Running and watching an elastic pool from outside: pods, scaling, who controls what.
 
-Owns the two independent observations the elastic-pool acceptance tests and
+Owns :class:`PoolDriver` (a StatefulSet in the API server and its pods as real
+``agentpool`` processes in lease mode, started and stopped by hand as the
+StatefulSet controller and the kubelet would) and the two independent
+observations the elastic-pool acceptance tests and
 the benchmark judge by (README: elastic pool): the pods' own ``/metrics``
 (``agentpool_worker_pid``: a live worker per node) sampled together, and the
 power simulator's request log, where every telemetry and control request
@@ -19,12 +22,16 @@ import concurrent.futures
 import re
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentpool.sharding import Assignment, owner_of
+from agentpool.sim.apiserver.errors import ApiError
+from agentpool.sim.cluster import AgentProcess, SimCluster
 from agentpool.sim.powermodel import RecordedRequest
 
 _AGENT = re.compile(r"^agentpool/\S+ \((?P<pod>[^,]+), shard \d+\)$")
@@ -119,3 +126,105 @@ class MetricsSampler:
     def doubles(self) -> list[tuple[float, str, set[str]]]:
         return [(t, node, pods) for t, sample in self.samples for node, pods in sample.items()
                 if len(pods) > 1]
+
+
+NAMESPACE = "default"
+
+
+def statefulset(name: str, replicas: int, namespace: str = NAMESPACE) -> dict[str, object]:
+    """A minimal valid StatefulSet (no controller runs it: the driver starts the pods)."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "containers": [{"name": "agent", "image": "agentpool:test"}]}}},
+    }
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The agents' lease and stop timings (short, so that tests and benchmarks are quick)."""
+
+    lease_s: float = 3.0
+    renew_s: float = 1.0
+    shutdown_s: float = 3.0
+    interval_s: float = 1.0
+
+
+class PoolDriver:
+    """A StatefulSet and its pods, driven by hand as its controller and the kubelet would."""
+
+    def __init__(self, cluster: SimCluster, nodes: list[str], timings: Timings = Timings(),
+                 assignment: Assignment = Assignment.RENDEZVOUS) -> None:
+        self.cluster = cluster
+        self.nodes = nodes
+        self.timings = timings
+        self.assignment = assignment
+        self.name = f"pool{uuid.uuid4().hex[:5]}"
+        self.pods: dict[str, AgentProcess] = {}
+        cluster.api.create("statefulsets", statefulset(self.name, 2))
+
+    def start(self, ordinal: int) -> AgentProcess:
+        name = f"{self.name}-{ordinal}"
+        t = self.timings
+        agent = self.cluster.start_agent(env={
+            "POOL_MEMBERSHIP": "lease", "POD_NAME": name, "POD_NAMESPACE": NAMESPACE,
+            "POOL_ASSIGNMENT": self.assignment.value,
+            "POOL_LEASE_DURATION": f"{t.lease_s:g}s", "POOL_LEASE_RENEW": f"{t.renew_s:g}s",
+            "SHUTDOWN_TIMEOUT": f"{t.shutdown_s:g}s", "RECONCILE_INTERVAL": f"{t.interval_s:g}s",
+        }, name=name)
+        self.pods[name] = agent
+        return agent
+
+    def scale(self, replicas: int) -> None:
+        """Write the StatefulSet's ``spec.replicas`` (pods are started by :meth:`start`)."""
+        self.cluster.api.patch(
+            "statefulsets", self.name, {"spec": {"replicas": replicas}}, namespace=NAMESPACE)
+
+    def members(self, replicas: int) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(replicas)]
+
+    def scrapers(self) -> dict[str, Callable[[], str]]:
+        return {name: agent.metrics for name, agent in list(self.pods.items())
+                if agent.process.poll() is None}
+
+    def holders(self) -> dict[str, set[str]] | None:
+        """node -> pods with a live worker for it (None while a pod does not answer)."""
+        found: dict[str, set[str]] = {}
+        for name, agent in list(self.pods.items()):
+            if agent.process.poll() is not None:
+                continue
+            try:
+                nodes = worker_nodes(agent.metrics())
+            except OSError:
+                return None
+            for node in nodes:
+                found.setdefault(node, set()).add(name)
+        return found
+
+    def converged(self, members: list[str], since: float) -> bool:
+        """Each node: a live worker in exactly the owner's pod, and a request from it since."""
+        holders = self.holders()
+        if holders is None:
+            return False
+        expected = {node: owner_of(node, members, self.assignment) for node in self.nodes}
+        if any(holders.get(node) != {owner} for node, owner in expected.items()):
+            return False
+        acted = {(r.node, pod_of(r.user_agent)) for r in self.cluster.power.requests()
+                 if r.monotonic >= since}
+        return all((node, owner) in acted for node, owner in expected.items())
+
+    def cleanup(self) -> None:
+        """Stop every pod (SIGTERM), delete the StatefulSet and the pods' Leases."""
+        for agent in self.pods.values():
+            agent.terminate()
+        api = self.cluster.api
+        for resource, name in [("statefulsets", self.name),
+                               *(("leases", pod) for pod in self.pods)]:
+            try:
+                api.delete(resource, name, namespace=NAMESPACE)
+            except ApiError as exc:  # never created, or already gone
+                if exc.code != 404:
+                    raise

@@ -19,7 +19,6 @@ processes); ``bench/elastic.py`` runs the same scenario at 200.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -27,90 +26,16 @@ import pytest
 from agentpool.config import ElasticSettings, Membership
 from agentpool.elastic import grace_for, takeover_bound_s
 from agentpool.sharding import Assignment, owner_of
-from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import AgentProcess, SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
-from agentpool.sim.poolwatch import MetricsSampler, request_overlaps, worker_nodes
+from agentpool.sim.poolwatch import MetricsSampler, Timings, request_overlaps, worker_nodes
+from agentpool.sim.poolwatch import PoolDriver as Pool
 
-NS = "default"
 NODES = [f"kwok-node-{i}" for i in range(40)]
 LEASE_S, RENEW_S, SHUTDOWN_S, INTERVAL_S = 3.0, 1.0, 3.0, 1.0
 CONVERGE_S = 30.0
 """The issue's bound for every node to have exactly one controller after a change."""
-
-
-def statefulset(name: str, replicas: int) -> dict[str, object]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                     "containers": [{"name": "agent", "image": "agentpool:test"}]}}},
-    }
-
-
-class Pool:
-    """The StatefulSet and its pods, driven by hand as its controller would."""
-
-    def __init__(self, cluster: SimCluster) -> None:
-        self.cluster = cluster
-        self.name = f"pool{uuid.uuid4().hex[:5]}"
-        self.pods: dict[str, AgentProcess] = {}
-        cluster.api.create("statefulsets", statefulset(self.name, 2))
-
-    def start(self, ordinal: int) -> AgentProcess:
-        name = f"{self.name}-{ordinal}"
-        agent = self.cluster.start_agent(env={
-            "POOL_MEMBERSHIP": "lease", "POD_NAME": name, "POD_NAMESPACE": NS,
-            "POOL_LEASE_DURATION": f"{LEASE_S:g}s", "POOL_LEASE_RENEW": f"{RENEW_S:g}s",
-            "SHUTDOWN_TIMEOUT": f"{SHUTDOWN_S:g}s", "RECONCILE_INTERVAL": f"{INTERVAL_S:g}s",
-        }, name=name)
-        self.pods[name] = agent
-        return agent
-
-    def scale(self, replicas: int) -> None:
-        self.cluster.api.patch(  # type: ignore[call-arg]
-            "statefulsets", self.name, {"spec": {"replicas": replicas}}, namespace=NS)
-
-    def members(self, replicas: int) -> list[str]:
-        return [f"{self.name}-{i}" for i in range(replicas)]
-
-    def scrapers(self) -> dict[str, object]:
-        return {name: agent.metrics for name, agent in list(self.pods.items())
-                if agent.process.poll() is None}
-
-    def converged(self, members: list[str], since: float) -> bool:
-        """Each node: a live worker in exactly the owner's pod, and a request from it since."""
-        holders: dict[str, set[str]] = {}
-        for name, agent in list(self.pods.items()):
-            if agent.process.poll() is not None:
-                continue
-            try:
-                nodes = worker_nodes(agent.metrics())
-            except OSError:
-                return False
-            for node in nodes:
-                holders.setdefault(node, set()).add(name)
-        expected = {node: owner_of(node, members, Assignment.RENDEZVOUS) for node in NODES}
-        if any(holders.get(node) != {owner} for node, owner in expected.items()):
-            return False
-        acted = {(r.node, r.user_agent and r.user_agent.split("(")[1].split(",")[0])
-                 for r in self.cluster.power.requests() if r.monotonic >= since}
-        return all((node, owner) in acted for node, owner in expected.items())
-
-    def cleanup(self) -> None:
-        for agent in self.pods.values():
-            agent.terminate()
-        api = self.cluster.api
-        api.delete("statefulsets", self.name, namespace=NS)  # type: ignore[call-arg]
-        for name in self.pods:
-            try:
-                api.delete("leases", name, namespace=NS)  # type: ignore[call-arg]
-            except ApiError as exc:  # never created, or already gone
-                if exc.code != 404:
-                    raise
 
 
 @pytest.fixture(params=["emulator", "envtest"])
@@ -126,7 +51,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[SimCluster]:
 
 @pytest.fixture
 def pool(cluster: SimCluster) -> Iterator[Pool]:
-    made = Pool(cluster)
+    made = Pool(cluster, NODES, Timings(LEASE_S, RENEW_S, SHUTDOWN_S, INTERVAL_S))
     try:
         yield made
     finally:
