@@ -157,20 +157,22 @@ class PoolDriver:
     """A StatefulSet and its pods, driven by hand as its controller and the kubelet would."""
 
     def __init__(self, cluster: SimCluster, nodes: list[str], timings: Timings = Timings(),
-                 assignment: Assignment = Assignment.RENDEZVOUS) -> None:
+                 assignment: Assignment = Assignment.RENDEZVOUS,
+                 namespace: str = NAMESPACE) -> None:
         self.cluster = cluster
+        self.namespace = namespace
         self.nodes = nodes
         self.timings = timings
         self.assignment = assignment
         self.name = f"pool{uuid.uuid4().hex[:5]}"
         self.pods: dict[str, AgentProcess] = {}
-        cluster.api.create("statefulsets", statefulset(self.name, 2))
+        cluster.api.create("statefulsets", statefulset(self.name, 2, namespace))
 
     def start(self, ordinal: int) -> AgentProcess:
         name = f"{self.name}-{ordinal}"
         t = self.timings
         agent = self.cluster.start_agent(env={
-            "POOL_MEMBERSHIP": "lease", "POD_NAME": name, "POD_NAMESPACE": NAMESPACE,
+            "POOL_MEMBERSHIP": "lease", "POD_NAME": name, "POD_NAMESPACE": self.namespace,
             "POOL_ASSIGNMENT": self.assignment.value,
             "POOL_LEASE_DURATION": f"{t.lease_s:g}s", "POOL_LEASE_RENEW": f"{t.renew_s:g}s",
             "SHUTDOWN_TIMEOUT": f"{t.shutdown_s:g}s", "RECONCILE_INTERVAL": f"{t.interval_s:g}s",
@@ -181,7 +183,7 @@ class PoolDriver:
     def scale(self, replicas: int) -> None:
         """Write the StatefulSet's ``spec.replicas`` (pods are started by :meth:`start`)."""
         self.cluster.api.patch(
-            "statefulsets", self.name, {"spec": {"replicas": replicas}}, namespace=NAMESPACE)
+            "statefulsets", self.name, {"spec": {"replicas": replicas}}, namespace=self.namespace)
 
     def members(self, replicas: int) -> list[str]:
         return [f"{self.name}-{i}" for i in range(replicas)]
@@ -224,7 +226,7 @@ class PoolDriver:
         for resource, name in [("statefulsets", self.name),
                                *(("leases", pod) for pod in self.pods)]:
             try:
-                api.delete(resource, name, namespace=NAMESPACE)
+                api.delete(resource, name, namespace=self.namespace)
             except ApiError as exc:  # never created, or already gone
                 if exc.code != 404:
                     raise
