@@ -65,7 +65,7 @@ def test_an_elastic_pool_scales_as_the_service_account_with_least_privilege(
                     if f"{pool.name}-{ordinal}" not in pool.pods:
                         pool.start(ordinal)
                 members = pool.members(replicas)
-                wait_until(lambda m=members: pool.converged(m, since), 60)  # type: ignore[misc]
+                wait_until(lambda m=members, s=since: pool.converged(m, s), 60)  # type: ignore[misc]
             logs = "".join(agent.logs() for agent in pool.pods.values())
             assert "403" not in logs
             assert "Forbidden" not in logs
