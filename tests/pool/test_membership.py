@@ -88,3 +88,35 @@ def test_desired_nodes_and_view_digest() -> None:
         members, Assignment.MODULO)
     assert view_digest(members, Assignment.MODULO) != view_digest(members, Assignment.RENDEZVOUS)
     assert len(view_digest(members, Assignment.MODULO)) == 8
+
+
+def test_pool_metrics_describe_this_pods_view() -> None:
+    from prometheus_client.registry import CollectorRegistry
+
+    from agentpool.elastic import pool_metrics
+    from agentpool.handoff import NodePhase
+    from agentpool.poolstate import PoolNumbers
+
+    numbers = PoolNumbers(members_seen=3, members=("p-0", "p-1"), view="0badcafe",
+                          to_acquire=2, to_release=1, disagreeing=1, fenced=False)
+    phases = {"n1": NodePhase.RUNNING, "n2": NodePhase.RELEASING}
+
+    class Collector:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return pool_metrics(numbers, phases, 8.5)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())  # type: ignore[arg-type]
+    value = registry.get_sample_value
+    assert value("agentpool_pool_members_seen") == 3
+    assert value("agentpool_pool_view_member", {"member": "p-1"}) == 1
+    assert value("agentpool_pool_view_info", {"view": "0badcafe"}) == 1
+    assert (value("agentpool_pool_nodes_to_acquire"), value("agentpool_pool_nodes_to_release")) == (
+        2, 1)
+    assert value("agentpool_pool_view_disagreement") == 1
+    assert value("agentpool_pool_fenced") == 0
+    assert value("agentpool_pool_node_phase", {"node": "n2", "phase": "releasing"}) == 1
+    assert value("agentpool_pool_takeover_bound_seconds") == 8.5
+    # Before the first read only the bound is known.
+    first = [m.name for m in pool_metrics(None, {}, 8.5)]
+    assert first == ["agentpool_pool_takeover_bound_seconds"]

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.config import ElasticSettings, Membership
 from agentpool.elastic import grace_for, takeover_bound_s
@@ -58,6 +59,22 @@ def pool(cluster: SimCluster) -> Iterator[Pool]:
         made.cleanup()
 
 
+def view_of(agent: AgentProcess) -> tuple[list[str], float] | None:
+    """(members this pod assigns over, its disagreement gauge) from its /metrics."""
+    try:
+        text = agent.metrics()
+    except OSError:
+        return None
+    members, disagreement = [], -1.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "agentpool_pool_view_member":
+                members.append(sample.labels["member"])
+            elif sample.name == "agentpool_pool_view_disagreement":
+                disagreement = sample.value
+    return sorted(members), disagreement
+
+
 def workers_of(agent: AgentProcess) -> set[str]:
     try:
         return worker_nodes(agent.metrics())
@@ -87,6 +104,10 @@ def test_scaling_2_3_5_2_moves_every_node_to_one_pod_and_never_two(pool: Pool) -
                 if f"{pool.name}-{ordinal}" not in pool.pods:
                     pool.start(ordinal)
             took.append(wait_converged(pool, replicas, since))
+            members = pool.members(replicas)
+            # Every member reports the same view, with no disagreement left.
+            wait_until(lambda m=members: all(  # type: ignore[misc]
+                view_of(pool.pods[name]) == (m, 0.0) for name in m), CONVERGE_S)
             for name in [n for n in pool.pods if n not in pool.members(replicas)]:
                 # Scaled away: its nodes were handed over while it ran; now the kubelet's SIGTERM.
                 assert pool.pods.pop(name).terminate() == 0
