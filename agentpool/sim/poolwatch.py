@@ -9,16 +9,18 @@ the benchmark judge by (README: elastic pool): the pods' own ``/metrics``
 power simulator's request log, where every telemetry and control request
 carries ``User-Agent: agentpool/<version> (<pod name>, shard <id>)``.
 
-From the request log, pod P *controls* node N at instant t when P sent a
-request for N within one window before t and another within one window after
-it (the window is a little over the reconcile interval, the period of a
-worker's requests): a clean handoff, where the old worker's last request
-precedes the new worker's first, never has an instant where both hold.
+From the request log, pod P *controls* node N from one of its requests for N
+to its next one, when the two are at most a window apart (a little over the
+reconcile interval, the period of a worker's requests): a clean handoff,
+where the old worker's last request precedes the new worker's first, never
+has an instant where both hold; two workers running at once interleave
+their requests and do.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import re
 import threading
 import time
@@ -57,7 +59,12 @@ def request_overlaps(
     requests: Iterable[RecordedRequest], window_s: float, step_s: float = 0.1,
     since: float = 0.0,
 ) -> list[tuple[float, str, tuple[str, ...]]]:
-    """(instant, node, pods) for every sampled instant where two pods controlled a node."""
+    """(instant, node, pods) for every sampled instant where two pods controlled a node.
+
+    Pod P controls node N from one of its requests for N to its next one
+    when the two are at most ``window_s`` apart (a worker's requests come
+    once per reconcile interval); instants are sampled every ``step_s``.
+    """
     times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for request in requests:
         pod = pod_of(request.user_agent)
@@ -67,17 +74,17 @@ def request_overlaps(
     for node, by_pod in times.items():
         if len(by_pod) < 2:
             continue
+        held = {pod: [(a, b) for a, b in itertools.pairwise(ts) if b - a <= window_s]
+                for pod, ts in ((p, sorted(ts)) for p, ts in by_pod.items())}
         start = min(min(ts) for ts in by_pod.values())
         end = max(max(ts) for ts in by_pod.values())
-        t = start
-        while t <= end:
-            holders = tuple(sorted(
-                pod for pod, ts in by_pod.items()
-                if any(t - window_s <= x <= t for x in ts) and any(t <= x <= t + window_s
-                                                                    for x in ts)))
+        steps = int((end - start) / step_s) + 1
+        for i in range(steps):
+            t = start + i * step_s
+            holders = tuple(sorted(pod for pod, spans in held.items()
+                                   if any(a <= t < b for a, b in spans)))
             if len(holders) > 1:
                 found.append((t, node, holders))
-            t += step_s
     return found
 
 
