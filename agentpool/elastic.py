@@ -253,6 +253,8 @@ class ElasticPool:
                     self._cycle(write)
             except KubeError as exc:
                 log.warning("pool lease cycle failed: %s", exc)
+            except Exception:  # a bug must not end renewals for good: the next cycle retries
+                log.exception("pool lease cycle failed unexpectedly")
             finally:
                 self._put(_CycleDone())
 
