@@ -254,3 +254,60 @@ def test_a_quickly_restarted_pod_resumes_its_nodes_without_a_handoff(
         for pod in pods.values():
             pod.shutdown()
     assert not table.violations
+
+
+def test_a_pod_that_cannot_renew_stops_its_nodes_before_the_others_take_them(
+    backend: Backend, pool: str
+) -> None:
+    if backend.name != "emulator":
+        pytest.skip("needs the emulator's fault injection")
+    emulator = backend.direct
+    table = Table()
+    names = [f"{pool}-{i}" for i in range(2)]
+    pods = {name: Pod(name, pool, backend.kubeconfig, table).start() for name in names}
+    try:
+        wait_until(lambda: converged(table, names), 30)
+        cut = pods[names[0]]
+        # Its renewals fail from now on (a partition between it and the API server).
+        emulator.inject(verb="update", resource="leases", name=names[0], times=None)  # type: ignore[attr-defined]
+        cut_at = time.monotonic()
+        wait_until(lambda: not cut.running and not cut.stopping, 10)
+        stopped_after = time.monotonic() - cut_at
+        # It stopped by itself, within duration - renew of its last renewal plus the stops.
+        assert stopped_after < ELASTIC.lease_duration_s + STOP_S + 5 * 0.5, stopped_after
+        wait_until(lambda: converged(table, names[1:]), 30)
+        emulator.clear_faults()  # type: ignore[attr-defined]
+        wait_until(lambda: converged(table, names), 30)
+    finally:
+        for pod in pods.values():
+            pod.shutdown()
+    assert not table.violations
+
+
+def test_renewals_stop_when_the_loop_stops_turning(backend: Backend, pool: str) -> None:
+    table = Table()
+    pod = Pod(f"{pool}-0", pool, backend.kubeconfig, table)
+    pod.elastic.start()
+    coord = client.CoordinationV1Api(backend.client)
+    try:
+        wait_until(lambda: pod.elastic.turn(NODES) is not None and pod.running == set()
+                   and _renew_time(coord, pod.name) is not None, 10)
+        for _ in range(10):  # a few turns: renewals happen
+            pod.elastic.turn(NODES)
+            time.sleep(0.1)
+        first = _renew_time(coord, pod.name)
+        # No turns for three renew periods: the thread must not renew by itself.
+        time.sleep(3 * ELASTIC.renew_s)
+        assert _renew_time(coord, pod.name) == first
+        wait_until(lambda: pod.elastic.turn(NODES) is not None
+                   and _renew_time(coord, pod.name) != first, 10)
+    finally:
+        pod.elastic.close(release=False)
+        pod.api.close()
+
+
+def _renew_time(coord: client.CoordinationV1Api, name: str) -> object:
+    try:
+        return coord.read_namespaced_lease(name, NS).spec.renew_time
+    except client.ApiException:
+        return None
