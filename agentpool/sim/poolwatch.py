@@ -152,9 +152,14 @@ def statefulset(name: str, replicas: int, namespace: str = NAMESPACE) -> dict[st
 
 @dataclass(frozen=True)
 class Timings:
-    """The agents' lease and stop timings (short, so that tests and benchmarks are quick)."""
+    """The agents' lease and stop timings (short, so that tests and benchmarks are quick).
 
-    lease_s: float = 3.0
+    The lease outlasts the renew period by 7 s: a supervisor loop busy
+    starting a hundred workers on two loaded cores can take several seconds
+    to turn, and a pod whose loop does not turn stops renewing, then fences.
+    """
+
+    lease_s: float = 8.0
     renew_s: float = 1.0
     shutdown_s: float = 3.0
     interval_s: float = 1.0

@@ -34,7 +34,7 @@ from agentpool.sim.poolwatch import MetricsSampler, Timings, request_overlaps, w
 from agentpool.sim.poolwatch import PoolDriver as Pool
 
 NODES = [f"kwok-node-{i}" for i in range(40)]
-LEASE_S, RENEW_S, SHUTDOWN_S, INTERVAL_S = 3.0, 1.0, 3.0, 1.0
+LEASE_S, RENEW_S, SHUTDOWN_S, INTERVAL_S = 8.0, 1.0, 3.0, 1.0
 CONVERGE_S = 30.0
 """The issue's bound for every node to have exactly one controller after a change."""
 
