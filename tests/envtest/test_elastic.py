@@ -22,6 +22,9 @@ from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.poolwatch import PoolDriver, Timings
 
+# Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 NODES = [f"elastic-{i}" for i in range(10)]
 

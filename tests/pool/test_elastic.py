@@ -29,6 +29,9 @@ from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.sharding import Assignment, owner_of
 from agentpool.sim.polling import wait_until
 
+# Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
 NS = "default"
 NODES = [f"node-{i}" for i in range(24)]
 STOP_S = 0.1

@@ -33,6 +33,9 @@ from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import MetricsSampler, Timings, request_overlaps, worker_nodes
 from agentpool.sim.poolwatch import PoolDriver as Pool
 
+# Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
 NODES = [f"kwok-node-{i}" for i in range(40)]
 LEASE_S, RENEW_S, SHUTDOWN_S, INTERVAL_S = 8.0, 1.0, 3.0, 1.0
 CONVERGE_S = 30.0
