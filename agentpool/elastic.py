@@ -109,6 +109,8 @@ class ElasticPool:
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.elastic = elastic
+        self.release_on_stop = False
+        """:meth:`stop` releases the lease (set once every worker stopped cleanly)."""
         self.wake = wake
         """Called from the I/O thread after each result, so the loop turns soon."""
         self.leases = leases
@@ -215,6 +217,10 @@ class ElasticPool:
         elif state is not None and isinstance(result, _Read):
             return state.read(state.handoff.writes, result.records, now)
         return Actions()
+
+    def stop(self) -> None:
+        """Stop the I/O thread; release the lease if :attr:`release_on_stop` says so."""
+        self.close(release=self.release_on_stop)
 
     def close(self, release: bool = True) -> None:
         """Stop the thread; with ``release``, clear this pod's holder and claims.
