@@ -7,6 +7,7 @@ gives (only one payload shape, empty bodies, odd status codes).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import threading
@@ -353,3 +354,13 @@ def test_every_request_says_which_pod_and_shard_sent_it(sim: PowerSim) -> None:
     # Without an identity, still the agent's name and version rather than Python-urllib's.
     read_package_power(endpoint, "n-anon")
     assert sim.requests("n-anon")[0].user_agent == f"agentpool/{__version__}"
+
+
+def test_gpu_requests_say_which_pod_and_shard_sent_them_too(sim: PowerSim) -> None:
+    from agentpool.backends.gpu_http import post_gpu_cap, read_gpu_telemetry
+
+    agent = user_agent("joulie-agent-pool-1", 1)
+    read_gpu_telemetry(HttpEndpoint(sim.telemetry_endpoint, OK_S), "n-gpu-ua", agent)
+    with contextlib.suppress(HttpBackendError):  # a node without GPUs may refuse the cap
+        post_gpu_cap(HttpEndpoint(sim.control_endpoint, OK_S), "n-gpu-ua", 200.0, agent)
+    assert [r.user_agent for r in sim.requests("n-gpu-ua")] == [agent, agent]
