@@ -86,7 +86,7 @@ class NodeController:
         )
         self._stale = False
         """The last tick acted on stale desired state."""
-        self._maxima = percent.TelemetryMaximum(node)
+        self._maxima = percent.TelemetryMaximum(node, self.user_agent)
 
     def update(self, inputs: NodeInputs) -> None:
         if (
