@@ -1,10 +1,10 @@
 # The agentpool image: the supervisor (console script `agentpool`) as the
 # entrypoint. Build from the repository root:  docker build -t agentpool:0.1.0 .
 #
-# Two stages: the builder installs the package and its dependencies into a
-# virtualenv (pip talks to the package index and nothing else); the final
-# stage copies only that virtualenv onto a clean slim Python, so no build
-# tooling or pip cache ships.
+# Two stages: the builder installs the dependencies from the hash-checked lock
+# and then the package into a virtualenv (pip talks to the package index and
+# nothing else); the final stage copies only that virtualenv onto a clean slim
+# Python, so no build tooling or pip cache ships.
 
 FROM python:3.11-slim-bookworm AS builder
 
@@ -15,12 +15,21 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/agentpool
 
 WORKDIR /src
-# Only what the install needs (see .dockerignore): the package and its metadata.
+# EXTRAS=[sim] adds the simulation kit (the power simulator of docs/deploy.md),
+# EXTRAS=[nvidia,amd] the GPU vendors' bindings (docs/deploy.md).
+ARG EXTRAS=""
+# The dependencies first, pinned with hashes (refresh: bash scripts/lock): runtime.txt
+# holds the runtime and sim dependencies, gpu.txt those plus the GPU bindings. This
+# layer is rebuilt only when a lock or EXTRAS changes.
+COPY requirements/runtime.txt requirements/gpu.txt ./requirements/
+RUN lock=requirements/runtime.txt; \
+    case "${EXTRAS}" in *nvidia*|*amd*) lock=requirements/gpu.txt ;; esac; \
+    /opt/agentpool/bin/pip install --no-cache-dir --require-hashes -r "${lock}"
+# Only what the install needs (see .dockerignore): the package and its metadata; the
+# lock already holds every dependency, so nothing unpinned is installed here.
 COPY setup.py setup.cfg README.md ./
 COPY agentpool ./agentpool
-# EXTRAS=[sim] adds the simulation kit (the power simulator of docs/deploy.md).
-ARG EXTRAS=""
-RUN /opt/agentpool/bin/pip install --no-cache-dir ".${EXTRAS}"
+RUN /opt/agentpool/bin/pip install --no-cache-dir --no-deps ".${EXTRAS}"
 
 
 FROM python:3.11-slim-bookworm

@@ -3,6 +3,12 @@
 ``agentpool`` with no subcommand runs the supervisor (the container
 entrypoint). Every setting is a flag generated from :data:`config.OPTIONS`,
 with its environment variable; flags win. Configuration errors exit 2.
+
+The settings' variables are read here rather than through click's
+``envvar=``: click treats an empty variable as unset and reinterprets the
+variable of a flag option as a boolean, while every value a user sets
+(``AGENT_MODE=""``, ``SIMULATE_ONLY=maybe``) must reach the table's parser
+and fail naming the variable. The subcommands' own flags use click's types.
 """
 
 from __future__ import annotations
@@ -15,8 +21,7 @@ from typing import Any, NoReturn
 import click
 
 from agentpool import __version__
-from agentpool.config import OPTIONS, Settings, load_settings
-from agentpool.durations import parse_duration
+from agentpool.config import OPTIONS, Settings, duration, load_settings, option
 from agentpool.errors import ConfigError
 from agentpool.sharding import Assignment, member_order, owner_of, shard_of
 
@@ -102,7 +107,11 @@ def owner(
     if assignment is not None:
         raise click.UsageError("--assignment needs --members (the static pool is modulo)")
     if shards is None:
-        shards = _env_int("POOL_SHARDS", "1")
+        try:
+            shards = max(1, option("POOL_SHARDS").value(os.environ.get("POOL_SHARDS")))
+        except ConfigError as exc:
+            click.echo(f"agentpool: configuration error: {exc}", err=True)
+            sys.exit(CONFIG_EXIT)
     for node in nodes:
         click.echo(f"{node}\t{shard_of(node, shards)}")
 
@@ -153,11 +162,9 @@ def _seconds_option(ctx: click.Context, param: click.Parameter, value: str | Non
     if text.replace(".", "", 1).isdigit():
         text += "s"
     try:
-        seconds = parse_duration(text)
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected seconds or a duration like 2s") from None
-    if seconds <= 0:
-        raise click.BadParameter(f"{value!r}: must be positive")
+        seconds: float = duration(positive=True)(param.name or "", text)
+    except ConfigError as exc:
+        raise click.BadParameter(f"{value!r}: {exc.accepted}, or bare seconds") from None
     return seconds
 
 

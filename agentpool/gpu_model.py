@@ -21,7 +21,7 @@ from agentpool.model import Result
 
 
 class GpuBackend(enum.StrEnum):
-    """Values of ``status.control.gpu.backend`` (CONTRACT section 9)."""
+    """Values of ``status.control.gpu.backend`` (README "GPU power caps")."""
 
     NONE = "none"
     # nothing enforced (no cap, no GPU, or no way to enforce it)

@@ -1,7 +1,7 @@
 """Where a node's GPU telemetry comes from and where its GPU controls go (TelemetryProfile).
 
 ``spec.controls.gpu`` and ``spec.sources.gpu`` have the CPU blocks' shape
-(CONTRACT sections 3 and 9). The GPU answer of Joulie's simulator rides in
+(README "Custom resources" and "GPU power caps"). The GPU answer of Joulie's simulator rides in
 the same telemetry document as the CPU one, so without an HTTP
 ``sources.gpu`` the CPU telemetry endpoint is read for the ``gpu`` object.
 Malformed blocks raise :class:`ProfileError` naming the field.
@@ -16,7 +16,7 @@ from typing import Any
 
 from agentpool.errors import ProfileError
 from agentpool.model import ControlType, HttpEndpoint, SourceType
-from agentpool.profiles import TP, _endpoint, _mapping, _name
+from agentpool.profiles import TP, _endpoint, _mapping, object_name
 
 
 class GpuControlMode(enum.StrEnum):
@@ -53,7 +53,7 @@ def parse_gpu_routing(obj: Mapping[str, Any] | None) -> GpuRouting:
     """The GPU routing of a TelemetryProfile; None (no profile) means host control."""
     if obj is None:
         return GpuRouting()
-    name = _name(obj)
+    name = object_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", TP, name, "spec")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")

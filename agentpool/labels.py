@@ -11,8 +11,9 @@ that does not match must never get a controller. Grammar (as the API server's
     key in (a,b)   key notin (a,b)
     key>3          key<3        (integer comparisons, as the API server allows)
 
-The simulation kit's API emulator uses this same grammar, so agent and
-emulator cannot disagree about what a selector means.
+The simulation kit's API emulator has its own implementation
+(:mod:`agentpool.sim.apiserver.labelselector`), and tests/selector_cases.py
+holds the cases both must get right.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ _KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
 _VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
 _SET = re.compile(rf"^\s*(?P<key>{_KEY})\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)\s*$")
 _BINARY = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>==|=|!=)\s*(?P<value>{_VALUE})\s*$")
-_COMPARE = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>[<>])\s*(?P<value>-?\d+)\s*$")
+# The bound must be a label value too, so no sign: the API server refuses "cores>-1".
+_COMPARE = re.compile(rf"^\s*(?P<key>{_KEY})\s*(?P<op>[<>])\s*(?P<value>\d+)\s*$")
 _EXISTS = re.compile(rf"^\s*(?P<neg>!?)\s*(?P<key>{_KEY})\s*$")
 _VALUE_ONLY = re.compile(rf"^{_VALUE}$")
 

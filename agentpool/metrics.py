@@ -1,4 +1,4 @@
-"""The ``joulie_*`` metrics of one node controller (CONTRACT section 7).
+"""The ``joulie_*`` metrics of one node controller (README, "Metrics").
 
 Written by worker processes in prometheus_client's multiprocess mode and
 merged by the supervisor's ``/metrics``. Gauges use ``livesum``: each node has
@@ -14,6 +14,7 @@ drops (:mod:`agentpool.supervisor.collector`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -38,6 +39,28 @@ class NodeMetrics:
                 name, documentation, labels, registry=registry, multiprocess_mode="livesum"
             )
 
+        self._declare_power(gauge)
+        self._declare_dvfs(gauge, registry)
+        self.reconcile_errors = Counter(
+            "joulie_reconcile_errors",
+            "Reconciles of the node that failed",
+            ["node"],
+            registry=registry,
+        )
+        self.reconcile_seconds = Histogram(
+            "agentpool_reconcile_duration_seconds",
+            "Duration of one node reconcile tick",
+            registry=registry,
+            buckets=RECONCILE_BUCKETS,
+        )
+        self._policies: set[str] = set()
+        self._zones: set[str] = set()
+        # Touch the counters so the series exist (at 0) from the first scrape.
+        self.reconcile_errors.labels(node).inc(0)
+        for action in ("throttle_up", "throttle_down"):
+            self.dvfs_actions.labels(node, action).inc(0)
+
+    def _declare_power(self, gauge: Callable[[str, str, list[str]], Gauge]) -> None:
         self.backend_mode = gauge(
             "joulie_backend_mode",
             "1 for the active CPU control backend of the node, 0 for the others",
@@ -63,6 +86,27 @@ class NodeMetrics:
             "Sum of the package zones' estimated power",
             ["node"],
         )
+        self.cap_pct = gauge(
+            "joulie_policy_cap_pct_of_max",
+            "CPU cap requested as a percent of the hardware maximum (NodeTwin API)",
+            ["node"],
+        )
+        self.cpu_max = gauge(
+            "joulie_cpu_max_power_watts",
+            "CPU package maximum a percent cap was resolved against",
+            ["node"],
+        )
+        self.rapl_limit = gauge(
+            "joulie_rapl_power_limit_uw",
+            "PL1 limit written to a package zone",
+            ["node", "zone"],
+        )
+
+    def _declare_dvfs(
+        self,
+        gauge: Callable[[str, str, list[str]], Gauge],
+        registry: CollectorRegistry | None,
+    ) -> None:
         self.dvfs_observed = gauge(
             "joulie_dvfs_observed_power_watts",
             "Package power the DVFS controller observed",
@@ -109,39 +153,6 @@ class NodeMetrics:
             "scaling_max_freq of a CPU",
             ["node", "cpu"],
         )
-        self.cap_pct = gauge(
-            "joulie_policy_cap_pct_of_max",
-            "CPU cap requested as a percent of the hardware maximum (NodeTwin API)",
-            ["node"],
-        )
-        self.cpu_max = gauge(
-            "joulie_cpu_max_power_watts",
-            "CPU package maximum a percent cap was resolved against",
-            ["node"],
-        )
-        self.rapl_limit = gauge(
-            "joulie_rapl_power_limit_uw",
-            "PL1 limit written to a package zone",
-            ["node", "zone"],
-        )
-        self.reconcile_errors = Counter(
-            "joulie_reconcile_errors",
-            "Reconciles of the node that failed",
-            ["node"],
-            registry=registry,
-        )
-        self.reconcile_seconds = Histogram(
-            "agentpool_reconcile_duration_seconds",
-            "Duration of one node reconcile tick",
-            registry=registry,
-            buckets=RECONCILE_BUCKETS,
-        )
-        self._policies: set[str] = set()
-        self._zones: set[str] = set()
-        # Touch the counters so the series exist (at 0) from the first scrape.
-        self.reconcile_errors.labels(node).inc(0)
-        for action in ("throttle_up", "throttle_down"):
-            self.dvfs_actions.labels(node, action).inc(0)
 
     def set_backend(self, active: Backend) -> None:
         for mode in Backend:

@@ -83,11 +83,15 @@ class PowerPolicy:
         return self.profile.value
 
 
+DEFAULT_HTTP_TIMEOUT_S = 2.0
+"""An endpoint's timeout when its ``timeoutSeconds`` is not given."""
+
+
 @dataclass(frozen=True)
 class HttpEndpoint:
     template: str
     """URL with an optional ``{node}`` placeholder."""
-    timeout_s: float = 2.0
+    timeout_s: float = DEFAULT_HTTP_TIMEOUT_S
 
     def url(self, node: str) -> str:
         # Percent-encoded: a node name is a path segment, and http.client refuses

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from agentpool.errors import ProfileError
 from agentpool.gpu_model import parse_gpu_cap
 from agentpool.model import (
+    DEFAULT_HTTP_TIMEOUT_S,
     ControlMode,
     ControlType,
     HttpEndpoint,
@@ -29,14 +30,15 @@ E = TypeVar("E", SourceType, ControlType, ControlMode)
 NPP = "NodePowerProfile"
 TP = "TelemetryProfile"
 NT = "NodeTwin"
-DEFAULT_TIMEOUT_S = 2.0
 MAX_TIMEOUT_S = 300.0
 """A longer HTTP timeout would let one tick hang for minutes; refuse it."""
 
 
-def _name(obj: Mapping[str, Any]) -> str:
+def object_name(obj: Mapping[str, Any]) -> str:
+    """``metadata.name`` of a raw object; '' when it has none (malformed input)."""
     meta = obj.get("metadata")
-    return str(meta.get("name", "?")) if isinstance(meta, Mapping) else "?"
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return str(name) if name else ""
 
 
 def _mapping(
@@ -64,7 +66,7 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
     Joulie releases between the two APIs also put into NodePowerProfiles) is
     accepted in both, and watts win over it.
     """
-    name = _name(obj)
+    name = object_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", kind, name, "spec")
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node:
@@ -120,7 +122,7 @@ def _endpoint(
         raise ProfileError(
             TP, name, f"{path}.http.endpoint", f"{endpoint!r} is not an http:// or https:// URL"
         )
-    timeout = http.get("timeoutSeconds", DEFAULT_TIMEOUT_S)
+    timeout = http.get("timeoutSeconds", DEFAULT_HTTP_TIMEOUT_S)
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
@@ -147,7 +149,7 @@ def _choice(block: Mapping[str, Any], key: str, default: E, name: str, path: str
 
 
 def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
-    name = _name(obj)
+    name = object_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", TP, name, "spec")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")

@@ -82,17 +82,6 @@ def worker_processes(agent: AgentProcess) -> list[psutil.Process]:
     return workers
 
 
-def worker_pids(agent: AgentProcess) -> dict[str, int]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    pids: dict[str, int] = {}
-    for family in text_string_to_metric_families(agent.metrics()):
-        if family.name == "agentpool_worker_pid":
-            for s in family.samples:
-                pids[s.labels["node"]] = int(s.value)
-    return pids
-
-
 class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -124,7 +113,7 @@ class Soak:
                 }
             )
             agent.wait_ready(timeout=120)
-            wait_until(lambda: len(worker_pids(agent)) == len(self.names), 180)
+            wait_until(lambda: len(agent.worker_pids()) == len(self.names), 180)
             self.chaos(cluster, agent, metrics_dir)
             self.converge(cluster, agent)
             self.sample(agent, metrics_dir, 0.0)
@@ -173,7 +162,7 @@ class Soak:
             time.sleep(1.0 / self.args.rate)
 
     def do_kill(self, cluster: SimCluster, agent: AgentProcess) -> None:
-        pids = worker_pids(agent)
+        pids = agent.worker_pids()
         if pids:
             node = self.rng.choice(sorted(pids))
             try:
@@ -229,7 +218,7 @@ class Soak:
             return bool(caps) and caps[-1] == self.caps[name]
 
         def converged() -> bool:
-            pids = worker_pids(agent)
+            pids = agent.worker_pids()
             return set(pids) == set(self.names) and all(enforced(n) for n in self.names)
 
         try:
@@ -237,7 +226,7 @@ class Soak:
         except TimeoutError:
             pass  # reported below, node by node
         self.report.converge_s = round(time.monotonic() - settle_started, 1)
-        pids = worker_pids(agent)
+        pids = agent.worker_pids()
         self.report.lost = sorted(set(self.names) - set(pids))
         live = worker_processes(agent)
         if len(live) > len(pids):

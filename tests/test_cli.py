@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
-from test_config import ERRORS
 
 from agentpool.cli import cli
 from agentpool.config import OPTIONS
+from tests.test_config import ERRORS
 
 
 def clean_env(**extra: str) -> dict[str, str]:

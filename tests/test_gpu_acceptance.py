@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_nvml import FakeGpu, FakeNvml, build
 
 from agentpool.sim.cluster import MANAGED, SimCluster, power_profile, telemetry_profile
 from agentpool.sim.gpumodel import GpuConfig
 from agentpool.sim.polling import wait_until
+from tests.fake_nvml import FakeGpu, FakeNvml, build
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
 

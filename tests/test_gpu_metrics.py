@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.gpu_metrics import GpuMetrics
@@ -70,10 +70,10 @@ WRITER = textwrap.dedent(
 def scrape(directory: Path, mode: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     env = {"PROMETHEUS_MULTIPROC_DIR": str(directory), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", WRITER, mode], env=env, check=True)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FastMultiProcessCollector(str(directory)))
+    # What /metrics serves: the collector's render() (its only merge path).
+    text = FastMultiProcessCollector(str(directory)).render().decode()
     out = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+    for family in text_string_to_metric_families(text):
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out

@@ -1,4 +1,4 @@
-"""Hardware hints from Node Feature Discovery labels (CONTRACT section 4, step 1)."""
+"""Hardware hints from Node Feature Discovery labels (agentpool/hardware.py)."""
 
 from __future__ import annotations
 

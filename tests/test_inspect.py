@@ -6,9 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backends.sysfs_helpers import snapshot
-
 from agentpool.sim.sysfs import amd_no_writable_limits, intel_2socket, no_rapl, read_only_rapl
+from tests.backends.sysfs_helpers import snapshot
 
 
 def inspect(root: Path, *args: str) -> str:

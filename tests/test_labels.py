@@ -5,6 +5,13 @@ from __future__ import annotations
 import pytest
 
 from agentpool.labels import Op, Requirement, SelectorError, parse_selector
+from tests.selector_cases import (
+    INVALID,
+    LABEL_SETS,
+    MATCHES,
+    SERVER_ONLY_INVALID,
+    SERVER_ONLY_MATCHES,
+)
 
 MANAGED = {
     "joulie.io/managed": "true",
@@ -90,4 +97,26 @@ def test_empty_value_matches_an_empty_label_and_none_labels_are_empty() -> None:
 )
 def test_parse_errors(selector: str) -> None:
     with pytest.raises(SelectorError):
+        parse_selector(selector)
+
+
+@pytest.mark.parametrize(("selector", "expected"), MATCHES)
+def test_shared_cases(selector: str, expected: frozenset[str]) -> None:
+    sel = parse_selector(selector)
+    assert {name for name, labels in LABEL_SETS.items() if sel.matches(labels)} == expected
+
+
+@pytest.mark.parametrize("selector", INVALID)
+def test_shared_invalid_selectors(selector: str) -> None:
+    with pytest.raises(SelectorError):
+        parse_selector(selector)
+
+
+def test_where_the_agent_parts_ways_with_the_api_server() -> None:
+    # Documented divergences (tests/selector_cases.py): fixing one moves its case into
+    # the shared table.
+    for selector, _ in SERVER_ONLY_MATCHES:
+        with pytest.raises(SelectorError):
+            parse_selector(selector)
+    for selector in SERVER_ONLY_INVALID:
         parse_selector(selector)

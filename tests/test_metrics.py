@@ -1,4 +1,4 @@
-"""The joulie_* metrics (CONTRACT section 7): names, types, labels, one-hot mode, tombstones."""
+"""The joulie_* metrics (README "Metrics"): names, types, labels, one-hot mode, tombstones."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sharding (CONTRACT section 1): FNV-1a vectors, ownership and StatefulSet ordinals."""
+"""Sharding (README "Modes"): FNV-1a vectors, ownership and StatefulSet ordinals."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from agentpool.backends.gpu_host import DeviceOutcome, journal_key, journaled
+from agentpool.backends.gpu_host import DeviceOutcome, journal_key, journal_owner, journaled
 from agentpool.backends.sysfsio import Originals
 from agentpool.errors import GpuUnavailableError
 from agentpool.gpu_model import DeviceLimits, GpuBackend, GpuCap, resolve_cap
@@ -115,7 +115,9 @@ class AmdSmiGpus:
             wanted = round(clamped * 1e6)
             if info["power_cap"] != wanted:
                 key = journal_key(JOURNAL, ident)
-                fresh = self._originals.remember(key, int(info["power_cap"]))
+                fresh = self._originals.remember(
+                    key, int(info["power_cap"]), journal_owner(JOURNAL)
+                )
                 try:
                     smi.amdsmi_set_power_cap(handle, SENSOR, wanted)
                 except smi.AmdSmiException:
@@ -147,7 +149,8 @@ class AmdSmiGpus:
         return _watts(info.get("current_socket_power")) or _watts(info.get("average_socket_power"))
 
     def restore(self) -> list[str]:
-        todo = [(p, journaled(p, JOURNAL), v) for p, v in self._originals.items()]
+        owned = self._originals.items(journal_owner(JOURNAL))
+        todo = [(p, journaled(p, JOURNAL), v) for p, v in owned]
         todo = [(p, uuid, v) for p, uuid, v in todo if uuid is not None]
         if not todo:
             return []

@@ -14,18 +14,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentpool.backends.sysfsio import (
-    Originals,
-    read_int,
-    read_text,
-    try_read_int,
-    undo_apply,
-    write_int,
-)
+from agentpool.backends.sysfsio import HostApply, Originals, read_int, read_text, try_read_int
 from agentpool.errors import SysfsError
 
 log = logging.getLogger(__name__)
 
+OWNER = "cpufreq"
+"""This backend's entries in the journal of originals."""
 _POLICY = re.compile(r"^policy(\d+)$")
 _CPU = re.compile(r"^cpu(\d+)$")
 
@@ -127,8 +122,7 @@ class CpufreqHost:
         """
         policies = self.policies()
         count = math.ceil(len(policies) * throttle_pct / 100)
-        written: list[tuple[Path, int]] = []
-        fresh: list[Path] = []
+        host = HostApply(self._originals, OWNER)
         result: dict[str, int] = {}
         try:
             for position, policy in enumerate(policies):
@@ -136,22 +130,22 @@ class CpufreqHost:
                 original = self._original(policy)
                 want = self.throttled_freq(policy) if position < count else original
                 if current != want:
-                    if self._originals.remember(policy.max_file, current):
-                        fresh.append(policy.max_file)
-                    write_int(policy.max_file, want)
-                    written.append((policy.max_file, current))
-                    got = read_int(policy.max_file)
+                    got = host.write(policy.max_file, current, want)
                     if got != want:
                         raise SysfsError(str(policy.max_file), f"wrote {want}, read back {got}")
                 result[policy.path.name] = want
         except SysfsError:
-            undo_apply(self._originals, written, fresh)
+            host.undo()
             raise
         return result
 
     def restore(self) -> list[str]:
         """Give every policy its original ``scaling_max_freq``; returns problems, if any."""
-        return self._originals.restore(lambda path: path.name == "scaling_max_freq")
+        return self._originals.restore(OWNER)
+
+    def holds_originals(self) -> bool:
+        """Whether some policy still has a limit this agent wrote (not yet restored)."""
+        return bool(self._originals.items(OWNER))
 
     def readings(self) -> list[FreqReading]:
         out: list[FreqReading] = []

@@ -22,8 +22,14 @@ JOURNAL_PREFIX = "gpu"
 
 
 def journal_key(backend: str, device: str) -> Path:
-    """``gpu/<backend>/<device id>``: never a sysfs path, so the sysfs restores skip it."""
+    """``gpu/<backend>/<device id>``: a journal key, entered with :func:`journal_owner`'s
+    tag so that each backend restores only its own entries."""
     return Path(JOURNAL_PREFIX, backend, device.replace("/", "_"))
+
+
+def journal_owner(backend: str) -> str:
+    """The owner tag of ``backend``'s journal entries (see ``Originals.remember``)."""
+    return f"{JOURNAL_PREFIX}/{backend}"
 
 
 def journaled(path: Path, backend: str) -> str | None:

@@ -21,7 +21,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from agentpool.backends.gpu_host import DeviceOutcome, journal_key, journaled
+from agentpool.backends.gpu_host import DeviceOutcome, journal_key, journal_owner, journaled
 from agentpool.backends.sysfsio import Originals
 from agentpool.errors import GpuUnavailableError
 from agentpool.gpu_model import DeviceLimits, GpuBackend, GpuCap, resolve_cap
@@ -147,7 +147,7 @@ class NvmlGpus:
         current = int(nvml.nvmlDeviceGetPowerManagementLimit(handle))
         if current != wanted:
             key = journal_key(JOURNAL, ident)
-            fresh = self._originals.remember(key, current)
+            fresh = self._originals.remember(key, current, journal_owner(JOURNAL))
             try:
                 nvml.nvmlDeviceSetPowerManagementLimit(handle, wanted)
             except nvml.NVMLError:
@@ -166,7 +166,8 @@ class NvmlGpus:
 
     def restore(self) -> list[str]:
         """Put back every journaled original limit; returns the problems."""
-        entries = [(p, journaled(p, JOURNAL), v) for p, v in self._originals.items()]
+        owned = self._originals.items(journal_owner(JOURNAL))
+        entries = [(p, journaled(p, JOURNAL), v) for p, v in owned]
         todo = [(path, uuid, mw) for path, uuid, mw in entries if uuid is not None]
         if not todo:
             return []

@@ -23,18 +23,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentpool.backends.sysfsio import (
-    Originals,
-    read_int,
-    read_text,
-    try_read_int,
-    undo_apply,
-    write_int,
-)
+from agentpool.backends.sysfsio import HostApply, Originals, read_int, read_text, try_read_int
 from agentpool.errors import RaplUnavailableError, SysfsError
 
 log = logging.getLogger(__name__)
 
+OWNER = "rapl"
+"""This backend's entries in the journal of originals."""
 _TOP_ZONE = re.compile(r"^intel-rapl:(\d+)$")
 _CONSTRAINT_NAME = re.compile(r"^constraint_(\d+)_name$")
 
@@ -143,8 +138,7 @@ class RaplHost:
         if not zones:
             raise RaplUnavailableError("no RAPL package zone with a PL1 limit")
         per_zone = int(cap_watts / len(zones) * 1_000_000)
-        written: list[tuple[Path, int]] = []
-        fresh: list[Path] = []
+        host = HostApply(self._originals, OWNER)
         applied: dict[str, int] = {}
         try:
             for zone in zones:
@@ -156,11 +150,7 @@ class RaplHost:
                         want = min(want, ceiling)
                 current = read_int(zone.limit_file)
                 if not stuck(want, current):
-                    if self._originals.remember(zone.limit_file, current):
-                        fresh.append(zone.limit_file)
-                    write_int(zone.limit_file, want)
-                    written.append((zone.limit_file, current))
-                    got = read_int(zone.limit_file)
+                    got = host.write(zone.limit_file, current, want)
                     if not stuck(want, got):
                         raise RaplUnavailableError(
                             f"{zone.limit_file}: wrote {want} but read back {got} "
@@ -168,7 +158,7 @@ class RaplHost:
                         )
                 applied[zone.label] = want
         except (SysfsError, RaplUnavailableError) as exc:
-            undo_apply(self._originals, written, fresh)
+            host.undo()
             if isinstance(exc, RaplUnavailableError):
                 raise
             raise RaplUnavailableError(str(exc)) from exc
@@ -176,7 +166,7 @@ class RaplHost:
 
     def restore(self) -> list[str]:
         """Put back every limit this agent changed; returns the problems, if any."""
-        return self._originals.restore(lambda path: "powercap" in str(path))
+        return self._originals.restore(OWNER)
 
 
 @dataclass(frozen=True)

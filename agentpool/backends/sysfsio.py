@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from agentpool.errors import SysfsError
@@ -65,47 +64,54 @@ class Originals:
     original. So the journal can live in a file (``journal``) that outlives
     the worker process: it is read at start and rewritten atomically (temp
     file + rename) before each first write of a host file.
+
+    Each entry records its owner (the backend that wrote the file), so a
+    backend restores exactly its own files.
     """
 
     def __init__(self, journal: Path | None = None) -> None:
         self._journal = journal
-        self._values: dict[str, int] = {}
+        self._values: dict[str, tuple[str, int]] = {}
         if journal is not None and journal.exists():
             try:
                 loaded = json.loads(journal.read_text())
-                self._values = {str(k): int(v) for k, v in loaded.items()}
-            except (OSError, ValueError, AttributeError):
+                self._values = {str(k): (str(o), int(v)) for k, (o, v) in loaded.items()}
+            except (OSError, ValueError, AttributeError, TypeError):
                 self._values = {}  # a torn journal is ignored; current values become originals
 
-    def remember(self, path: Path, current: int) -> bool:
+    def remember(self, path: Path, current: int, owner: str) -> bool:
         """Record ``current`` as the original unless one is known; True if it was new."""
         key = str(path)
         if key in self._values:
             return False
-        self._values[key] = current
+        self._values[key] = (owner, current)
         self._save()
         return True
 
     def get(self, path: Path) -> int | None:
-        return self._values.get(str(path))
+        entry = self._values.get(str(path))
+        return None if entry is None else entry[1]
 
-    def items(self) -> list[tuple[Path, int]]:
-        return [(Path(k), v) for k, v in sorted(self._values.items())]
+    def items(self, owner: str | None = None) -> list[tuple[Path, int]]:
+        """(file, original) of every entry, or of ``owner``'s."""
+        return [
+            (Path(k), v)
+            for k, (o, v) in sorted(self._values.items())
+            if owner is None or o == owner
+        ]
 
     def forget(self, path: Path) -> None:
         if self._values.pop(str(path), None) is not None:
             self._save()
 
-    def restore(self, select: Callable[[Path], bool]) -> list[str]:
-        """Write back the originals of the selected files; returns the problems, if any.
+    def restore(self, owner: str) -> list[str]:
+        """Write back the originals of ``owner``'s files; returns the problems, if any.
 
         A file that could not be written keeps its journal entry, so a later
         attempt (or a restarted worker) still knows the true original.
         """
         problems: list[str] = []
-        for path, value in self.items():
-            if not select(path):
-                continue
+        for path, value in self.items(owner):
             try:
                 write_int(path, value)
                 self.forget(path)
@@ -128,20 +134,36 @@ class Originals:
         os.replace(tmp, self._journal)
 
 
-def undo_apply(originals: Originals, written: list[tuple[Path, int]], fresh: list[Path]) -> None:
-    """Undo a failed multi-file apply: put back what it wrote, newest first, and drop the
-    journal entries it added (``fresh``) for files that are back at their original value.
+class HostApply:
+    """One multi-file apply of a backend: journal, write, read back; ``undo()`` on failure."""
 
-    Without the second part, a file whose write was refused (a locked RAPL limit) stayed
-    in the journal although it never changed, and every restore() then failed on it.
-    """
-    not_undone: set[Path] = set()
-    for path, previous in reversed(written):
-        try:
-            write_int(path, previous)
-        except SysfsError as exc:
-            log.error("could not roll back %s to %d: %s", path, previous, exc)
-            not_undone.add(path)
-    for path in fresh:
-        if path not in not_undone:
-            originals.forget(path)
+    def __init__(self, originals: Originals, owner: str) -> None:
+        self._originals = originals
+        self._owner = owner
+        self._written: list[tuple[Path, int]] = []
+        self._fresh: list[Path] = []
+        """Files whose journal entry this apply added."""
+
+    def write(self, path: Path, current: int, want: int) -> int:
+        """Journal ``current`` as the original (if first), write ``want``, return what
+        reads back (the caller judges whether it stuck)."""
+        if self._originals.remember(path, current, self._owner):
+            self._fresh.append(path)
+        write_int(path, want)
+        self._written.append((path, current))
+        return read_int(path)
+
+    def undo(self) -> None:
+        """Put back what this apply wrote, newest first, and drop the journal entries it
+        added for files that are back at their original value (a file whose write was
+        refused never changed, and must not make every later restore fail on it)."""
+        not_undone: set[Path] = set()
+        for path, previous in reversed(self._written):
+            try:
+                write_int(path, previous)
+            except SysfsError as exc:
+                log.error("could not roll back %s to %d: %s", path, previous, exc)
+                not_undone.add(path)
+        for path in self._fresh:
+            if path not in not_undone:
+                self._originals.forget(path)

@@ -21,7 +21,13 @@ from typing import Any
 
 from agentpool.backends import gpu_http
 from agentpool.backends.amdsmi import AmdSmiGpus
-from agentpool.backends.gpu_host import DeviceOutcome, HostGpus, journal_key, journaled
+from agentpool.backends.gpu_host import (
+    DeviceOutcome,
+    HostGpus,
+    journal_key,
+    journal_owner,
+    journaled,
+)
 from agentpool.backends.http import user_agent
 from agentpool.backends.nvml import NvmlGpus
 from agentpool.backends.sysfsio import Originals
@@ -196,7 +202,9 @@ class GpuController:
             original = telemetry.cap_applied or telemetry.default_cap
             if original is not None:
                 self.originals.remember(
-                    journal_key(HTTP_JOURNAL, self.node), round(original * 1000)
+                    journal_key(HTTP_JOURNAL, self.node),
+                    round(original * 1000),
+                    journal_owner(HTTP_JOURNAL),
                 )
         try:
             answer = gpu_http.post_gpu_cap(endpoint, self.node, watts, self.user_agent)
@@ -286,7 +294,7 @@ class GpuController:
         return problems
 
     def _restore_http(self) -> list[str]:
-        for path, milliwatts in self.originals.items():
+        for path, milliwatts in self.originals.items(journal_owner(HTTP_JOURNAL)):
             if journaled(path, HTTP_JOURNAL) != self.node:
                 continue
             watts = milliwatts / 1000.0

@@ -18,6 +18,7 @@ from typing import Any
 
 from agentpool.backends import http
 from agentpool.backends.cpufreq import CpufreqHost
+from agentpool.backends.http import ControlAnswer
 from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings, StaleAction
@@ -35,6 +36,7 @@ from agentpool.model import (
     ControlMode,
     ControlType,
     Hardware,
+    HttpEndpoint,
     NodeInputs,
     PowerPolicy,
     Result,
@@ -323,12 +325,7 @@ class NodeController:
         assert endpoint is not None
         reason = "HTTP control mode is dvfs"
         if routing.mode is not ControlMode.DVFS:
-            answer = http.post_control(
-                endpoint, self.node, http.RAPL_ACTION, cap, -1, self.user_agent
-            )
-            if answer.state:
-                # Kept apart so the endpoint cannot overwrite what the agent measured.
-                observed["controlState"] = answer.state
+            answer = self._post_control(endpoint, http.RAPL_ACTION, cap, -1, observed)
             if answer.result is Result.APPLIED:
                 self._release_http_throttle(cap)
                 self.dvfs.reset()
@@ -337,8 +334,24 @@ class NodeController:
                 return TickResult(Backend.RAPL, answer.result, answer.message, observed)
             reason = f"RAPL {answer.result.value}: {answer.message}"
         # Pass this tick's host energy sample on: sampling the meter a second time at the
-        # same instant yields no power, so HTTP control with host telemetry never saw any.
+        # same instant yields no power reading.
         return self._dvfs_tick(cap, routing, observed, reason, sample)
+
+    def _post_control(
+        self,
+        endpoint: HttpEndpoint,
+        action: str,
+        cap: float,
+        throttle_pct: int,
+        observed: dict[str, Any],
+    ) -> ControlAnswer:
+        answer = http.post_control(
+            endpoint, self.node, action, cap, throttle_pct, self.user_agent
+        )
+        if answer.state:
+            # Kept apart so the endpoint cannot overwrite what the agent measured.
+            observed["controlState"] = answer.state
+        return answer
 
     def _release_http_throttle(self, cap: float) -> None:
         if self._http_throttle is None or self._http_throttle[1] == 0:
@@ -384,9 +397,7 @@ class NodeController:
         return self._dvfs_tick(cap, routing, observed, reason, sample)
 
     def _release_host_throttle(self) -> None:
-        if self.dvfs.state.throttle_pct or any(
-            p.name == "scaling_max_freq" for p, _ in self.originals.items()
-        ):
+        if self.dvfs.state.throttle_pct or self.cpufreq.holds_originals():
             problems = self.cpufreq.restore()
             if problems:
                 log.warning("node %s: could not release DVFS throttle: %s", self.node, problems)
@@ -439,14 +450,10 @@ class NodeController:
         result, message = Result.APPLIED, ""
         if routing.control is ControlType.HTTP:
             assert routing.control_http is not None
-            answer = http.post_control(
-                routing.control_http, self.node, http.DVFS_ACTION, cap, state.throttle_pct,
-                self.user_agent,
+            answer = self._post_control(
+                routing.control_http, http.DVFS_ACTION, cap, state.throttle_pct, observed
             )
             self._http_throttle = (routing.control_http.url(self.node), state.throttle_pct)
-            if answer.state:
-                # Kept apart so the endpoint cannot overwrite what the agent measured.
-                observed["controlState"] = answer.state
             result, message = answer.result, answer.message
         else:
             self.cpufreq.apply(state.throttle_pct)

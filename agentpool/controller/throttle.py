@@ -1,7 +1,7 @@
 """What a DVFS controller looks like to the node controller, and which one settings pick.
 
-Two controllers implement it: Joulie's (:mod:`agentpool.controller.dvfs`,
-contract section 5) and the adaptive one (:mod:`agentpool.controller.adaptive`).
+Two controllers implement it: Joulie's (:mod:`agentpool.controller.dvfs`)
+and the adaptive one (:mod:`agentpool.controller.adaptive`).
 The node controller only feeds readings, applies ``state.throttle_pct`` and
 reports, so either can run a node; ``DVFS_CONTROLLER`` chooses.
 """

@@ -177,10 +177,7 @@ class KubeApi:
             "_preload_content": False,
             "_request_timeout": (CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
         }
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
+        kwargs.update(_selectors(label_selector, field_selector))
         lister = self._lister(resource)
         response = self._call("list", resource, lambda: lister(**kwargs))
         try:
@@ -218,10 +215,7 @@ class KubeApi:
             # silent one soon after the server should have ended it.
             "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s + min(10.0, timeout_s)),
         }
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
+        kwargs.update(_selectors(label_selector, field_selector))
         lister = self._lister(resource)
         response = self._call("watch", resource, lambda: lister(**kwargs))
         if on_open is not None:
@@ -302,3 +296,8 @@ class KubeApi:
         self._on_request("get", "discovery", int(getattr(response, "status", 200) or 200))
         body = _body(response, f"discover {path}")
         return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+    """The selector arguments of a list or watch call; empty ones are left out."""
+    given = {"label_selector": label_selector, "field_selector": field_selector}
+    return {key: value for key, value in given.items() if value}

@@ -27,6 +27,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentpool.model import DEFAULT_HTTP_TIMEOUT_S
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import ADMIN, EnvtestServer
@@ -86,7 +89,10 @@ def power_profile(
 
 
 def telemetry_profile(
-    node: str, sim: PowerSim | None, mode: str = "auto", timeout_s: float = 2.0
+    node: str,
+    sim: PowerSim | None,
+    mode: str = "auto",
+    timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
 ) -> dict[str, Any]:
     """HTTP source and controls (CPU and GPU) at the power simulator, or host ones when
     ``sim`` is None."""
@@ -124,6 +130,16 @@ def telemetry_profile(
             "controls": controls,
         },
     }
+
+
+def worker_pids(metrics_text: str) -> dict[str, int]:
+    """node -> pid of its live worker, from the ``agentpool_worker_pid`` series."""
+    pids: dict[str, int] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "agentpool_worker_pid":
+            for sample in family.samples:
+                pids[sample.labels["node"]] = int(sample.value)
+    return pids
 
 
 def node_twin(
@@ -209,6 +225,10 @@ class AgentProcess:
 
     def metrics(self) -> str:
         return self.get("/metrics")[1]
+
+    def worker_pids(self) -> dict[str, int]:
+        """node -> pid of its live worker, from the agent's ``/metrics``."""
+        return worker_pids(self.metrics())
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         def ready() -> bool:

@@ -17,8 +17,8 @@ dynamic part that grows with utilisation, the linear utilisation-to-power
 model of measured servers (Fan, Weber and Barroso, "Power provisioning for a
 warehouse-sized computer", ISCA 2007: ``P = P_idle + u * (P_busy - P_idle)``;
 ``idle`` and ``max`` are those two ends). The agent's throttle percentage is
-the share of cpufreq policies held at ``DVFS_MIN_FREQ_KHZ`` (contract section
-5), so power is linear in it: each throttled share of the cores moves from
+the share of cpufreq policies held at ``DVFS_MIN_FREQ_KHZ`` (backends.cpufreq),
+so power is linear in it: each throttled share of the cores moves from
 the maximum frequency's dynamic power to the minimum's. CMOS dynamic power
 is ``C * V**2 * f`` with V roughly linear in f over the DVFS range, so a
 core at ``f_min / f_max`` = 1.5 / 3.5 GHz keeps about (0.43)**2.5..3 = 8-12 %
@@ -51,7 +51,7 @@ from agentpool.sim.gpumodel import GPU_ACTION, GpuConfig, GpuModel
 
 
 class RequestKind(enum.StrEnum):
-    """Which endpoint of CONTRACT section 6 a request hit."""
+    """Which endpoint of the telemetry/control protocol a request hit."""
 
     TELEMETRY = "telemetry"
     # GET /telemetry/{node}
@@ -62,7 +62,7 @@ class RequestKind(enum.StrEnum):
 
 
 class ControlResult(enum.StrEnum):
-    """The ``result`` a control answer carries (CONTRACT section 6)."""
+    """The ``result`` a control answer carries (:mod:`agentpool.backends.http`)."""
 
     APPLIED = "applied"
     # the node's state changed as asked

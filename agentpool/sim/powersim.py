@@ -1,4 +1,5 @@
-"""An HTTP power simulator speaking CONTRACT section 6 for many nodes at once.
+"""An HTTP power simulator speaking the Joulie telemetry/control protocol
+(:mod:`agentpool.backends.http`) for many nodes at once.
 
 This module owns the HTTP side of the simulated Joulie power endpoints: the
 ``GET /telemetry/{node}`` and ``POST /control/{node}`` routes, the tell-it API
@@ -406,7 +407,7 @@ class PowerSim:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="HTTP power simulator (CONTRACT section 6).")
+    parser = argparse.ArgumentParser(description="HTTP power simulator (Joulie telemetry/control).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--seed", type=int, default=0)

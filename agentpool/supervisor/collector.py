@@ -1,93 +1,97 @@
-"""Merge the workers' prometheus_client multiprocess files, fast, for ``/metrics``.
+"""Merge the workers' prometheus_client multiprocess files into ``/metrics`` text.
 
-Same file format and merge semantics as ``prometheus_client.multiprocess.
-MultiProcessCollector``, with two differences that matter at 1,000 workers:
+The merge rules are those of ``prometheus_client.multiprocess.
+MultiProcessCollector`` (tests/supervisor/test_collector.py compares the two
+over the same directory, value for value), with the work a scrape repeats
+cached across scrapes:
 
-- Parsed keys are cached across scrapes. A file is append-only (the first
-  4 bytes say how much is used; each entry is a 4-byte key length, the JSON
-  key padded to 8 bytes, then two doubles: value and timestamp), so an entry's
-  offset never moves: a scrape re-reads only the doubles, and JSON-decodes
-  only entries appended since the last scrape. The stock collector decodes
-  every key on every scrape.
-- Only the used part of each file is read (``os.pread``), never the mmap's
-  whole preallocated size, and files stay open across scrapes: the directory
-  listing gives each file's inode, so an unchanged file costs one ``pread``
-  per scrape instead of open/fstat/read/close (3,000 files at 1,000 workers).
-  A replaced file (a restarted worker's gauges, after ``mark_process_dead``)
-  has a new inode and is reopened; a deleted one is closed.
-- :meth:`FastMultiProcessCollector.render` writes the text exposition
-  directly: each entry's ``name{labels}`` is rendered once and cached with
-  it, so a scrape only formats numbers. Going through ``collect()`` and
-  ``generate_latest`` builds and sorts a Sample per series per scrape, which
-  at 1,000 workers (~20,000 series) cost as much as the stock collector.
-  ``render()`` merges exactly like ``collect()`` (same order, same bytes as
-  ``generate_latest`` over it); ``collect()`` stays for registries and tests.
+- A file is append-only and an entry's offset never moves, so each entry's
+  JSON key is decoded once, and its ``name{labels}`` text rendered once; a
+  scrape re-reads only the doubles and formats numbers.
+- Only the used part of a file is read (``os.pread``), and files stay open
+  between scrapes, keyed by inode from the directory listing: an unchanged
+  file costs one read. A replaced file (a restarted worker's gauges, after
+  ``mark_process_dead``) has a new inode and is reopened; a deleted one is
+  closed.
 
 A gauge sample whose value is NaN is a tombstone (see :mod:`agentpool.metrics`)
-and is dropped. The layout is read without locks, like the stock collector:
+and is dropped. The files are read without locks, like the stock collector:
 a writer appends the entry before bumping ``used``, so a reader sees either
 the old or the new length.
+
+The on-disk layout is prometheus_client's ``mmap_dict`` format, which is not
+a public API: it is read in :func:`_parse` and :meth:`FastMultiProcessCollector._load`
+only, and setup.cfg pins prometheus-client to the versions the tests ran against.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import (
     UNDERSCORES,
     escape_label_name,
     escape_metric_name,
 )
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 _INT = struct.Struct("i")
-_DOUBLES = struct.Struct("dd")
 _FIRST_READ = 4096
 """Bytes read first; files are preallocated far larger than their used part, which a
-worker's few series keep to 1-3 KiB, so a bigger read only copies zeros."""
+worker's few series keep to a few KiB, so a bigger read only copies zeros."""
 
 Labels = tuple[tuple[str, str], ...]
 
+# How one entry merges across files (MultiProcessCollector._accumulate_metrics).
+_SUM, _GAUGE_SUM, _GAUGE_SET, _GAUGE_MIN, _GAUGE_MAX, _GAUGE_RECENT, _BUCKET = range(7)
+
 
 @dataclass(frozen=True)
-class _Entry:
-    value_pos: int
+class _Step:
+    """One entry of a file, planned once: how to merge it and the text it renders as."""
+
+    op: int
+    index: int
+    """Index of the value as a double in the file (entries are 8-byte aligned)."""
     metric: str
-    sample: str
-    labels: Labels
-    help: str
-
-
-# How render() merges one entry (the same rules as _Merge.add).
-_SUM, _GAUGE_SUM, _GAUGE_SET, _GAUGE_MIN, _GAUGE_MAX, _GAUGE_RECENT, _BUCKET, _SKIP = range(8)
-
-_Step = tuple[int, int, str, str, str | None, float]
-"""(op, index of the value as a double, metric, ``name{labels}``, for a histogram bucket
-the ``_count`` line of its label group, and its bound)."""
+    line: str
+    """``name{labels}`` as ``generate_latest`` writes it."""
+    group: str | None = None
+    """For a histogram bucket: the ``_count`` line of its label group."""
+    bound: float = 0.0
+    """For a histogram bucket: its upper bound."""
 
 
 @dataclass
 class _FileCache:
     inode: int
+    kind: str
+    """Metric type, from the file name: ``counter``, ``gauge``, ``histogram``, ``summary``."""
+    mode: str
+    """A gauge's multiprocess mode without ``live`` (``sum``, ``all``, ...); else ''."""
+    ident: str
+    """The process identifier in the file name (the ``pid`` label of ``all`` gauges)."""
     fd: int | None = None
     """Kept open across scrapes (None beyond ``max_open``: opened per read)."""
     parsed_to: int = 8
-    entries: list[_Entry] = field(default_factory=list)
     plan: list[_Step] = field(default_factory=list)
-    """Parallel to ``entries``, extended by ``render()`` as entries appear."""
     metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Metric -> (kind, help) of the planned entries, in first-seen order."""
     groups: dict[str, dict[str, dict[float, str]]] = field(default_factory=dict)
     """Histogram metric -> ``_count`` line of a label group -> bound -> bucket line."""
-    """Metric -> (kind, help) of the planned entries, in first-seen order."""
+
+    @classmethod
+    def for_file(cls, name: str, inode: int, fd: int | None) -> _FileCache:
+        # <type>_<id>.db, or gauge_<mode>_<id>.db (prometheus_client's file naming).
+        parts = name[:-3].split("_")
+        mode = parts[1].removeprefix("live") if parts[0] == "gauge" else ""
+        return cls(inode, parts[0], mode, parts[-1], fd)
+
+    def reset(self) -> None:
+        self.parsed_to, self.plan, self.metrics, self.groups = 8, [], {}, {}
 
 
 def _escape_value(value: str) -> str:
@@ -105,39 +109,34 @@ def _series(name: str, labels: Labels) -> str:
     return f"{text}{{{inner}}}"
 
 
-def _plan_entry(kind: str, mode: str, ident: str, e: _Entry) -> _Step:
-    index = e.value_pos // 8
-    if kind == "gauge":
-        base = mode.removeprefix("live")
-        if base == "all":
-            return (
-                _GAUGE_SET,
-                index,
-                e.metric,
-                _series(e.sample, (*e.labels, ("pid", ident))),
-                None,
-                0,
-            )
+def _plan(cache: _FileCache, index: int, metric: str, sample: str, labels: Labels) -> _Step:
+    if cache.kind == "gauge":
+        if cache.mode == "all":
+            line = _series(sample, (*labels, ("pid", cache.ident)))
+            return _Step(_GAUGE_SET, index, metric, line)
         op = {"min": _GAUGE_MIN, "max": _GAUGE_MAX, "mostrecent": _GAUGE_RECENT}.get(
-            base, _GAUGE_SUM
+            cache.mode, _GAUGE_SUM
         )
-        return op, index, e.metric, _series(e.sample, e.labels), None, 0.0
-    if kind == "histogram" and e.sample.endswith("_bucket"):
-        le = dict(e.labels).get("le")
-        if le is None:
-            return _SKIP, index, e.metric, "", None, 0.0
-        without_le = tuple(item for item in e.labels if item[0] != "le")
+        return _Step(op, index, metric, _series(sample, labels))
+    le = dict(labels).get("le")
+    if cache.kind == "histogram" and le is not None:
+        without_le = tuple(item for item in labels if item[0] != "le")
         bound = float(le)
-        bucket = _series(
-            e.metric + "_bucket",
-            (*without_le, ("le", floatToGoString(bound))),  # type: ignore[no-untyped-call]
-        )
-        return _BUCKET, index, e.metric, bucket, _series(e.metric + "_count", without_le), bound
-    return _SUM, index, e.metric, _series(e.sample, e.labels), None, 0.0
+        le_text = floatToGoString(bound)  # type: ignore[no-untyped-call]
+        bucket = _series(metric + "_bucket", (*without_le, ("le", le_text)))
+        return _Step(_BUCKET, index, metric, bucket, _series(metric + "_count", without_le), bound)
+    return _Step(_SUM, index, metric, _series(sample, labels))
 
 
-def _parse(data: bytes, start: int, used: int, into: list[_Entry]) -> int:
-    pos = start
+def _parse(data: bytes, used: int, cache: _FileCache) -> None:
+    """Plan the entries appended since the last scrape.
+
+    The mmap_dict layout: a 4-byte ``used`` length and 4 bytes of padding,
+    then entries of a 4-byte key length, the UTF-8 JSON key
+    ``[metric, sample, labels, help]`` padded to 8 bytes, and two doubles
+    (value, timestamp).
+    """
+    pos = cache.parsed_to
     while pos < used:
         (length,) = _INT.unpack_from(data, pos)
         if length <= 0 or pos + 4 + length > used:
@@ -147,13 +146,99 @@ def _parse(data: bytes, start: int, used: int, into: list[_Entry]) -> int:
         if value_pos + 16 > used:
             break
         metric, sample, labels, help_text = json.loads(key)
-        into.append(_Entry(value_pos, metric, sample, tuple(sorted(labels.items())), help_text))
+        step = _plan(cache, value_pos // 8, metric, sample, tuple(sorted(labels.items())))
+        cache.plan.append(step)
+        cache.metrics.setdefault(metric, (cache.kind, help_text))
+        if step.group is not None:
+            by_group = cache.groups.setdefault(metric, {})
+            by_group.setdefault(step.group, {})[step.bound] = step.line
         pos = value_pos + 16
-    return pos
+    cache.parsed_to = pos
 
 
-class FastMultiProcessCollector(Collector):
-    """A ``Collector`` over a multiprocess directory; not thread safe (one scrape at a time)."""
+@dataclass
+class _Scrape:
+    """What one scrape accumulates over the files, then writes as text."""
+
+    meta: dict[str, tuple[str, str]] = field(default_factory=dict)
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    stamps: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, dict[str, dict[float, str]]] = field(default_factory=dict)
+    buckets: dict[str, float] = field(default_factory=dict)
+    """Bucket line -> count, summed over files (made cumulative when written)."""
+
+    def add_metrics(self, cache: _FileCache) -> None:
+        for metric, info in cache.metrics.items():
+            if metric not in self.meta:
+                self.meta[metric] = info
+                self.values[metric] = {}
+        for metric, file_groups in cache.groups.items():
+            merged = self.groups.setdefault(metric, {})
+            for group, bounds in file_groups.items():
+                known = merged.get(group)
+                if known is None:
+                    merged[group] = bounds  # shared with the cache: copied before a merge
+                elif known is not bounds:
+                    merged[group] = {**known, **bounds}
+
+    def add_values(self, cache: _FileCache, data: bytes) -> None:
+        doubles = memoryview(data)[: len(data) - len(data) % 8].cast("d")
+        for step in cache.plan:
+            value = doubles[step.index]
+            line = step.line
+            if step.op == _BUCKET:
+                self.buckets[line] = self.buckets.get(line, 0.0) + value
+                continue
+            vals = self.values[step.metric]
+            if step.op == _SUM:
+                vals[line] = vals.get(line, 0.0) + value
+            elif value != value:
+                continue  # a NaN gauge is a tombstone
+            elif step.op == _GAUGE_SUM:
+                vals[line] = vals.get(line, 0.0) + value
+            elif step.op == _GAUGE_SET:
+                vals[line] = value
+            elif step.op == _GAUGE_MIN:
+                vals[line] = min(value, vals.get(line, value))
+            elif step.op == _GAUGE_MAX:
+                vals[line] = max(value, vals.get(line, value))
+            else:  # mostrecent: the timestamp follows the value; the stock rule, ties included
+                timestamp = doubles[step.index + 1]
+                if self.stamps.get(line, 0.0) < timestamp:
+                    self.stamps[line] = timestamp
+                    vals[line] = value
+
+    def text(self) -> bytes:
+        formatted: dict[float, str] = {}  # few distinct values (0, 1, caps, counts) repeat a lot
+
+        def fmt(value: float) -> str:
+            text = formatted.get(value)
+            if text is None:
+                text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
+            return text
+
+        out: list[str] = []
+        for metric, (kind, help_text) in self.meta.items():
+            exposed = escape_metric_name(
+                metric + "_total" if kind == "counter" else metric, UNDERSCORES
+            )
+            doc = help_text.replace("\\", r"\\").replace("\n", r"\n")
+            out.append(f"# HELP {exposed} {doc}\n# TYPE {exposed} {kind}\n")
+            for line, value in self.values[metric].items():
+                out.append(f"{line} {fmt(value)}\n")
+            for count_line, by_bound in self.groups.get(metric, {}).items():
+                acc = 0.0
+                for bound in sorted(by_bound):
+                    line = by_bound[bound]
+                    acc += self.buckets[line]
+                    out.append(f"{line} {fmt(acc)}\n")
+                out.append(f"{count_line} {fmt(acc)}\n")
+        return "".join(out).encode("utf-8")
+
+
+class FastMultiProcessCollector:
+    """Renders a multiprocess directory as Prometheus text; not thread safe (one scrape
+    at a time)."""
 
     def __init__(self, path: str, max_open: int = 4096) -> None:
         self.path = path
@@ -172,6 +257,7 @@ class FastMultiProcessCollector(Collector):
             self._drop(name)
 
     def _load(self, name: str, inode: int) -> tuple[_FileCache, bytes] | None:
+        """The file's cache, its new entries planned, and the used part of its bytes."""
         cache = self._files.get(name)
         if cache is not None and cache.inode != inode:
             self._drop(name)  # replaced since the last scrape
@@ -187,9 +273,11 @@ class FastMultiProcessCollector(Collector):
             if cache is None:
                 # The inode of the file actually opened, in case it was replaced meanwhile.
                 keep = len(self._files) < self.max_open
-                cache = self._files[name] = _FileCache(os.fstat(fd).st_ino, fd if keep else None)
+                ino = os.fstat(fd).st_ino
+                cache = self._files[name] = _FileCache.for_file(name, ino, fd if keep else None)
                 opened = not keep
-            # One read covers the used part of a worker's files (a few KiB) in the common case.
+            # One read covers the used part of a worker's files (a few KiB) in the common case;
+            # the first 4 bytes of the layout are the used length.
             data = os.pread(fd, max(_FIRST_READ, cache.parsed_to + 1024), 0)
             if len(data) < 4:
                 return None
@@ -198,191 +286,31 @@ class FastMultiProcessCollector(Collector):
         finally:
             if opened:
                 os.close(fd)
-        if cache.parsed_to > used:  # rewritten in place: start over
-            cache.parsed_to, cache.entries, cache.plan = 8, [], []
-            cache.metrics, cache.groups = {}, {}
-        if cache.parsed_to < used:
-            cache.parsed_to = _parse(data, cache.parsed_to, len(data), cache.entries)
+        if cache.parsed_to > len(data):  # rewritten in place: start over
+            cache.reset()
+        if cache.parsed_to < len(data):
+            _parse(data, len(data), cache)
         return cache, data
 
-    def _read(self, name: str, inode: int) -> Iterator[tuple[_Entry, float, float]]:
-        loaded = self._load(name, inode)
-        if loaded is None:
-            return
-        cache, data = loaded
-        for entry in cache.entries:
-            if entry.value_pos + 16 <= len(data):
-                value, timestamp = _DOUBLES.unpack_from(data, entry.value_pos)
-                yield entry, value, timestamp
-
-    def _names(self) -> dict[str, int] | None:
+    def _names(self) -> dict[str, int]:
         """``*.db`` file name -> inode, from the directory entries (no stat per file)."""
         try:
             with os.scandir(self.path) as entries:
                 names = {e.name: e.inode() for e in entries if e.name.endswith(".db")}
         except FileNotFoundError:
-            return None
+            names = {}
         for stale in self._files.keys() - names.keys():
             self._drop(stale)
         return names
 
     def render(self) -> bytes:
-        """The merged samples in the Prometheus text format (``generate_latest``'s bytes)."""
-        names = self._names()
-        if not names:
-            return b""
-        meta: dict[str, tuple[str, str]] = {}
-        values: dict[str, dict[str, float]] = {}
-        stamps: dict[str, float] = {}
-        groups: dict[str, dict[str, dict[float, str]]] = {}
-        bucket_counts: dict[str, float] = {}  # bucket line -> count (not yet cumulative)
-        for name, inode in names.items():
+        """The merged samples in the Prometheus text format, as ``generate_latest`` writes
+        them over ``MultiProcessCollector`` (tombstones dropped)."""
+        scrape = _Scrape()
+        for name, inode in self._names().items():
             loaded = self._load(name, inode)
-            if loaded is None:
-                continue
-            cache, data = loaded
-            if len(cache.plan) < len(cache.entries):
-                parts = name[:-3].split("_")
-                kind = parts[0]
-                mode = parts[1] if kind == "gauge" else ""
-                for e in cache.entries[len(cache.plan) :]:
-                    cache.plan.append(_plan_entry(kind, mode, parts[-1], e))
-                    cache.metrics.setdefault(e.metric, (kind, e.help))
-                    op, _, _, line, group, bound = cache.plan[-1]
-                    if op == _BUCKET and group is not None:
-                        by_group = cache.groups.setdefault(e.metric, {})
-                        by_group.setdefault(group, {})[bound] = line
-            for metric, info in cache.metrics.items():
-                if metric not in meta:
-                    meta[metric] = info
-                    values[metric] = {}
-            for metric, file_groups in cache.groups.items():
-                merged = groups.setdefault(metric, {})
-                for group, bounds in file_groups.items():
-                    known = merged.get(group)
-                    if known is None:
-                        merged[group] = bounds  # shared with the cache: copied before a merge
-                    elif known is not bounds:
-                        merged[group] = {**known, **bounds}
-            # Entries are 8-byte aligned, so the values are doubles at fixed indexes.
-            doubles = memoryview(data)[: len(data) - len(data) % 8].cast("d")
-            for op, index, metric, line, _group, _bound in cache.plan:
-                value = doubles[index]
-                if op == _BUCKET:
-                    bucket_counts[line] = bucket_counts.get(line, 0.0) + value
-                    continue
-                vals = values[metric]
-                if op == _SUM:
-                    vals[line] = vals.get(line, 0.0) + value
-                elif value != value or op == _SKIP:
-                    continue  # a NaN gauge is a tombstone
-                elif op == _GAUGE_SUM:
-                    vals[line] = vals.get(line, 0.0) + value
-                elif op == _GAUGE_SET:
-                    vals[line] = value
-                elif op == _GAUGE_MIN:
-                    vals[line] = min(value, vals.get(line, value))
-                elif op == _GAUGE_MAX:
-                    vals[line] = max(value, vals.get(line, value))
-                else:  # mostrecent: the timestamp follows the value
-                    timestamp = doubles[index + 1]
-                    if timestamp >= stamps.get(line, -math.inf):
-                        stamps[line] = timestamp
-                        vals[line] = value
-        formatted: dict[float, str] = {}  # few distinct values (0, 1, caps, counts) repeat a lot
-
-        def fmt(value: float) -> str:
-            text = formatted.get(value)
-            if text is None:
-                text = formatted[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
-            return text
-
-        out: list[str] = []
-        for metric, (kind, help_text) in meta.items():
-            exposed = escape_metric_name(
-                metric + "_total" if kind == "counter" else metric, UNDERSCORES
-            )
-            doc = help_text.replace("\\", r"\\").replace("\n", r"\n")
-            out.append(f"# HELP {exposed} {doc}\n# TYPE {exposed} {kind}\n")
-            for line, value in values[metric].items():
-                out.append(f"{line} {fmt(value)}\n")
-            for count_line, by_bound in groups.get(metric, {}).items():
-                acc = 0.0
-                for bound in sorted(by_bound):
-                    line = by_bound[bound]
-                    acc += bucket_counts[line]
-                    out.append(f"{line} {fmt(acc)}\n")
-                out.append(f"{count_line} {fmt(acc)}\n")
-        return "".join(out).encode("utf-8")
-
-    def collect(self) -> Iterable[Metric]:
-        names = self._names()
-        if names is None:
-            return []
-        merged = _Merge()
-        for name, inode in names.items():
-            parts = name[:-3].split("_")
-            kind = parts[0]
-            mode = parts[1] if kind == "gauge" else ""
-            ident = parts[-1]
-            for entry, value, timestamp in self._read(name, inode):
-                merged.add(kind, mode, ident, entry, value, timestamp)
-        return merged.metrics()
-
-
-class _Merge:
-    """Combine samples across files as the stock collector does, per metric type and mode."""
-
-    def __init__(self) -> None:
-        self._meta: dict[str, tuple[str, str]] = {}
-        self._values: dict[str, dict[tuple[str, Labels], float]] = defaultdict(dict)
-        self._stamps: dict[tuple[str, Labels], float] = {}
-        self._buckets: dict[str, dict[Labels, dict[float, float]]] = defaultdict(
-            lambda: defaultdict(lambda: defaultdict(float))
-        )
-
-    def add(
-        self, kind: str, mode: str, ident: str, e: _Entry, value: float, timestamp: float
-    ) -> None:
-        self._meta.setdefault(e.metric, (kind, e.help))
-        values = self._values[e.metric]
-        key = (e.sample, e.labels)
-        if kind == "gauge":
-            if math.isnan(value):
-                return  # tombstone
-            base = mode.removeprefix("live")
-            if base == "all":
-                values[(e.sample, (*e.labels, ("pid", ident)))] = value
-            elif base == "min":
-                values[key] = min(value, values.get(key, value))
-            elif base == "max":
-                values[key] = max(value, values.get(key, value))
-            elif base == "mostrecent":
-                if timestamp >= self._stamps.get(key, -math.inf):
-                    self._stamps[key] = timestamp
-                    values[key] = value
-            else:
-                values[key] = values.get(key, 0.0) + value
-        elif kind == "histogram" and e.sample.endswith("_bucket"):
-            le = dict(e.labels).get("le")
-            without_le = tuple(item for item in e.labels if item[0] != "le")
-            if le is not None:
-                self._buckets[e.metric][without_le][float(le)] += value
-        else:
-            values[key] = values.get(key, 0.0) + value
-
-    def metrics(self) -> list[Metric]:
-        out: list[Metric] = []
-        for name, (kind, help_text) in self._meta.items():
-            metric = Metric(name, help_text, kind)
-            values = self._values[name]
-            for labels, buckets in self._buckets.get(name, {}).items():
-                acc = 0.0
-                for bound, count in sorted(buckets.items()):
-                    acc += count
-                    le = floatToGoString(bound)  # type: ignore[no-untyped-call]
-                    values[(name + "_bucket", (*labels, ("le", le)))] = acc
-                values[(name + "_count", labels)] = acc
-            metric.samples = [Sample(s, dict(labels), v) for (s, labels), v in values.items()]
-            out.append(metric)
-        return out
+            if loaded is not None:
+                cache, data = loaded
+                scrape.add_metrics(cache)
+                scrape.add_values(cache, data)
+        return scrape.text()

@@ -23,8 +23,8 @@ from agentpool.gpu_discovery import gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.labels import parse_selector
-from agentpool.model import NodeInputs
-from agentpool.profiles import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, target_of
+from agentpool.model import DEFAULT_HTTP_TIMEOUT_S, NodeInputs
+from agentpool.profiles import MAX_TIMEOUT_S, object_name, target_of
 from agentpool.sharding import owns
 from agentpool.supervisor import twinview
 
@@ -33,10 +33,6 @@ HEARTBEAT_SLACK_S = 30.0
 HTTP_REQUESTS_PER_TICK = 3
 """The most HTTP requests one reconcile makes: a RAPL control request refused, then the
 DVFS fallback's telemetry read and its throttle request."""
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def _trim(obj: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +72,7 @@ def longest_tick_s(telemetry_profile: dict[str, Any] | None) -> float:
             http = entry.get("http") if isinstance(entry, dict) else None
             if not isinstance(http, dict):
                 continue
-            timeout = http.get("timeoutSeconds", DEFAULT_TIMEOUT_S)
+            timeout = http.get("timeoutSeconds", DEFAULT_HTTP_TIMEOUT_S)
             legal = isinstance(timeout, int | float) and 0 < timeout <= MAX_TIMEOUT_S
             longest = max(longest, float(timeout) if legal else MAX_TIMEOUT_S)
     return HTTP_REQUESTS_PER_TICK * longest
@@ -97,7 +93,9 @@ def heartbeat_limit(settings: Settings, telemetry_profile: dict[str, Any] | None
 
 
 def _oldest(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    return min(objs, key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), _name(o)))
+    return min(
+        objs, key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), object_name(o))
+    )
 
 
 class ClusterView:
@@ -151,7 +149,7 @@ class ClusterView:
         return {node} if node else set()
 
     def _put(self, resource: Resource, obj: dict[str, Any]) -> None:
-        name = _name(obj)
+        name = object_name(obj)
         if resource is Resource.NODES:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             self.labels[name] = {str(k): str(v) for k, v in labels.items()}
@@ -186,7 +184,7 @@ class ClusterView:
                 del index[node]
 
     def _change(self, change: Change) -> set[str]:
-        name = _name(change.obj)
+        name = object_name(change.obj)
         affected = self._affected(change.resource, name)
         if change.resource is not Resource.NODES:
             self._drop(change.resource, name)
@@ -261,13 +259,13 @@ class ClusterView:
             return chosen, None
         note = (
             f"{len(objs)} {kind}s target node {node} ({', '.join(sorted(names))}); "
-            f"using the oldest, {_name(chosen)!r}"
+            f"using the oldest, {object_name(chosen)!r}"
         )
         return chosen, note
 
     def telemetry_profile_name(self, node: str) -> str | None:
         chosen, _ = self._chosen(self.telemetry, self._telemetry_by_node, node, "TelemetryProfile")
-        return _name(chosen) if chosen else None
+        return object_name(chosen) if chosen else None
 
     def status_target(self, node: str) -> tuple[Resource, str] | None:
         """Where the node's status goes: its NodeTwin on that API, else its TelemetryProfile."""

@@ -64,8 +64,8 @@ class SupervisorCollector(Collector):
     """Collector for the supervisor's series.
 
     Worker RSS and CPU come from psutil, read by a sampler thread every
-    ``sample_every_s``: with 1,000 workers a reading takes tens of
-    milliseconds, which must not land on a scrape (or on the main loop).
+    ``sample_every_s``: a reading visits every worker process, and that time
+    must not land on a scrape (or on the main loop).
     """
 
     def __init__(self, api: ApiCounters, sample_every_s: float = 5.0) -> None:
@@ -122,72 +122,85 @@ class SupervisorCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             snap, usage = self._snapshot, self._usage
-        owned = GaugeMetricFamily("agentpool_owned_nodes", "Nodes this pod controls")
-        owned.add_metric([], len(snap.workers))
-        by_state = GaugeMetricFamily(
-            "agentpool_workers", "Worker processes by state", labels=["state"]
-        )
-        counts = Counter(view.state for view in snap.workers.values())
-        for state in WorkerState:
-            by_state.add_metric([state.value], counts.get(state, 0))
-        restarts = CounterMetricFamily(
-            "agentpool_worker_restarts", "Restarts of a node's worker", labels=["node"]
-        )
-        for node, view in sorted(snap.workers.items()):
-            restarts.add_metric([node], view.restarts)
-        # The pid lets an operator (and the demo) find a node's worker process;
-        # a worker in backoff has no live process, so it has no series.
-        pids = GaugeMetricFamily(
-            "agentpool_worker_pid", "Process id of a node's live worker", labels=["node"]
-        )
-        for node, view in sorted(snap.workers.items()):
-            if view.pid is not None and view.state is not WorkerState.BACKOFF:
-                pids.add_metric([node], view.pid)
-        shard = GaugeMetricFamily("agentpool_shard_id", "This pod's shard")
-        shard.add_metric([], snap.shard_id)
-        shards = GaugeMetricFamily("agentpool_shards", "Total number of shards")
-        shards.add_metric([], snap.shards)
-        synced = GaugeMetricFamily("agentpool_cache_synced", "1 once every informer has listed")
-        synced.add_metric([], 1 if snap.synced else 0)
         requests, watch_restarts = self._api.copy()
-        api = CounterMetricFamily(
-            "agentpool_api_requests",
-            "Kubernetes API requests by verb, resource and HTTP code",
-            labels=["verb", "resource", "code"],
-        )
-        for (verb, resource, code), count in sorted(requests.items()):
-            api.add_metric([verb, resource, code], count)
-        watches = CounterMetricFamily(
-            "agentpool_watch_restarts",
-            "Watch streams restarted, by resource and reason",
-            labels=["resource", "reason"],
-        )
-        for (resource, reason), count in sorted(watch_restarts.items()):
-            watches.add_metric([resource, reason], count)
-        rss = GaugeMetricFamily(
-            "agentpool_worker_rss_bytes", "Resident memory of a node's worker", labels=["node"]
-        )
-        cpu = CounterMetricFamily(
-            "agentpool_worker_cpu_seconds", "CPU time of a node's worker", labels=["node"]
-        )
-        for node, (rss_bytes, cpu_s) in sorted(usage.items()):
-            rss.add_metric([node], rss_bytes)
-            cpu.add_metric([node], cpu_s)
         scrape = GaugeMetricFamily(
             "agentpool_metrics_scrape_duration_seconds", "Duration of the previous /metrics scrape"
         )
         scrape.add_metric([], self.last_scrape_s)
         return [
-            owned,
-            by_state,
-            restarts,
-            pids,
-            shard,
-            shards,
-            synced,
-            api,
-            watches,
-            rss,
-            cpu,
+            *_worker_families(snap),
+            *_pool_families(snap),
+            *_api_families(requests, watch_restarts),
+            *_usage_families(usage),
             scrape,
         ]
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family
+
+
+def _worker_families(snap: Snapshot) -> list[Metric]:
+    owned = _gauge("agentpool_owned_nodes", "Nodes this pod controls", len(snap.workers))
+    by_state = GaugeMetricFamily(
+        "agentpool_workers", "Worker processes by state", labels=["state"]
+    )
+    counts = Counter(view.state for view in snap.workers.values())
+    for state in WorkerState:
+        by_state.add_metric([state.value], counts.get(state, 0))
+    restarts = CounterMetricFamily(
+        "agentpool_worker_restarts", "Restarts of a node's worker", labels=["node"]
+    )
+    # The pid lets an operator (and the demo) find a node's worker process;
+    # a worker in backoff has no live process, so it has no series.
+    pids = GaugeMetricFamily(
+        "agentpool_worker_pid", "Process id of a node's live worker", labels=["node"]
+    )
+    for node, view in sorted(snap.workers.items()):
+        restarts.add_metric([node], view.restarts)
+        if view.pid is not None and view.state is not WorkerState.BACKOFF:
+            pids.add_metric([node], view.pid)
+    return [owned, by_state, restarts, pids]
+
+
+def _pool_families(snap: Snapshot) -> list[Metric]:
+    return [
+        _gauge("agentpool_shard_id", "This pod's shard", snap.shard_id),
+        _gauge("agentpool_shards", "Total number of shards", snap.shards),
+        _gauge("agentpool_cache_synced", "1 once every informer has listed", int(snap.synced)),
+    ]
+
+
+def _api_families(
+    requests: dict[tuple[str, str, str], int], watch_restarts: dict[tuple[str, str], int]
+) -> list[Metric]:
+    api = CounterMetricFamily(
+        "agentpool_api_requests",
+        "Kubernetes API requests by verb, resource and HTTP code",
+        labels=["verb", "resource", "code"],
+    )
+    for (verb, resource, code), count in sorted(requests.items()):
+        api.add_metric([verb, resource, code], count)
+    watches = CounterMetricFamily(
+        "agentpool_watch_restarts",
+        "Watch streams restarted, by resource and reason",
+        labels=["resource", "reason"],
+    )
+    for (resource, reason), count in sorted(watch_restarts.items()):
+        watches.add_metric([resource, reason], count)
+    return [api, watches]
+
+
+def _usage_families(usage: dict[str, tuple[float, float]]) -> list[Metric]:
+    rss = GaugeMetricFamily(
+        "agentpool_worker_rss_bytes", "Resident memory of a node's worker", labels=["node"]
+    )
+    cpu = CounterMetricFamily(
+        "agentpool_worker_cpu_seconds", "CPU time of a node's worker", labels=["node"]
+    )
+    for node, (rss_bytes, cpu_s) in sorted(usage.items()):
+        rss.add_metric([node], rss_bytes)
+        cpu.add_metric([node], cpu_s)
+    return [rss, cpu]

@@ -12,7 +12,7 @@ from agentpool.backends.cpufreq import CpufreqHost, FreqReading, discover_polici
 from agentpool.backends.sysfsio import Originals
 from agentpool.errors import SysfsError
 from agentpool.sim.sysfs import CpufreqSpec, SysfsTree, build, no_rapl, write_value
-from backends.sysfs_helpers import changes, lock, snapshot
+from tests.backends.sysfs_helpers import changes, lock, snapshot
 
 POLICIES = "devices/system/cpu/cpufreq"
 MAX_KHZ = 3_500_000
@@ -175,8 +175,9 @@ def test_journal_survives_a_crash(shared: SysfsTree, tmp_path: Path) -> None:
     journal = tmp_path / "originals.json"
     before = snapshot(shared.root)
     CpufreqHost(shared.root, Originals(journal), THROTTLED).apply(50)
+    # Each entry: the file -> [the backend that owns it, its original value].
     assert json.loads(journal.read_text()) == {
-        str(shared.policies[i].scaling_max_freq): MAX_KHZ for i in range(2)
+        str(shared.policies[i].scaling_max_freq): ["cpufreq", MAX_KHZ] for i in range(2)
     }
     # A restarted worker sees policy0/1 at 1.5 GHz; the journal says that is not the original.
     successor = CpufreqHost(shared.root, Originals(journal), THROTTLED)

@@ -1,4 +1,4 @@
-"""HTTP telemetry/control client against real servers on 127.0.0.1 (CONTRACT section 6).
+"""HTTP telemetry/control client against real servers on 127.0.0.1 (agentpool/backends/http.py).
 
 Two servers: the project's PowerSim (what the Joulie simulator speaks, with its
 fault injection), and a tiny scripted ``http.server`` for answers PowerSim never
@@ -125,7 +125,7 @@ def test_telemetry_from_power_sim(sim: PowerSim) -> None:
         ({"cpu": {"packagePowerWatts": 97.25}}, 97.25),
         ({"node": "n", "cpu": {"packagePowerWatts": 0}}, 0.0),
         # The CPU's own reading wins when both are present: on a GPU node the top level
-        # is CPU + GPU (CONTRACT section 9).
+        # is CPU + GPU (README "GPU power caps").
         ({"packagePowerWatts": 30, "cpu": {"packagePowerWatts": 20}}, 20.0),
         ({"packagePowerWatts": 30, "cpu": {"load": 0.5}}, 30.0),
         # JSON without the field: no reading.

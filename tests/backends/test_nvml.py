@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_nvml import FakeGpu, FakeNvml, build, preload
 
 from agentpool.backends.nvml import NvmlGpus
 from agentpool.backends.sysfsio import Originals
 from agentpool.errors import GpuUnavailableError
 from agentpool.gpu_model import GpuCap
 from agentpool.model import Result
+from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
 
@@ -63,7 +63,11 @@ def test_watts_clamped_per_device_read_back_and_restored(fake: FakeNvml, tmp_pat
     assert [o.target_watts for o in outcomes] == [150, 150, 150]
     assert outcomes[0].power_watts == 150  # the board draws at most its new limit
     # The originals are journaled (the L4 was already at 72 W: never written, not journaled).
-    originals = {"gpu/nvml/GPU-aaaa": 400000, "gpu/nvml/GPU-cccc": 650000}
+    # Each entry: the key -> [its owner, the original milliwatts].
+    originals = {
+        "gpu/nvml/GPU-aaaa": ["gpu/nvml", 400000],
+        "gpu/nvml/GPU-cccc": ["gpu/nvml", 650000],
+    }
     assert json.loads(journal.read_text()) == originals
     assert gpus.restore() == []
     assert fake.limits() == [400, 72, 650]

@@ -1,4 +1,4 @@
-"""RAPL host backend against sysfs trees shaped like real machines (CONTRACT sections 4, 5)."""
+"""RAPL host backend against sysfs trees shaped like real machines (rules: backends/rapl.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from agentpool.sim.sysfs import (
     write_value,
 )
 from agentpool.sim.sysfs_live import LiveModel, LiveSysfs
-from backends.sysfs_helpers import changes, lock, snapshot
+from tests.backends.sysfs_helpers import changes, lock, snapshot
 
 POWERCAP = "devices/virtual/powercap/intel-rapl"
 PKG0 = f"{POWERCAP}/intel-rapl:0"
@@ -215,12 +215,12 @@ def test_journal_lets_a_new_host_restore_the_true_originals_after_a_crash(
     RaplHost(intel.root, Originals(journal)).apply(200)
     pl1 = [str(z.path / "constraint_0_power_limit_uw") for z in intel.packages]
     # The journal is on disk before the write, holding the values found at start.
-    assert json.loads(journal.read_text()) == dict.fromkeys(pl1, TDP_UW)
+    assert json.loads(journal.read_text()) == {key: ["rapl", TDP_UW] for key in pl1}
     # "Crash": the first host is gone without restoring; a successor starts from the journal.
     successor = RaplHost(intel.root, Originals(journal))
     successor.apply(120)
     assert changes(before, snapshot(intel.root)) == {PL1_0: "60000000\n", PL1_1: "60000000\n"}
-    assert json.loads(journal.read_text()) == dict.fromkeys(pl1, TDP_UW)  # not the 100 W
+    assert json.loads(journal.read_text()) == {key: ["rapl", TDP_UW] for key in pl1}  # not 100 W
     assert successor.restore() == []
     assert snapshot(intel.root) == before
     assert json.loads(journal.read_text()) == {}

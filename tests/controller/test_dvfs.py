@@ -1,4 +1,4 @@
-"""The DVFS fallback state machine (CONTRACT section 5), fed scripted power sequences."""
+"""The DVFS fallback state machine (agentpool/controller/dvfs.py), fed scripted power sequences."""
 
 from __future__ import annotations
 

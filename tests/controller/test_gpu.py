@@ -1,4 +1,4 @@
-"""GPU caps of one node (CONTRACT section 9), through NodeController: raw CRs in, statuses out.
+"""GPU caps of one node (README "GPU power caps"), through NodeController: raw CRs in, statuses out.
 
 HTTP control runs against the power simulator on 127.0.0.1 (real HTTP, GPUs
 simulated); host control runs NVML against the fake libnvidia-ml.so.1 built
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_nvml import FakeGpu, FakeNvml, build, preload
 from prometheus_client import CollectorRegistry
 
 from agentpool.backends.sysfsio import Originals
@@ -27,6 +26,7 @@ from agentpool.sim.cluster import power_profile, telemetry_profile
 from agentpool.sim.gpumodel import GPU_ACTION, GpuConfig
 from agentpool.sim.powermodel import NodeConfig, RequestKind
 from agentpool.sim.powersim import PowerSim
+from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)
 

@@ -1,4 +1,4 @@
-"""NodeController end to end (CONTRACT section 4): raw CR JSON in, TickResult and host files out.
+"""NodeController end to end (README "Modes"): raw CR JSON in, TickResult and host files out.
 
 Real sysfs-shaped trees (agentpool.sim.sysfs), energy counters moved by
 LiveSysfs, and the PowerSim HTTP server on 127.0.0.1. The only stand-in is the
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends.sysfs_helpers import changes, settings_of, snapshot
 from prometheus_client import CollectorRegistry
 
 from agentpool import __version__
@@ -30,6 +29,7 @@ from agentpool.sim.sysfs import (
     read_only_rapl,
 )
 from agentpool.sim.sysfs_live import LiveModel, LiveSysfs
+from tests.backends.sysfs_helpers import changes, settings_of, snapshot
 
 NODE = "worker-0"
 VENDOR = "feature.node.kubernetes.io/cpu-vendor"
@@ -88,7 +88,7 @@ class Harness:
     def __init__(self, tmp: Path, **settings: Any) -> None:
         self.registry = CollectorRegistry()
         self.clock = Clock()
-        # These tests script Joulie's controller (contract section 5) unless told otherwise.
+        # These tests script Joulie's controller (controller/dvfs.py) unless told otherwise.
         settings.setdefault("dvfs", JOULIE)
         self.settings = Settings(node_name=NODE, sysfs_root=str(tmp / "{node}"), **settings)
         self.root = tmp / NODE

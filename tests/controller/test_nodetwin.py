@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends.sysfs_helpers import changes, settings_of
 
 from agentpool.model import (
     Backend,
@@ -28,6 +27,7 @@ from agentpool.sim.cluster import node_twin
 from agentpool.sim.powermodel import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.powersim import PowerSim
 from agentpool.sim.sysfs import intel_2socket, read_only_rapl
+from tests.backends.sysfs_helpers import changes, settings_of
 
 from .test_node import NODE, PL1, SMAX, Harness
 

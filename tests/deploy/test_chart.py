@@ -1,4 +1,4 @@
-"""The joulie chart, rendered by the real Helm engine, against CONTRACT.md section 8.
+"""The joulie chart, rendered by the real Helm engine, against its README (charts/joulie).
 
 Every rendered object is also validated against the Kubernetes OpenAPI schemas
 shipped by ``kubernetes-validate`` (strict: unknown fields are errors).
@@ -103,7 +103,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
 }
 
-# CONTRACT.md section 7: the metric names the dashboard may use.
+# README "Metrics": the metric names the dashboard may use.
 CONTRACT_METRICS = {
     "joulie_backend_mode",
     "joulie_policy_cap_watts",

@@ -1,4 +1,4 @@
-"""The chart's CRDs against CONTRACT.md section 3.
+"""The chart's CRDs against README "Custom resources".
 
 Sample objects are validated against each CRD's ``openAPIV3Schema`` with
 ``jsonschema`` (installed with kubernetes-validate). Kubernetes schemas are

@@ -81,7 +81,10 @@ def test_builder_installs_the_repository_into_a_venv_that_ships_alone() -> None:
     pairs = instructions()
     runs = " ".join(args for word, args in pairs if word == "RUN")
     assert "python -m venv /opt/agentpool" in runs
-    assert 'pip install --no-cache-dir ".${EXTRAS}"' in runs
+    # Dependencies only from the hash-checked lock, then the package without resolving any.
+    assert 'pip install --no-cache-dir --require-hashes -r "${lock}"' in runs
+    assert "lock=requirements/runtime.txt" in runs  # gpu.txt when EXTRAS names a GPU vendor
+    assert 'pip install --no-cache-dir --no-deps ".${EXTRAS}"' in runs
     final = final_stage()
     assert ("COPY", "--from=builder /opt/agentpool /opt/agentpool") in final
     assert not any(word == "COPY" and "--from" not in args for word, args in final)

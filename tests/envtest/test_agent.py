@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
-from supervisor.agents import host_cluster, joulie_nodes, pl1_files, worker_pids
 
 from agentpool.sharding import shard_of
 from agentpool.sim.apiserver.errors import ApiError
@@ -24,6 +22,8 @@ from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.sysfs import read_int
+from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
+from tests.supervisor.agents import host_cluster, joulie_nodes, pl1_files, worker_pids
 
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding")

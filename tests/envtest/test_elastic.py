@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.poolwatch import PoolDriver, Timings
+from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
 # Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
 from agentpool.hardware_discovery import discover_host, nodehardware_status
 from agentpool.kube.nodetwin import object_name
@@ -21,6 +20,7 @@ from agentpool.sim.cluster import SimCluster, node_twin, operator_status, wait_u
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.sysfs import intel_2socket
+from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
 from .test_agent import RBAC_KINDS, as_agent
 

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sim.fixtures import Backend as ApiBackend
 
 from agentpool.gpu_model import GpuBackend, GpuTickResult
 from agentpool.kube.api import KubeApi, load_client
@@ -19,6 +18,7 @@ from agentpool.kube.status import StatusWriter
 from agentpool.model import Backend, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator, ApiError
 from agentpool.sim.cluster import power_profile, telemetry_profile
+from tests.sim.fixtures import Backend as ApiBackend
 
 PATCHES = ("patch", "telemetryprofiles/status")
 DEVICE = {

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from sim.fixtures import Backend
 
 from agentpool.config import ElasticSettings, Membership
 from agentpool.elastic import ElasticPool, takeover_bound_s
@@ -28,6 +27,7 @@ from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.sharding import Assignment, owner_of
 from agentpool.sim.polling import wait_until
+from tests.sim.fixtures import Backend
 
 # Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

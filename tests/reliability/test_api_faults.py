@@ -6,9 +6,8 @@ the real agent process talks to it over HTTP through the kubernetes client.
 
 from __future__ import annotations
 
-from supervisor.agents import restarts, series, worker_pids
-
 from agentpool.sim.cluster import SimCluster, wait_until
+from tests.supervisor.agents import restarts, series, worker_pids
 
 
 def start(cluster: SimCluster, names: list[str], **env: str) -> tuple[object, dict[str, int]]:

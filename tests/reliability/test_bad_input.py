@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from supervisor.agents import worker_pids
 
 from agentpool.sim.cluster import SimCluster, power_profile, telemetry_profile, wait_until
+from tests.supervisor.agents import worker_pids
 
 
 def http_control(timeout: float) -> dict[str, Any]:

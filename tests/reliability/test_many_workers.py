@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import time
 
-from supervisor.agents import alive, worker_pids
-
 from agentpool.sim.cluster import SimCluster, wait_until
+from tests.supervisor.agents import alive, worker_pids
 
 NODES = 200
 LATENCY_S = 0.04

@@ -15,10 +15,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from supervisor.agents import all_read, host_cluster, pl1_files, restarts, series, worker_pids
 
 from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.sysfs import no_rapl, read_int, read_only_rapl
+from tests.supervisor.agents import (
+    all_read,
+    host_cluster,
+    pl1_files,
+    restarts,
+    series,
+    worker_pids,
+)
 
 HUNG_TIMEOUT_S = 10
 

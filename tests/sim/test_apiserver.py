@@ -19,20 +19,12 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from agentpool.sim.apiserver import ApiEmulator, NotFoundError
+from agentpool.sim.polling import wait_until
 
 from .fixtures import kube_client
 
 GROUP, VERSION = "joulie.io", "v1alpha1"
 TP, NPP = "telemetryprofiles", "nodepowerprofiles"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` until true or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met within the deadline")
-        time.sleep(0.01)
 
 
 def node(name: str, **labels: str) -> dict[str, Any]:
@@ -355,7 +347,7 @@ def test_watch_timeout_seconds_ends_the_stream(
     elapsed = time.monotonic() - started
     assert events == []
     assert 0.9 <= elapsed < 3
-    wait_until(lambda: api_emulator.open_watches() == 0)
+    wait_until(lambda: api_emulator.open_watches() == 0, 5.0)
 
 
 # -- status subresource -----------------------------------------------------------
@@ -479,7 +471,7 @@ def test_hung_request_and_open_watch_do_not_delay_stop(tmp_path: Path) -> None:
     threads = [threading.Thread(target=watch_nodes), threading.Thread(target=hang)]
     for thread in threads:
         thread.start()
-    wait_until(lambda: emu.open_watches("nodes") == 1 and emu.pending_faults() == 0)
+    wait_until(lambda: emu.open_watches("nodes") == 1 and emu.pending_faults() == 0, 5.0)
     started = time.monotonic()
     emu.stop()
     stopped_in = time.monotonic() - started
@@ -526,7 +518,7 @@ def test_counters_count_requests_and_open_watches(
         assert api_emulator.open_watches() == api_emulator.open_watches("nodes") == 1
         assert api_emulator.open_watches(TP) == 0
         w.stop()
-    wait_until(lambda: api_emulator.open_watches() == 0)
+    wait_until(lambda: api_emulator.open_watches() == 0, 5.0)
     assert api_emulator.request_counts() == {
         ("create", "nodes"): 1, ("get", "nodes"): 1, ("list", "nodes"): 1,
         ("watch", "nodes"): 1, ("create", TP): 1, ("patch", f"{TP}/status"): 2,

@@ -1,4 +1,4 @@
-"""The power simulator, driven through real HTTP on 127.0.0.1 (CONTRACT section 6)."""
+"""The power simulator, driven through real HTTP on 127.0.0.1 (protocol: backends/http.py)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ POWERCAP = "devices/virtual/powercap"
 
 
 def package_zones(root: Path) -> list[Path]:
-    """CONTRACT section 4's selection, written independently of the agent's backend."""
+    """RAPL zone selection (backends/rapl.py's docstring), written apart from the backend."""
     seen: dict[Path, None] = {}
     base = root / "class/powercap"
     if not base.is_dir():

@@ -25,11 +25,7 @@ def series(text: str) -> Series:
 
 def worker_pids(agent: AgentProcess) -> dict[str, int]:
     """node -> pid of its live worker, from ``agentpool_worker_pid``."""
-    return {
-        dict(labels)["node"]: int(value)
-        for (name, labels), value in series(agent.metrics()).items()
-        if name == "agentpool_worker_pid"
-    }
+    return agent.worker_pids()
 
 
 def restarts(agent: AgentProcess, node: str) -> float:

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends.tls_helpers import https_gateway, make_pki
 
 from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import AgentProcess, SimCluster, node_twin, wait_until
+from tests.backends.tls_helpers import https_gateway, make_pki
 
 from .agents import host_cluster, pl1_files, worker_pids
 

@@ -1,9 +1,10 @@
 """Label and field selectors, parsed and matched as the apiserver does.
 
-The ``labelSelector`` grammar is the agent's own (:mod:`agentpool.labels`:
-``=``, ``==``, ``!=``, ``in``, ``notin``, ``>``, ``<``, exists, ``!key``,
-comma = AND); this module owns the small ``fieldSelector`` subset cluster-scoped objects support
-(``metadata.name`` and ``metadata.namespace`` with ``=``, ``==``, ``!=``).
+The ``labelSelector`` grammar is the emulator's own (:mod:`.labelselector`,
+independent of the agent's :mod:`agentpool.labels` so that it can serve as
+the agent's test oracle); this module owns the small ``fieldSelector`` subset
+cluster-scoped objects support (``metadata.name`` and ``metadata.namespace``
+with ``=``, ``==``, ``!=``).
 A malformed selector raises :class:`~.errors.BadRequestError`, as the apiserver
 answers 400 rather than silently matching everything.
 """
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentpool.labels import Requirement, SelectorError, parse_selector
+from agentpool.sim.apiserver import labelselector
 from agentpool.sim.apiserver.errors import BadRequestError
 
 
@@ -35,13 +36,13 @@ def _split_top_level(text: str) -> list[str]:
     return [part.strip() for part in parts]
 
 
-def parse_label_selector(selector: str | None) -> tuple[Requirement, ...]:
-    """Parse a ``labelSelector`` (the agent's own grammar); empty or None selects everything."""
+def parse_label_selector(selector: str | None) -> labelselector.Matcher | None:
+    """Parse a ``labelSelector``; empty or None (no matcher) selects everything."""
     if not selector or not selector.strip():
-        return ()
+        return None
     try:
-        return parse_selector(selector).requirements
-    except SelectorError as exc:
+        return labelselector.parse(selector)
+    except labelselector.LabelSelectorError as exc:
         raise BadRequestError(f"unable to parse label selector {selector!r}: {exc}") from None
 
 
@@ -66,7 +67,7 @@ def parse_field_selector(selector: str | None) -> tuple[tuple[str, bool, str], .
 class ObjectFilter:
     """What a list or watch asked for: all label and field terms must hold."""
 
-    labels: tuple[Requirement, ...] = ()
+    labels: labelselector.Matcher | None = None
     fields: tuple[tuple[str, bool, str], ...] = ()
 
     @classmethod
@@ -79,14 +80,14 @@ class ObjectFilter:
 
     @property
     def everything(self) -> bool:
-        return not self.labels and not self.fields
+        return self.labels is None and not self.fields
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         if self.everything:
             return True
         metadata = obj.get("metadata") or {}
         labels = metadata.get("labels") or {}
-        if not all(req.matches(labels) for req in self.labels):
+        if self.labels is not None and not self.labels(labels):
             return False
         for field, equal, value in self.fields:
             actual = metadata.get(field.partition(".")[2]) or ""

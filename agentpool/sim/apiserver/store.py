@@ -238,50 +238,20 @@ class Store:
         with self._lock:
             current = self._current(rt, name, namespace)
             candidate = compute(current)
-            cand_meta = candidate.get("metadata") or {}
-            cur_meta = current["metadata"]
-            wanted_rv = cand_meta.get("resourceVersion")
-            if wanted_rv not in (None, "") and str(wanted_rv) != cur_meta["resourceVersion"]:
-                raise ConflictError(
-                    rt.plural, rt.group, name,
-                    "the object has been modified; please apply your changes to the latest "
-                    "version and try again",
-                )
-            if cand_meta.get("name", name) != name:
-                raise BadRequestError(
-                    f"the name of the object ({cand_meta.get('name')}) does not match the name "
-                    f"on the URL ({name})"
-                )
-            if subresource == "status":
-                # /status writes change only .status; everything else stays.
-                new = {k: v for k, v in current.items() if k != "status"}
-                if "status" in candidate:
-                    new["status"] = candidate["status"]
-                metadata = cur_meta
-            else:
-                new = dict(candidate)
-                if rt.status_subresource:
-                    new.pop("status", None)
-                    if "status" in current:
-                        new["status"] = current["status"]
-                metadata = dict(cand_meta)
-                # Identity and bookkeeping are the server's, whatever the body says.
-                for key in ("name", "namespace", "uid", "creationTimestamp", "generation",
-                            "resourceVersion"):
-                    if key in cur_meta:
-                        metadata[key] = cur_meta[key]
-            new["kind"], new["apiVersion"] = rt.kind, rt.api_version
-            new["metadata"] = metadata
+            _check_preconditions(rt, name, current, candidate)
+            new = _merged(rt, current, candidate, subresource)
             new = self._admit(rt, new, name)
             if new == current:
                 return current
-            generation = cur_meta["generation"]
+            generation = current["metadata"]["generation"]
             if _body(new, without_status=rt.status_subresource) != _body(
                 current, without_status=rt.status_subresource
             ):
                 generation += 1
             self._rv += 1
-            new["metadata"] = dict(metadata, resourceVersion=str(self._rv), generation=generation)
+            new["metadata"] = dict(
+                new["metadata"], resourceVersion=str(self._rv), generation=generation
+            )
             self._objects[rt.plural][_key(rt, name, namespace)] = new
             self._emit(Event(self._rv, rt.plural, EventType.MODIFIED, new, current))
             return new
@@ -356,3 +326,50 @@ class Store:
             self._compacted_rv[event.plural] = history.popleft().rv
         for subscriber in self._subscribers[event.plural]:
             subscriber.deliver(event)
+
+
+def _check_preconditions(
+    rt: ResourceType, name: str, current: KubeObject, candidate: KubeObject
+) -> None:
+    """A stale ``resourceVersion`` is a 409, a different name a 400, as on the apiserver."""
+    cand_meta = candidate.get("metadata") or {}
+    wanted_rv = cand_meta.get("resourceVersion")
+    if wanted_rv not in (None, "") and str(wanted_rv) != current["metadata"]["resourceVersion"]:
+        raise ConflictError(
+            rt.plural, rt.group, name,
+            "the object has been modified; please apply your changes to the latest "
+            "version and try again",
+        )
+    if cand_meta.get("name", name) != name:
+        raise BadRequestError(
+            f"the name of the object ({cand_meta.get('name')}) does not match the name "
+            f"on the URL ({name})"
+        )
+
+
+def _merged(
+    rt: ResourceType, current: KubeObject, candidate: KubeObject, subresource: str | None
+) -> KubeObject:
+    """What a write of ``candidate`` makes of ``current`` (before versioning)."""
+    cur_meta = current["metadata"]
+    if subresource == "status":
+        # /status writes change only .status; everything else stays.
+        new = {k: v for k, v in current.items() if k != "status"}
+        if "status" in candidate:
+            new["status"] = candidate["status"]
+        metadata = cur_meta
+    else:
+        new = dict(candidate)
+        if rt.status_subresource:
+            new.pop("status", None)
+            if "status" in current:
+                new["status"] = current["status"]
+        metadata = dict(candidate.get("metadata") or {})
+        # Identity and bookkeeping are the server's, whatever the body says.
+        for key in ("name", "namespace", "uid", "creationTimestamp", "generation",
+                    "resourceVersion"):
+            if key in cur_meta:
+                metadata[key] = cur_meta[key]
+    new["kind"], new["apiVersion"] = rt.kind, rt.api_version
+    new["metadata"] = metadata
+    return new
