@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from agentpool import __version__
 from agentpool.config import OPTIONS, Settings, duration, load_settings, option
 from agentpool.errors import ConfigError
-from agentpool.sharding import shard_of
+from agentpool.sharding import Assignment, member_order, owner_of, shard_of
 
 CONFIG_EXIT = 2
 
@@ -87,8 +87,25 @@ def cli(ctx: click.Context, /, **flags: str | None) -> None:
     default=None,
     help="number of shards  [env POOL_SHARDS; default 1]",
 )
-def owner(nodes: tuple[str, ...], shards: int | None) -> None:
-    """Print the shard (pool pod ordinal) that owns each NODE, as NODE<TAB>SHARD."""
+@click.option(
+    "--members",
+    default=None,
+    help="comma-separated pod names of an elastic pool: print the owning pod instead",
+)
+@click.option(
+    "--assignment",
+    default=None,
+    help="with --members: modulo or rendezvous  [env POOL_ASSIGNMENT; default rendezvous]",
+)
+def owner(
+    nodes: tuple[str, ...], shards: int | None, members: str | None, assignment: str | None
+) -> None:
+    """Print who owns each NODE: NODE<TAB>SHARD, or NODE<TAB>POD with --members."""
+    if members is not None:
+        _owner_among(nodes, members, assignment)
+        return
+    if assignment is not None:
+        raise click.UsageError("--assignment needs --members (the static pool is modulo)")
     if shards is None:
         try:
             shards = max(1, option("POOL_SHARDS").value(os.environ.get("POOL_SHARDS")))
@@ -97,6 +114,43 @@ def owner(nodes: tuple[str, ...], shards: int | None) -> None:
             sys.exit(CONFIG_EXIT)
     for node in nodes:
         click.echo(f"{node}\t{shard_of(node, shards)}")
+
+
+def _config_exit(variable: str, raw: str, accepted: str) -> NoReturn:
+    click.echo(
+        f"agentpool: configuration error: {variable}={raw!r} is invalid: {accepted}", err=True
+    )
+    sys.exit(CONFIG_EXIT)
+
+
+def _env_int(variable: str, default: str) -> int:
+    raw = os.environ.get(variable, default)
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        _config_exit(variable, raw, "expected an integer")
+
+
+def _owner_among(nodes: tuple[str, ...], members: str, assignment: str | None) -> None:
+    """The elastic pool's answer: the member each node is assigned to."""
+    names = member_order(m.strip() for m in members.split(",") if m.strip())
+    if not names:
+        raise click.BadParameter(f"{members!r}: expected pod names", param_hint="--members")
+    if assignment is None:
+        raw = os.environ.get("POOL_ASSIGNMENT", Assignment.RENDEZVOUS.value)
+        try:
+            how = Assignment(raw.strip().lower())
+        except ValueError:
+            _config_exit("POOL_ASSIGNMENT", raw, "expected one of modulo, rendezvous")
+    else:
+        try:
+            how = Assignment(assignment.strip().lower())
+        except ValueError:
+            raise click.BadParameter(
+                f"{assignment!r}: expected modulo or rendezvous", param_hint="--assignment"
+            ) from None
+    for node in nodes:
+        click.echo(f"{node}\t{owner_of(node, names, how)}")
 
 
 def _seconds_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

@@ -12,6 +12,7 @@ status 2 before anything starts.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Callable, Mapping
@@ -24,7 +25,7 @@ from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError
 from agentpool.model import Routing
 from agentpool.routing import GpuRouting, routing_from_env
-from agentpool.sharding import ordinal_from_pod_name
+from agentpool.sharding import Assignment, ordinal_from_pod_name
 
 E = TypeVar("E", bound=enum.StrEnum)
 
@@ -61,6 +62,13 @@ class StaleAction(enum.StrEnum):
     """Restore the host values found at start and release an HTTP throttle."""
     KEEP = "keep"
     """Keep enforcing the last desired state known."""
+
+
+class Membership(enum.StrEnum):
+    STATIC = "static"
+    """A fixed pool: ``fnv32a(node) % POOL_SHARDS == POOL_SHARD_ID`` (the contract)."""
+    LEASE = "lease"
+    """An elastic pool: members hold Leases, nodes are handed over as it grows and shrinks."""
 
 
 class LogFormat(enum.StrEnum):
@@ -229,6 +237,8 @@ ROUTING = "routing"
 """The TELEMETRY_* options fill ``routing`` and ``gpu_routing`` together (routing.py)."""
 HTTP_AUTH = "http_auth"
 """The HTTP_* credential options fill one :class:`HttpAuthSettings` together."""
+ELASTIC = "elastic"
+"""The elastic-pool options fill one :class:`ElasticSettings` together."""
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -250,6 +260,24 @@ OPTIONS: tuple[Option, ...] = (
            optional(integer(minimum=0)), "pool_shard_id"),
     Option("POD_NAME", None, "StatefulSet pod name (shard id fallback)",
            optional(), "pod_name"),
+    Option("POOL_MEMBERSHIP", "static",
+           "static (POOL_SHARDS, POOL_SHARD_ID) or lease (live Leases; follows the StatefulSet)",
+           one_of(Membership), ELASTIC),
+    Option("POOL_ASSIGNMENT", "rendezvous",
+           "lease membership: modulo or rendezvous (fewest nodes move on a resize)",
+           one_of(Assignment), ELASTIC),
+    Option("POOL_LEASE_DURATION", "15s",
+           "lease membership: a pod counts as gone this long after its last renewal",
+           duration(positive=True), ELASTIC),
+    Option("POOL_LEASE_RENEW", "5s",
+           "lease membership: renewal period, at most half of POOL_LEASE_DURATION",
+           duration(positive=True), ELASTIC),
+    Option("POD_NAMESPACE", None, "lease membership: namespace of the Leases and the StatefulSet",
+           optional(), ELASTIC),
+    Option("POOL_STATEFULSET", None,
+           "lease membership: StatefulSet whose replicas are followed; default POD_NAME less "
+           "ordinal",
+           optional(), ELASTIC),
     Option("SYSFS_ROOT", "/host-sys", "host /sys mount; '{node}' is replaced by the node name",
            path, "sysfs_root"),
     Option("KUBECONFIG", None, "kubeconfig file; default: in-cluster configuration",
@@ -341,7 +369,7 @@ def _fields(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     top: dict[str, Any] = {}
     dvfs: dict[str, Any] = {}
     for opt in OPTIONS:
-        if opt.to in (ROUTING, HTTP_AUTH):
+        if opt.to in (ROUTING, HTTP_AUTH, ELASTIC):
             continue  # composed from several options by load_settings
         value = values[opt.env]
         targets = opt.to if isinstance(opt.to, tuple) else (opt.to,)
@@ -388,6 +416,28 @@ class DvfsSettings:
     """Adaptive: no throttle change while power is within target +- this (percent of cap)."""
     max_step_pct: int = _DVFS["max_step_pct"]
     """Adaptive: the largest throttle change one tick may make, in percent."""
+
+
+@dataclass(frozen=True)
+class ElasticSettings:
+    """How an elastic pool finds its members and shares nodes (README: elastic pool)."""
+
+    membership: Membership = Membership.STATIC
+    """Static pools ignore everything below."""
+    assignment: Assignment = Assignment.RENDEZVOUS
+    """How nodes map to the live members."""
+    lease_duration_s: float = 15.0
+    """``leaseDurationSeconds`` of this pod's Lease."""
+    renew_s: float = 5.0
+    """Renewal period; a pod that could not renew for duration - renew stops its workers."""
+    namespace: str | None = None
+    """Namespace of the Leases and of the StatefulSet."""
+    statefulset: str | None = None
+    """The StatefulSet whose ``spec.replicas`` is followed."""
+
+    @property
+    def lease(self) -> bool:
+        return self.membership is Membership.LEASE
 
 
 @dataclass(frozen=True)
@@ -450,6 +500,8 @@ class Settings:
     """What a worker does with stale desired state."""
     http_auth: HttpAuthSettings = field(default_factory=HttpAuthSettings)
     """CA bundle, token file and client certificate of HTTP endpoints."""
+    elastic: ElasticSettings = field(default_factory=ElasticSettings)
+    """Pool membership (static by default) and the elastic pool's lease settings."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
@@ -488,8 +540,45 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     top, dvfs = _fields(values)
     return Settings(
         **top, dvfs=DvfsSettings(**dvfs), routing=routing, gpu_routing=gpu_routing,
-        http_auth=http_auth,
+        http_auth=http_auth, elastic=_elastic(values, raw, mode),
     )
+
+
+def _elastic(
+    values: Mapping[str, Any], raw: Mapping[str, str | None], mode: AgentMode
+) -> ElasticSettings:
+    """The elastic-pool settings; in lease mode POD_NAME, the namespace and a StatefulSet."""
+    elastic = ElasticSettings(
+        membership=values["POOL_MEMBERSHIP"],
+        assignment=values["POOL_ASSIGNMENT"],
+        lease_duration_s=values["POOL_LEASE_DURATION"],
+        renew_s=values["POOL_LEASE_RENEW"],
+        namespace=values["POD_NAMESPACE"],
+        statefulset=values["POOL_STATEFULSET"],
+    )
+    if elastic.renew_s * 2 > elastic.lease_duration_s:
+        raise ConfigError(
+            "POOL_LEASE_RENEW", raw.get("POOL_LEASE_RENEW") or option("POOL_LEASE_RENEW").default,
+            "expected at most half of POOL_LEASE_DURATION="
+            f"{raw.get('POOL_LEASE_DURATION') or option('POOL_LEASE_DURATION').default}",
+        )
+    if not elastic.lease or mode is not AgentMode.POOL:
+        return elastic
+    pod_name: str | None = values["POD_NAME"]
+    if pod_name is None:
+        raise ConfigError("POD_NAME", raw.get("POD_NAME") or "", "required with "
+                          "POOL_MEMBERSHIP=lease (the Lease is named after the pod)")
+    if elastic.namespace is None:
+        raise ConfigError("POD_NAMESPACE", raw.get("POD_NAMESPACE") or "",
+                          "required with POOL_MEMBERSHIP=lease (metadata.namespace)")
+    if elastic.statefulset is None:
+        ordinal = ordinal_from_pod_name(pod_name)
+        if ordinal is None or not pod_name.endswith(f"-{ordinal}"):
+            raise ConfigError("POOL_STATEFULSET", raw.get("POOL_STATEFULSET") or "",
+                              f"required with POOL_MEMBERSHIP=lease when POD_NAME={pod_name!r} "
+                              "does not end in -<ordinal>")
+        return dataclasses.replace(elastic, statefulset=pod_name[: -len(f"-{ordinal}")])
+    return elastic
 
 
 def _shard_id(mode: AgentMode, values: Mapping[str, Any], raw: Mapping[str, str | None]) -> int:
@@ -510,6 +599,7 @@ def _shard_id(mode: AgentMode, values: Mapping[str, Any], raw: Mapping[str, str 
         )
     else:
         return 0
-    if mode is AgentMode.POOL and shard_id >= max(shards, 1):
+    lease = values["POOL_MEMBERSHIP"] is Membership.LEASE
+    if mode is AgentMode.POOL and not lease and shard_id >= max(shards, 1):
         raise ConfigError(env, given, f"shard id {shard_id} must be below POOL_SHARDS={shards}")
     return shard_id

@@ -3,6 +3,7 @@ and every configuration error through click's in-process runner (same code, fast
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -69,6 +70,38 @@ def test_owner_bad_pool_shards_env_exits_2() -> None:
     result = CliRunner().invoke(cli, ["owner", "x"], env={"POOL_SHARDS": "many"})
     assert result.exit_code == 2
     assert "POOL_SHARDS='many'" in result.output
+
+
+def test_owner_among_members_rendezvous_and_modulo() -> None:
+    members = "pool-2,pool-0,pool-1"
+    done = run_agentpool("owner", "kwok-node-17", "--members", members)
+    assert done.returncode == 0, done.stderr
+    best = max(("pool-0", "pool-1", "pool-2"),
+               key=lambda m: hashlib.blake2b(f"{m}\0kwok-node-17".encode(), digest_size=8)
+               .digest())
+    assert done.stdout == f"kwok-node-17\t{best}\n"
+    modulo = CliRunner().invoke(cli, ["owner", "kwok-node-17", "a", "--members", members,
+                                      "--assignment", "modulo"])
+    assert modulo.exit_code == 0
+    # Members in ordinal order, indexed by the contract's fnv32a(node) % count.
+    assert modulo.output == f"kwok-node-17\tpool-{0x7445EF67 % 3}\na\tpool-{0xE40C292C % 3}\n"
+    from_env = CliRunner().invoke(cli, ["owner", "kwok-node-17", "--members", members],
+                                  env={"POOL_ASSIGNMENT": "modulo"})
+    assert from_env.output == modulo.output.splitlines(keepends=True)[0]
+
+
+def test_owner_assignment_errors_exit_2() -> None:
+    bad_env = CliRunner().invoke(cli, ["owner", "x", "--members", "p-0"],
+                                 env={"POOL_ASSIGNMENT": "ring"})
+    assert bad_env.exit_code == 2
+    assert "POOL_ASSIGNMENT='ring'" in bad_env.output
+    bad_flag = CliRunner().invoke(cli, ["owner", "x", "--members", "p-0", "--assignment", "ring"])
+    assert bad_flag.exit_code == 2
+    assert "modulo or rendezvous" in bad_flag.output
+    alone = CliRunner().invoke(cli, ["owner", "x", "--assignment", "modulo"])
+    assert alone.exit_code == 2
+    assert "--members" in alone.output
+    assert CliRunner().invoke(cli, ["owner", "x", "--members", " , "]).exit_code == 2
 
 
 def test_owner_needs_a_node_and_positive_shards() -> None:

@@ -11,8 +11,10 @@ from agentpool.config import (
     AgentMode,
     DvfsControllerKind,
     DvfsSettings,
+    ElasticSettings,
     JoulieApi,
     LogFormat,
+    Membership,
     Settings,
     StaleAction,
     defaults,
@@ -20,6 +22,7 @@ from agentpool.config import (
 )
 from agentpool.errors import ConfigError
 from agentpool.model import ControlMode, ControlType, HttpEndpoint, Routing, SourceType
+from agentpool.sharding import Assignment
 
 POOL = {"AGENT_MODE": "pool"}
 DAEMON = {"NODE_NAME": "worker-0"}
@@ -208,6 +211,18 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "HEARTBEAT_TIMEOUT": "90"}, "HEARTBEAT_TIMEOUT", "90"),
     ({**POOL, "WATCH_TIMEOUT": "-1m"}, "WATCH_TIMEOUT", "-1m"),
     ({**POOL, "LOG_FORMAT": "xml"}, "LOG_FORMAT", "xml"),
+    ({**POOL, "POOL_MEMBERSHIP": "dynamic"}, "POOL_MEMBERSHIP", "dynamic"),
+    ({**POOL, "POOL_ASSIGNMENT": "hash"}, "POOL_ASSIGNMENT", "hash"),
+    ({**POOL, "POOL_LEASE_DURATION": "15"}, "POOL_LEASE_DURATION", "15"),
+    ({**POOL, "POOL_LEASE_RENEW": "0s"}, "POOL_LEASE_RENEW", "0s"),
+    ({**POOL, "POOL_LEASE_DURATION": "10s", "POOL_LEASE_RENEW": "6s"}, "POOL_LEASE_RENEW", "6s"),
+    ({**POOL, "POOL_MEMBERSHIP": "lease", "POD_NAMESPACE": "ns"}, "POD_NAME", ""),
+    ({**POOL, "POOL_MEMBERSHIP": "lease", "POD_NAME": "pool-0"}, "POD_NAMESPACE", ""),
+    (
+        {**POOL, "POOL_MEMBERSHIP": "lease", "POD_NAME": "agent", "POD_NAMESPACE": "ns"},
+        "POOL_STATEFULSET",
+        "",
+    ),
     ({**POOL, "LOG_LEVEL": "verbose"}, "LOG_LEVEL", "verbose"),
     ({**POOL, "JOULIE_API": "v2"}, "JOULIE_API", "v2"),
     ({**POOL, "TELEMETRY_CPU_SOURCE": "prometheus"}, "TELEMETRY_CPU_SOURCE", "prometheus"),
@@ -289,3 +304,27 @@ def test_env_routing_defaults_to_host_and_reads_every_variable() -> None:
     assert settings.joulie_api is JoulieApi.AUTO
     assert settings.spec_read_timeout_s == 300.0
     assert settings.spec_stale_action is StaleAction.RELAX
+
+
+def test_lease_membership_settings() -> None:
+    s = load_settings({**POOL, "POOL_MEMBERSHIP": "Lease", "POD_NAME": "joulie-agent-pool-7",
+                       "POD_NAMESPACE": "joulie", "POOL_ASSIGNMENT": "modulo",
+                       "POOL_LEASE_DURATION": "6s", "POOL_LEASE_RENEW": "3s"})
+    e = s.elastic
+    assert e.lease
+    assert (e.membership, e.assignment) == (Membership.LEASE, Assignment.MODULO)
+    assert (e.lease_duration_s, e.renew_s) == (6.0, 3.0)
+    assert (e.namespace, e.statefulset) == ("joulie", "joulie-agent-pool")
+    # POOL_SHARDS does not bound the ordinal of an elastic pool's pods.
+    assert s.pool_shard_id == 7
+    named = load_settings({**POOL, "POOL_MEMBERSHIP": "lease", "POD_NAME": "agent",
+                           "POD_NAMESPACE": "joulie", "POOL_STATEFULSET": "agents"})
+    assert named.elastic.statefulset == "agents"
+
+
+def test_static_membership_is_the_default_and_ignores_lease_requirements() -> None:
+    s = load_settings(POOL)
+    assert s.elastic == ElasticSettings()
+    assert not s.elastic.lease
+    assert s.elastic.assignment is Assignment.RENDEZVOUS
+    assert (s.elastic.lease_duration_s, s.elastic.renew_s) == (15.0, 5.0)

@@ -16,7 +16,14 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from agentpool.backends.http import ControlAnswer, _exchange, _json, _now_rfc3339, parse_answer
+from agentpool.backends.http import (
+    DEFAULT_USER_AGENT,
+    ControlAnswer,
+    _exchange,
+    _json,
+    _now_rfc3339,
+    parse_answer,
+)
 from agentpool.errors import HttpBackendError
 from agentpool.model import HttpEndpoint
 
@@ -49,10 +56,14 @@ def _watts(url: str, block: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def read_gpu_telemetry(endpoint: HttpEndpoint, node: str) -> GpuTelemetry | None:
+def read_gpu_telemetry(
+    endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
+) -> GpuTelemetry | None:
     """The ``gpu`` object of the node's telemetry; None when the answer has none."""
     url = endpoint.url(node)
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    request = urllib.request.Request(
+        url, headers={"Accept": "application/json", "User-Agent": agent}
+    )
     payload = _json(url, _exchange(request, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
@@ -80,13 +91,16 @@ def read_gpu_telemetry(endpoint: HttpEndpoint, node: str) -> GpuTelemetry | None
     )
 
 
-def post_gpu_cap(endpoint: HttpEndpoint, node: str, watts_per_gpu: float) -> ControlAnswer:
+def post_gpu_cap(
+    endpoint: HttpEndpoint, node: str, watts_per_gpu: float, agent: str = DEFAULT_USER_AGENT
+) -> ControlAnswer:
     """POST ``gpu.set_power_cap_watts``; honours ``result``/``message``/``state``."""
     url = endpoint.url(node)
     body = json.dumps(
         {"node": node, "action": GPU_ACTION, "capWattsPerGpu": watts_per_gpu, "ts": _now_rfc3339()}
     ).encode()
     request = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        url, data=body, method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": agent},
     )
     return parse_answer(url, GPU_ACTION, _exchange(request, endpoint.timeout_s))

@@ -9,6 +9,10 @@ Uses the standard library's urllib: each call is one short request from a
 worker process that owns a single node, so a connection pool would buy
 nothing, and the worker stays small. Bodies are read up to a bound so a
 misbehaving endpoint cannot balloon a worker's memory.
+
+Every request says who sent it: ``User-Agent: agentpool/<version> (<pod
+name>, shard <id>)`` (:func:`user_agent`), so a BMC gateway's or the
+simulator's log shows which pool pod acted on a node.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agentpool import __version__
 from agentpool.backends.httpauth import HttpAuth, HttpAuthSettings
 from agentpool.errors import HttpBackendError
 from agentpool.model import HttpEndpoint, Result
@@ -28,6 +33,14 @@ from agentpool.model import HttpEndpoint, Result
 MAX_BODY_BYTES = 1 << 20
 RAPL_ACTION = "rapl.set_power_cap_watts"
 DVFS_ACTION = "dvfs.set_throttle_pct"
+
+
+DEFAULT_USER_AGENT = f"agentpool/{__version__}"
+
+
+def user_agent(pod_name: str, shard_id: int) -> str:
+    """The User-Agent of every telemetry and control request of this pod."""
+    return f"{DEFAULT_USER_AGENT} ({pod_name}, shard {shard_id})"
 
 
 @dataclass(frozen=True)
@@ -92,21 +105,27 @@ def _json(url: str, body: bytes) -> Any:
         raise HttpBackendError(url, f"answer is not JSON: {snippet!r}") from exc
 
 
-def _telemetry(endpoint: HttpEndpoint, node: str) -> tuple[str, dict[str, Any]]:
+def _telemetry(
+    endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
+) -> tuple[str, dict[str, Any]]:
     url = endpoint.url(node)
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    request = urllib.request.Request(
+        url, headers={"Accept": "application/json", "User-Agent": agent}
+    )
     payload = _json(url, _exchange(request, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
     return url, payload
 
 
-def read_cpu_maximum(endpoint: HttpEndpoint, node: str) -> float | None:
+def read_cpu_maximum(
+    endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
+) -> float | None:
     """The node's CPU package maximum, ``cpu.packagePowerMaxWatts`` of the telemetry.
 
     None when the answer does not carry a positive number: the agent never guesses one.
     """
-    _, payload = _telemetry(endpoint, node)
+    _, payload = _telemetry(endpoint, node, agent)
     cpu = payload.get("cpu")
     value = cpu.get("packagePowerMaxWatts") if isinstance(cpu, dict) else None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -114,9 +133,11 @@ def read_cpu_maximum(endpoint: HttpEndpoint, node: str) -> float | None:
     return float(value) if math.isfinite(value) and value > 0 else None
 
 
-def read_package_power(endpoint: HttpEndpoint, node: str) -> float | None:
+def read_package_power(
+    endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
+) -> float | None:
     """Watts from the telemetry endpoint; None when the answer has no reading."""
-    url, payload = _telemetry(endpoint, node)
+    url, payload = _telemetry(endpoint, node, agent)
     # On a GPU node the top-level reading is CPU + GPU (Joulie's simulator), so the
     # CPU's own reading wins when the answer has one.
     cpu = payload.get("cpu")
@@ -138,6 +159,7 @@ def post_control(
     action: str,
     cap_watts: float,
     throttle_pct: int,
+    agent: str = DEFAULT_USER_AGENT,
 ) -> ControlAnswer:
     """POST one control action; honours ``result``/``message`` in a JSON answer."""
     url = endpoint.url(node)
@@ -151,7 +173,8 @@ def post_control(
         }
     ).encode()
     request = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        url, data=body, method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": agent},
     )
     return parse_answer(url, action, _exchange(request, endpoint.timeout_s))
 

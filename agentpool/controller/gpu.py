@@ -16,6 +16,7 @@ a worker restarted after a crash.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 from agentpool.backends import gpu_http
@@ -27,6 +28,7 @@ from agentpool.backends.gpu_host import (
     journal_owner,
     journaled,
 )
+from agentpool.backends.http import user_agent
 from agentpool.backends.nvml import NvmlGpus
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import AgentMode, Settings
@@ -70,6 +72,9 @@ class GpuController:
         self.node = node
         self.metrics = metrics
         self.originals = originals
+        # The same identity as the CPU controller's requests (README: elastic pool).
+        self.user_agent = user_agent(settings.pod_name or socket.gethostname(),
+                                     settings.pool_shard_id)
         self._nvml = NvmlGpus(originals)
         self._amd = AmdSmiGpus(originals)
         self._host_override = host
@@ -197,7 +202,8 @@ class GpuController:
         telemetry = None
         if routing.telemetry_http is not None:
             try:
-                telemetry = gpu_http.read_gpu_telemetry(routing.telemetry_http, self.node)
+                telemetry = gpu_http.read_gpu_telemetry(
+                    routing.telemetry_http, self.node, self.user_agent)
             except HttpBackendError as exc:
                 error = GpuTickResult(GpuBackend.HTTP, Result.ERROR, f"GPU telemetry: {exc}")
                 return self._export(error, {})
@@ -226,7 +232,7 @@ class GpuController:
                     journal_owner(HTTP_JOURNAL),
                 )
         try:
-            answer = gpu_http.post_gpu_cap(endpoint, self.node, watts)
+            answer = gpu_http.post_gpu_cap(endpoint, self.node, watts, self.user_agent)
         except HttpBackendError as exc:
             error = GpuTickResult(GpuBackend.HTTP, Result.ERROR, f"GPU control: {exc}")
             return self._export(error, {})
@@ -320,7 +326,8 @@ class GpuController:
             if self._http_endpoint is None:
                 return [f"GPU cap {watts:g} W not restored: no GPU control endpoint known"]
             try:
-                answer = gpu_http.post_gpu_cap(self._http_endpoint, self.node, watts)
+                answer = gpu_http.post_gpu_cap(
+                    self._http_endpoint, self.node, watts, self.user_agent)
             except HttpBackendError as exc:
                 return [f"GPU cap {watts:g} W not restored: {exc}"]
             if answer.result is not Result.APPLIED:

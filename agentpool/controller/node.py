@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,10 @@ class NodeController:
         self.dvfs = make_controller(settings.dvfs)
         self.inputs = NodeInputs(node)
         self.hardware: Hardware | None = None
+        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
+        self.user_agent = http.user_agent(
+            settings.pod_name or socket.gethostname(), settings.pool_shard_id
+        )
         self._http_throttle: tuple[str, int] | None = None
         """(endpoint, pct) last posted over HTTP, so RAPL recovery can release it."""
         self._over_message: tuple[tuple[float, int, str], str] | None = None
@@ -83,7 +88,7 @@ class NodeController:
         )
         self._stale = False
         """The last tick acted on stale desired state."""
-        self._maxima = percent.TelemetryMaximum(node)
+        self._maxima = percent.TelemetryMaximum(node, self.user_agent)
 
     def update(self, inputs: NodeInputs) -> None:
         if (
@@ -340,7 +345,9 @@ class NodeController:
         throttle_pct: int,
         observed: dict[str, Any],
     ) -> ControlAnswer:
-        answer = http.post_control(endpoint, self.node, action, cap, throttle_pct)
+        answer = http.post_control(
+            endpoint, self.node, action, cap, throttle_pct, self.user_agent
+        )
         if answer.state:
             # Kept apart so the endpoint cannot overwrite what the agent measured.
             observed["controlState"] = answer.state
@@ -352,7 +359,9 @@ class NodeController:
         endpoint_url = self._http_throttle[0]
         routing = self._routing()
         if routing.control_http is not None and routing.control_http.url(self.node) == endpoint_url:
-            http.post_control(routing.control_http, self.node, http.DVFS_ACTION, cap, 0)
+            http.post_control(
+                routing.control_http, self.node, http.DVFS_ACTION, cap, 0, self.user_agent
+            )
         self._http_throttle = None
 
     # -- host control --------------------------------------------------------------------------
@@ -401,7 +410,7 @@ class NodeController:
     def _read_power(self, routing: Routing, sample: EnergySample | None) -> float | None:
         if routing.source is SourceType.HTTP:
             assert routing.source_http is not None
-            return http.read_package_power(routing.source_http, self.node)
+            return http.read_package_power(routing.source_http, self.node, self.user_agent)
         if routing.source is SourceType.HOST:
             if sample is None:
                 sample = self.meter.sample(self.clock())

@@ -93,14 +93,15 @@ def describe(pct: float, maximum: Maximum) -> tuple[float | None, str]:
 class TelemetryMaximum:
     """The CPU maximum a node's telemetry reports, asked until known (it does not change)."""
 
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, agent: str = http.DEFAULT_USER_AGENT) -> None:
         self._node = node
+        self._agent = agent
         self._watts: float | None = None
 
     def from_telemetry(self, endpoint: HttpEndpoint | None) -> float | None:
         if self._watts is None and endpoint is not None:
             try:
-                self._watts = http.read_cpu_maximum(endpoint, self._node)
+                self._watts = http.read_cpu_maximum(endpoint, self._node, self._agent)
             except HttpBackendError as exc:
                 log.debug("node %s: no CPU maximum from telemetry: %s", self._node, exc)
         return self._watts

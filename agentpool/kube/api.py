@@ -48,6 +48,18 @@ class Resource(enum.StrEnum):
     """Joulie's current API: what the agent found on each node."""
 
 
+class PoolResource(enum.StrEnum):
+    """Namespaced kinds only an elastic pool reads (README: elastic pool)."""
+
+    LEASES = "leases"
+    """``coordination.k8s.io/v1``: one per pool pod."""
+    STATEFULSETS = "statefulsets"
+    """``apps/v1``: the pool's own, for ``spec.replicas``."""
+
+
+AnyResource = Resource | PoolResource
+
+
 RequestHook = Callable[[str, str, int], None]
 """Called after every request with (verb, resource, HTTP code or 0 for no answer)."""
 
@@ -105,25 +117,45 @@ def _body(response: Any, what: str) -> dict[str, Any]:
 class KubeApi:
     """List, watch, create and status-patch the resources the agent uses."""
 
-    def __init__(self, api_client: client.ApiClient, on_request: RequestHook | None = None) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        on_request: RequestHook | None = None,
+        namespace: str | None = None,
+    ) -> None:
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self._apps = client.AppsV1Api(api_client)
+        self.namespace = namespace
+        """Where the namespaced :class:`PoolResource` kinds are read."""
         self._on_request = on_request or (lambda verb, resource, code: None)
 
     def close(self) -> None:
         self._client.close()
 
-    def _lister(self, resource: Resource) -> Callable[..., Any]:
+    def _lister(self, resource: AnyResource) -> Callable[..., Any]:
         if resource is Resource.NODES:
             return self._core.list_node
+        if isinstance(resource, PoolResource):
+            namespace = self.namespace
+            if namespace is None:
+                raise KubeError(f"{resource.value} are namespaced: the KubeApi has no namespace")
+            if resource is PoolResource.LEASES:
+                return lambda **kw: self.coordination.list_namespaced_lease(namespace, **kw)
+            return lambda **kw: self._apps.list_namespaced_stateful_set(namespace, **kw)
 
         def custom(**kwargs: Any) -> Any:
             return self._custom.list_cluster_custom_object(GROUP, VERSION, resource.value, **kwargs)
 
         return custom
 
-    def _call(self, verb: str, resource: Resource, fn: Callable[[], Any]) -> Any:
+    def call(self, verb: str, resource: AnyResource, fn: Callable[[], Any]) -> Any:
+        """Run one request: errors wrapped into our tree, the request hook told."""
+        return self._call(verb, resource, fn)
+
+    def _call(self, verb: str, resource: AnyResource, fn: Callable[[], Any]) -> Any:
         try:
             response = fn()
         except ApiException as exc:
@@ -137,7 +169,7 @@ class KubeApi:
 
     def list(
         self,
-        resource: Resource,
+        resource: AnyResource,
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> Listing:
@@ -160,7 +192,7 @@ class KubeApi:
 
     def watch(
         self,
-        resource: Resource,
+        resource: AnyResource,
         resource_version: str,
         timeout_s: float,
         label_selector: str | None = None,

@@ -45,17 +45,22 @@ __all__ = ["AgentProcess", "DirectApi", "SimCluster", "free_port", "wait_until"]
 class DirectApi(Protocol):
     """What both the emulator and :class:`~agentpool.sim.clusterapi.ClusterApi` offer."""
 
-    def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]: ...
-    def get(self, resource: str, name: str) -> dict[str, Any]: ...
-    def patch(
-        self, resource: str, name: str, patch: dict[str, Any], subresource: str | None = None
+    # ``namespace`` only matters for namespaced kinds (leases, statefulsets).
+    def create(
+        self, resource: str, obj: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any]: ...
-    def delete(self, resource: str, name: str) -> dict[str, Any]: ...
+    def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]: ...
+    def patch(
+        self, resource: str, name: str, patch: dict[str, Any], subresource: str | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, Any]: ...
+    def delete(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]: ...
     def list(
         self,
         resource: str,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        namespace: str | None = None,
     ) -> list[dict[str, Any]]: ...
 
 

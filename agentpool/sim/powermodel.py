@@ -206,6 +206,8 @@ class RecordedRequest:
     """``time.time()`` at arrival: for comparing with logs and ``ts`` fields."""
     fault: FaultKind | None
     """The fault that answered this request, if any."""
+    user_agent: str | None = None
+    """The ``User-Agent`` header: which agent (pod, shard) sent it."""
 
 
 class NodeModel:

@@ -296,6 +296,7 @@ class PowerSim:
                     monotonic,
                     wall,
                     fault.kind if fault else None,
+                    request.headers.get("User-Agent"),
                 )
             )
         if fault is not None and node is not None:

@@ -26,9 +26,11 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from agentpool.config import AgentMode, Settings
+from agentpool.elastic import ElasticPool, grace_for
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Informer
+from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.nodetwin import twin_status_body
 from agentpool.kube.selection import ApiSelector, Selection
@@ -201,7 +203,10 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
 
     counters = ApiCounters()
     try:
-        api = KubeApi(load_client(settings.kubeconfig), on_request=counters.on_request)
+        api = KubeApi(
+            load_client(settings.kubeconfig), on_request=counters.on_request,
+            namespace=settings.elastic.namespace,
+        )
     except KubeError as exc:
         raise StartupError(str(exc)) from exc
     stack.callback(api.close)
@@ -225,6 +230,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
             i.healthy.is_set() for i in list(readiness.informers) if i.resource in desired
         )
 
+    elastic, replicas_watch = _elastic_pool(settings, api)
     supervisor = Supervisor(
         settings,
         ForkServerLauncher(ctx, settings, files),
@@ -237,6 +243,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         twin_status=twin_status,
         hardware=hardware,
         spec_confirmed=spec_confirmed,
+        elastic=elastic,
     )
     stack.callback(supervisor.close)
 
@@ -255,15 +262,38 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
 
     selector = ApiSelector(api, settings.joulie_api, on_selected)
     readiness.waiting_for = lambda: selector.problem
-    server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack)
+    server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack,
+                          elastic)
     supervisor.install_signal_handlers()
     stack.callback(_stop_all, readiness.informers)
     services: list[_Service] = [server, collector, status, twin_status, hardware, selector]
+    if elastic is not None and replicas_watch is not None:
+        elastic.wake = supervisor.io.wake
+        services += [elastic, replicas_watch]
     for component in services:
         component.start()
         stack.callback(component.stop)
     _log_start(settings, server.port, capacity)
-    return supervisor.run()
+    code = supervisor.run()
+    if elastic is not None:
+        # After a clean stop every worker is gone: releasing lets the others take over now.
+        elastic.release_on_stop = code == 0
+    return code
+
+
+def _elastic_pool(
+    settings: Settings, api: KubeApi
+) -> tuple[ElasticPool | None, ReplicasWatch | None]:
+    """Lease membership's pieces (README: elastic pool), or (None, None) for a static pool."""
+    elastic = settings.elastic
+    if settings.mode is not AgentMode.POOL or not elastic.lease:
+        return None, None
+    assert settings.pod_name is not None  # validated with lease membership
+    assert elastic.statefulset is not None
+    leases = LeaseClient(api, settings.pod_name, elastic.statefulset, elastic.lease_duration_s)
+    pool = ElasticPool(elastic, leases, grace_for(settings.shutdown_timeout_s))
+    watch = ReplicasWatch(api, elastic.statefulset, pool.replicas, settings.watch_timeout_s)
+    return pool, watch
 
 
 def _http_server(
@@ -274,6 +304,7 @@ def _http_server(
     metrics_dir: str,
     capacity: int,
     stack: contextlib.ExitStack,
+    elastic: ElasticPool | None = None,
 ) -> AgentHttpServer:
     # The workers' series are rendered straight to text (the bulk of a scrape at 1,000
     # workers); the supervisor's own series go through a registry.
@@ -282,6 +313,8 @@ def _http_server(
     stack.callback(workers_metrics.close)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    if elastic is not None:
+        registry.register(elastic)  # a collector: its collect() gives agentpool_pool_*
 
     def healthy() -> bool:
         return supervisor.clock() - supervisor.loop_heartbeat < LOOP_STALL_S

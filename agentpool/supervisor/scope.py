@@ -2,8 +2,9 @@
 
 Fed by the informers (snapshots and changes), it answers two questions:
 which nodes this pod must run a controller for (selector re-checked here,
-because some servers ignore ``labelSelector`` on watches; shard ownership;
-daemonset mode's single node), and the :class:`NodeInputs` of each.
+because some servers ignore ``labelSelector`` on watches; shard ownership,
+or in an elastic pool the nodes the handoff lets it run; daemonset mode's
+single node), and the :class:`NodeInputs` of each.
 
 Objects are stored trimmed to what the controllers read (spec, name,
 creation time, labels). That matters: the agent's own status writes come back
@@ -117,6 +118,8 @@ class ClusterView:
         """The desired-state watch has failed for SPEC_READ_TIMEOUT (set by the supervisor)."""
         self.node_objects: dict[str, dict[str, Any]] = {}
         """NodeTwin API: each node's labels, capacity and allocatable (for NodeHardware)."""
+        self.elastic_running: set[str] | None = set() if settings.elastic.lease else None
+        """Elastic pool: the nodes the handoff lets this pod run (None: static ownership)."""
 
     def select(self, api: JoulieApi) -> None:
         self.api = api
@@ -219,7 +222,15 @@ class ClusterView:
         if not self.matches_selector(node):
             return False
         s = self.settings
-        return s.mode is AgentMode.DAEMONSET or owns(node, s.pool_shards, s.pool_shard_id)
+        if s.mode is AgentMode.DAEMONSET:
+            return True
+        if self.elastic_running is not None:
+            return node in self.elastic_running
+        return owns(node, s.pool_shards, s.pool_shard_id)
+
+    def selected(self) -> set[str]:
+        """Every node this mode's selector picks, whoever owns it (what a pool shares)."""
+        return {n for n in self.labels if self.matches_selector(n)}
 
     def matches_selector(self, node: str) -> bool:
         """Selected by this mode's scope, whichever shard owns it."""

@@ -36,6 +36,7 @@ from logging import ERROR, INFO, WARNING
 from typing import Any
 
 from agentpool.config import Settings
+from agentpool.elastic import ElasticPool
 from agentpool.errors import CapacityError
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
@@ -98,6 +99,7 @@ class Supervisor:
         twin_status: StatusSink | None = None,
         hardware: HardwarePublisher | None = None,
         spec_confirmed: Callable[[], bool] | None = None,
+        elastic: ElasticPool | None = None,
     ) -> None:
         self.settings = settings
         self.spec_confirmed = spec_confirmed
@@ -118,6 +120,8 @@ class Supervisor:
         self.loop_period_s = loop_period_s
         self.max_workers = max_workers
         """How many workers the descriptor limit allows; owning more nodes is fatal."""
+        self.elastic = elastic
+        """Elastic pool membership and handoff; None in a static pool or a daemonset."""
         self.workers: dict[str, WorkerHandle] = {}
         self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -182,6 +186,7 @@ class Supervisor:
         self._apply_events()
         self._read_reports(now)
         self._reap(now)
+        self._turn_elastic()
         scan = now >= self._next_scan
         if scan:
             self._next_scan = now + self.loop_period_s
@@ -198,6 +203,18 @@ class Supervisor:
             reap_orphans()
         if scan or self._table_changed:
             self._publish()
+
+    def _turn_elastic(self) -> None:
+        """Elastic pool: renewals only while this loop turns; the handoff says what may run."""
+        if self.elastic is None:
+            return
+        self.elastic.turn(self.view.selected())
+        for node in self.elastic.releasing() - self.workers.keys():
+            self.elastic.stopped(node)  # never started (or already forgotten): nothing to stop
+        running = self.elastic.running()
+        if running != self.view.elastic_running:
+            self.view.elastic_running = running
+            self._scope_stale = True
 
     def _handle_signals(self) -> None:
         while True:
@@ -339,6 +356,8 @@ class Supervisor:
     def _forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and its files."""
         self.workers.pop(node, None)
+        if self.elastic is not None:
+            self.elastic.stopped(node)  # its worker is gone: the claim may be released
         self._table_changed = True
         self.files.forget(node)
         if self.hardware is not None:

@@ -7,6 +7,7 @@ gives (only one payload shape, empty bodies, odd status codes).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from agentpool import __version__
 from agentpool.backends.http import (
     DVFS_ACTION,
     MAX_BODY_BYTES,
@@ -25,6 +27,7 @@ from agentpool.backends.http import (
     ControlAnswer,
     post_control,
     read_package_power,
+    user_agent,
 )
 from agentpool.errors import HttpBackendError
 from agentpool.model import HttpEndpoint, Result
@@ -335,3 +338,29 @@ def test_control_5xx_from_power_sim(sim: PowerSim) -> None:
         ).result
         is Result.APPLIED
     )
+
+
+def test_every_request_says_which_pod_and_shard_sent_it(sim: PowerSim) -> None:
+    endpoint = HttpEndpoint(sim.telemetry_endpoint, OK_S)
+    control = HttpEndpoint(sim.control_endpoint, OK_S)
+    agent = user_agent("joulie-agent-pool-3", 3)
+    assert agent == f"agentpool/{__version__} (joulie-agent-pool-3, shard 3)"
+    read_package_power(endpoint, "n-ua", agent)
+    post_control(control, "n-ua", RAPL_ACTION, 150.0, -1, agent)
+    post_control(control, "n-ua", DVFS_ACTION, 150.0, 20, agent)
+    seen = [(r.kind, r.user_agent) for r in sim.requests("n-ua")]
+    assert seen == [(RequestKind.TELEMETRY, agent), (RequestKind.CONTROL, agent),
+                    (RequestKind.CONTROL, agent)]
+    # Without an identity, still the agent's name and version rather than Python-urllib's.
+    read_package_power(endpoint, "n-anon")
+    assert sim.requests("n-anon")[0].user_agent == f"agentpool/{__version__}"
+
+
+def test_gpu_requests_say_which_pod_and_shard_sent_them_too(sim: PowerSim) -> None:
+    from agentpool.backends.gpu_http import post_gpu_cap, read_gpu_telemetry
+
+    agent = user_agent("joulie-agent-pool-1", 1)
+    read_gpu_telemetry(HttpEndpoint(sim.telemetry_endpoint, OK_S), "n-gpu-ua", agent)
+    with contextlib.suppress(HttpBackendError):  # a node without GPUs may refuse the cap
+        post_gpu_cap(HttpEndpoint(sim.control_endpoint, OK_S), "n-gpu-ua", 200.0, agent)
+    assert [r.user_agent for r in sim.requests("n-gpu-ua")] == [agent, agent]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from agentpool import __version__
 from agentpool.config import DvfsControllerKind, DvfsSettings, Settings
 from agentpool.controller.node import NO_BACKEND, NodeController
 from agentpool.metrics import NodeMetrics
@@ -423,6 +424,23 @@ def test_a_node_pinned_over_its_cap_keeps_one_status_message(
     ]
     # The error is live: the mean of the readings since the wait (119.4, 118.8, 120 W) - cap.
     assert h.metric("joulie_dvfs_cap_error_watts") == pytest.approx(19.4)
+
+
+def test_every_http_request_of_a_node_names_the_pod_and_shard(
+    tmp_path: Path, sim: PowerSim
+) -> None:
+    h = Harness(tmp_path, pod_name="joulie-agent-pool-2", pool_shard_id=2)
+    h.set(
+        power_profile=npp(120),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="dvfs", telemetry=sim.telemetry_endpoint
+        ),
+    )
+    h.tick()
+    h.tick(20)
+    agents = {(r.kind, r.user_agent) for r in sim.requests(NODE)}
+    expected = f"agentpool/{__version__} (joulie-agent-pool-2, shard 2)"
+    assert agents == {(RequestKind.TELEMETRY, expected), (RequestKind.CONTROL, expected)}
 
 
 def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(

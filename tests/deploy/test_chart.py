@@ -87,6 +87,15 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"enabled": True},
         "dashboards": {"enabled": True, "namespace": "monitoring"},
     },
+    "pool-lease-autoscaled": {
+        "agent": {
+            "mode": "pool",
+            "pool": {"membership": "lease", "assignment": "modulo", "leaseDuration": "30s",
+                     "leaseRenew": "10s",
+                     "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 8}},
+            "resources": {"requests": {"cpu": "100m"}},
+        },
+    },
     "no-service-no-rbac": {
         "agent": {"service": {"enabled": False}},
         "rbac": {"create": False},
@@ -171,6 +180,11 @@ def test_the_kubernetes_schema_check_is_not_vacuous(render: Render) -> None:
         ({"agent": {"mode": "bogus"}}, "/agent/mode"),
         ({"agent": {"mode": "pool", "pool": {"replicas": "3"}}}, "/agent/pool/replicas"),
         ({"agent": {"pool": {"shards": "2"}}}, "/agent/pool/shards"),
+        ({"agent": {"pool": {"membership": "elastic"}}}, "/agent/pool/membership"),
+        ({"agent": {"pool": {"assignment": "ring"}}}, "/agent/pool/assignment"),
+        ({"agent": {"pool": {"leaseDuration": "15"}}}, "/agent/pool/leaseDuration"),
+        ({"agent": {"pool": {"autoscaling": {"maxReplicas": 0}}}}, "/agent/pool/autoscaling"),
+        ({"agent": {"env": {"POOL_MEMBERSHIP": "lease"}}}, "invalid propertyName"),
         ({"agent": {"privileged": "yes"}}, "/agent/privileged"),
         ({"agent": {"hostNetwork": "true"}}, "/agent/hostNetwork"),
         ({"agent": {"service": {"port": "8080"}}}, "/agent/service/port"),
@@ -214,7 +228,13 @@ def test_values_yaml_has_the_contract_defaults(chart: Any) -> None:
         "METRICS_ADDR": ":8080",
         "SIMULATE_ONLY": "false",
     }
-    assert agent["pool"] == {"replicas": 2, "shards": 2, "nodeSelector": "joulie.io/managed=true"}
+    pool = dict(agent["pool"])
+    elastic = {key: pool.pop(key) for key in (
+        "membership", "assignment", "leaseDuration", "leaseRenew", "autoscaling")}
+    assert pool == {"replicas": 2, "shards": 2, "nodeSelector": "joulie.io/managed=true"}
+    # The elastic pool is opt-in: static membership, exactly the contract's pool, by default.
+    assert elastic["membership"] == "static"
+    assert elastic["autoscaling"]["enabled"] is False
     assert agent["service"]["enabled"] is True
     assert agent["service"]["port"] == 8080
 
@@ -338,6 +358,75 @@ def test_pool_shards_different_from_replicas_is_refused(chart: Any, helm: Any) -
     values = {"agent": {"mode": "pool", "pool": {"replicas": 3}}}  # shards stays 2
     with pytest.raises(helm.HelmRenderError, match=r"agent\.pool\.shards \(2\) must equal"):
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+LEASE: dict[str, Any] = {"agent": {"mode": "pool", "pool": {"membership": "lease"}}}
+
+
+def test_pool_membership_is_static_by_default_with_no_lease_access(render: Render) -> None:
+    objects = render(POOL)
+    env = env_of(one(objects, "StatefulSet"))
+    assert env["POOL_MEMBERSHIP"] == "static"
+    assert not {"POD_NAMESPACE", "POOL_ASSIGNMENT", "POOL_STATEFULSET"} & env.keys()
+    assert find(objects, "Role") == []
+    assert find(objects, "RoleBinding") == []
+    assert find(objects, "HorizontalPodAutoscaler") == []
+
+
+def test_lease_membership_environment(render: Render) -> None:
+    sts = one(render(LEASE), "StatefulSet")
+    env = env_of(sts)
+    assert env["POOL_MEMBERSHIP"] == "lease"
+    assert env["POD_NAME"] == {"fieldRef": "metadata.name"}
+    assert env["POD_NAMESPACE"] == {"fieldRef": "metadata.namespace"}
+    assert env["POOL_STATEFULSET"] == sts["metadata"]["name"]
+    assert (env["POOL_ASSIGNMENT"], env["POOL_LEASE_DURATION"], env["POOL_LEASE_RENEW"]) == (
+        "rendezvous", "15s", "5s")
+    # The shard count follows the live pods, not a fixed value.
+    assert "POOL_SHARDS" not in env
+    assert sts["spec"]["replicas"] == 2
+
+
+def test_lease_membership_gets_a_namespaced_role_for_leases_and_reading_the_statefulset(
+    render: Render,
+) -> None:
+    objects = render(LEASE)
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    granted = {(g, r): sorted(rule["verbs"]) for rule in role["rules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == {
+        ("coordination.k8s.io", "leases"): ["create", "get", "list", "update"],
+        ("apps", "statefulsets"): ["get", "list", "watch"],
+    }
+    binding = one(objects, "RoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    account = one(objects, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+    # Nothing about Leases or StatefulSets cluster-wide.
+    cluster_rules = one(objects, "ClusterRole")["rules"]
+    assert not [r for r in cluster_rules if {"leases", "statefulsets"} & set(r["resources"])]
+    assert find(render({**LEASE, "rbac": {"create": False}}), "Role") == []
+
+
+def test_the_autoscaler_is_optional_and_only_for_lease_membership(render: Render) -> None:
+    assert find(render(LEASE), "HorizontalPodAutoscaler") == []
+    autoscaled = {"agent": {"mode": "pool", "pool": {
+        "membership": "lease", "autoscaling": {"enabled": True, "maxReplicas": 9}}}}
+    objects = render(autoscaled)
+    hpa = one(objects, "HorizontalPodAutoscaler")
+    sts = one(objects, "StatefulSet")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                             "name": sts["metadata"]["name"]}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 9)
+    assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
+    assert "replicas" not in sts["spec"]  # the autoscaler owns it
+    # A static pool cannot follow an autoscaler: no HPA even when asked.
+    static = {"agent": {"mode": "pool", "pool": {"autoscaling": {"enabled": True}}}}
+    assert find(render(static), "HorizontalPodAutoscaler") == []
 
 
 def test_pool_selector_value(render: Render) -> None:

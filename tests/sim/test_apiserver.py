@@ -61,11 +61,18 @@ def test_discovery_and_version(kube_api: client.ApiClient) -> None:
     assert client.VersionApi(kube_api).get_code().git_version.startswith("v1.30")
     assert client.CoreApi(kube_api).get_api_versions().versions == ["v1"]
     groups = client.ApisApi(kube_api).get_api_versions().groups
-    assert [g.name for g in groups] == [GROUP]
+    assert [g.name for g in groups] == [GROUP, "coordination.k8s.io", "apps"]
     core_resources = {r.name for r in client.CoreV1Api(kube_api).get_api_resources().resources}
     assert core_resources == {"nodes"}
     joulie = client.CustomObjectsApi(kube_api).get_api_resources(GROUP, VERSION)
     assert {r.name for r in joulie.resources} == {NPP, TP, f"{TP}/status"}
+    assert not any(r.namespaced for r in joulie.resources)
+    apps = client.AppsV1Api(kube_api).get_api_resources().resources
+    assert {(r.name, r.namespaced) for r in apps} == {
+        ("statefulsets", True), ("statefulsets/status", True), ("statefulsets/scale", True),
+    }
+    leases = client.CoordinationV1Api(kube_api).get_api_resources().resources
+    assert {(r.name, r.namespaced) for r in leases} == {("leases", True)}
 
 
 def test_create_get_list_carry_kind_and_metadata(

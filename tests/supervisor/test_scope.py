@@ -128,3 +128,21 @@ def test_retargeting_a_profile_marks_both_nodes() -> None:
     assert affected == {"a", "b"}
     assert view.inputs_for("a").power_profile is None
     assert view.inputs_for("b").power_profile is not None
+
+
+def test_an_elastic_pool_runs_what_the_handoff_lets_it_among_the_selected_nodes() -> None:
+    view = ClusterView(load_settings({
+        "AGENT_MODE": "pool", "POOL_MEMBERSHIP": "lease", "POD_NAME": "pool-1",
+        "POD_NAMESPACE": "ns", "POOL_SHARDS": "1",
+    }))
+    view.apply(Relisted(Resource.NODES, [node("a", **MANAGED), node("b", **MANAGED), node("c")]))
+    # What a pool shares: every selected node, whoever runs it.
+    assert view.selected() == {"a", "b"}
+    # Nothing runs before the handoff says so, whatever the static formula would give.
+    assert view.owned() == set()
+    view.elastic_running = {"b", "c"}
+    assert view.owned() == {"b"}  # the selector still applies
+    static = pool_view()
+    static.apply(Relisted(Resource.NODES, [node("a", **MANAGED)]))
+    assert static.elastic_running is None
+    assert static.owned() == {"a"}

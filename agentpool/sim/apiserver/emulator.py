@@ -38,7 +38,9 @@ class ApiEmulator:
     ``nodes`` and the cluster-scoped ``joulie.io/v1alpha1`` kinds
     ``nodepowerprofiles``, ``telemetryprofiles``, ``nodetwins`` and
     ``nodehardwares`` (the last three with ``/status``; ``shape`` says which
-    are served: by default the profile API's, see :data:`~.resources.SHAPES`), with
+    are served: by default the profile API's, see :data:`~.resources.SHAPES`),
+    and the namespaced ``leases`` and ``statefulsets`` (with ``/status`` and
+    ``/scale``) in every shape, with
     real resourceVersion, selector, watch and conflict semantics; see
     :mod:`agentpool.sim.apiserver.server` for what it deliberately ignores.
 
@@ -220,19 +222,31 @@ class ApiEmulator:
             raise KeyError(f"{rt.plural} is not served by this cluster shape")
         return rt
 
-    def create(self, resource: str | ResourceType, obj: KubeObject) -> KubeObject:
-        return copy.deepcopy(self.store.create(self._type(resource), copy.deepcopy(obj)))
+    # A namespaced kind (leases, statefulsets) takes ``namespace`` (for create
+    # and replace also ``metadata.namespace``); cluster-scoped kinds ignore it.
 
-    def get(self, resource: str | ResourceType, name: str) -> KubeObject:
-        return copy.deepcopy(self.store.get(self._type(resource), name))
+    def create(
+        self, resource: str | ResourceType, obj: KubeObject, namespace: str | None = None
+    ) -> KubeObject:
+        return copy.deepcopy(
+            self.store.create(self._type(resource), copy.deepcopy(obj), namespace)
+        )
+
+    def get(
+        self, resource: str | ResourceType, name: str, namespace: str | None = None
+    ) -> KubeObject:
+        return copy.deepcopy(self.store.get(self._type(resource), name, namespace))
 
     def list(
         self,
         resource: str | ResourceType,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        namespace: str | None = None,
     ) -> ObjectList:
         flt = ObjectFilter.parse(label_selector, field_selector)
+        if namespace:
+            flt = flt.in_namespace(namespace)
         items, _ = self.store.list_objects(self._type(resource), flt)
         return copy.deepcopy(items)
 
@@ -242,11 +256,13 @@ class ApiEmulator:
         name: str,
         patch: dict[str, Any],
         subresource: str | None = None,
+        namespace: str | None = None,
     ) -> KubeObject:
         """JSON merge patch; ``subresource="status"`` writes only ``.status``."""
         frozen = copy.deepcopy(patch)
         return copy.deepcopy(self.store.update(
             self._type(resource), name, lambda current: merge_patch(current, frozen), subresource,
+            namespace,
         ))
 
     def replace(
@@ -254,10 +270,13 @@ class ApiEmulator:
     ) -> KubeObject:
         """PUT semantics: the whole object (a stale resourceVersion in it is a 409 Conflict)."""
         body = copy.deepcopy(obj)
-        name = (body.get("metadata") or {}).get("name", "")
-        return copy.deepcopy(
-            self.store.update(self._type(resource), name, lambda _current: body, subresource)
-        )
+        meta = body.get("metadata") or {}
+        return copy.deepcopy(self.store.update(
+            self._type(resource), meta.get("name", ""), lambda _current: body, subresource,
+            meta.get("namespace"),
+        ))
 
-    def delete(self, resource: str | ResourceType, name: str) -> KubeObject:
-        return copy.deepcopy(self.store.delete(self._type(resource), name))
+    def delete(
+        self, resource: str | ResourceType, name: str, namespace: str | None = None
+    ) -> KubeObject:
+        return copy.deepcopy(self.store.delete(self._type(resource), name, namespace=namespace))

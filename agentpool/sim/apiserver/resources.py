@@ -3,9 +3,11 @@
 Owns the static table of kinds (core ``nodes``, the cluster-scoped
 ``joulie.io/v1alpha1`` kinds of both Joulie API generations: the profile API's
 NodePowerProfile and TelemetryProfile, the current API's NodeTwin and
-NodeHardware), which of them a cluster shape serves (:data:`SHAPES`), and the
-JSON that ``/api``, ``/apis``, ``/api/v1``, ``/apis/joulie.io/v1alpha1`` and
-``/version`` answer. Nothing here holds state.
+NodeHardware, and the namespaced built-in ``coordination.k8s.io/v1`` Leases and
+``apps/v1`` StatefulSets an elastic pool needs), which of them a cluster shape
+serves (:data:`SHAPES`; the built-in kinds in every shape), and the JSON that
+``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>``, ``/apis/<group>/<version>``
+and ``/version`` answer. Nothing here holds state.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 JOULIE_GROUP = "joulie.io"
 JOULIE_VERSION = "v1alpha1"
+COORDINATION_GROUP = "coordination.k8s.io"
+APPS_GROUP = "apps"
 
 # Verbs reported in discovery; kubectl uses them to decide what it may try.
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -22,7 +26,7 @@ _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 @dataclass(frozen=True)
 class ResourceType:
-    """One served kind. All are cluster-scoped: the agent needs no namespaces."""
+    """One served kind, cluster-scoped or namespaced."""
 
     plural: str
     """URL segment and RBAC name, e.g. ``nodes``."""
@@ -36,6 +40,10 @@ class ResourceType:
     """True: ``/status`` exists, writes there change only ``.status`` and
     writes to the object itself ignore ``.status`` (as for a CRD with
     ``subresources: {status: {}}``)."""
+    namespaced: bool = False
+    """True: objects live in a namespace, reached under ``.../namespaces/<ns>/<plural>``."""
+    scale_subresource: bool = False
+    """True: ``/scale`` serves an ``autoscaling/v1`` Scale over ``spec.replicas``."""
 
     @property
     def api_version(self) -> str:
@@ -46,11 +54,19 @@ class ResourceType:
         return f"{self.kind}List"
 
     @property
+    def group_path(self) -> str:
+        """``/api/v1`` or ``/apis/<group>/<version>``."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    @property
     def base_path(self) -> str:
-        """The collection URL path."""
-        if self.group:
-            return f"/apis/{self.group}/{self.version}/{self.plural}"
-        return f"/api/{self.version}/{self.plural}"
+        """The collection URL path (for a namespaced kind: across all namespaces)."""
+        return f"{self.group_path}/{self.plural}"
+
+    @property
+    def namespaced_path(self) -> str:
+        """The collection URL path inside one namespace (aiohttp pattern)."""
+        return f"{self.group_path}/namespaces/{{namespace}}/{self.plural}"
 
 
 NODES = ResourceType("nodes", "node", "Node", "", "v1", ("no",))
@@ -71,20 +87,34 @@ NODE_HARDWARES = ResourceType(
     "nodehardwares", "nodehardware", "NodeHardware", JOULIE_GROUP, JOULIE_VERSION,
     ("nhw",), status_subresource=True,
 )
+LEASES = ResourceType(
+    "leases", "lease", "Lease", COORDINATION_GROUP, "v1", namespaced=True,
+)
+STATEFULSETS = ResourceType(
+    "statefulsets", "statefulset", "StatefulSet", APPS_GROUP, "v1", ("sts",),
+    status_subresource=True, namespaced=True, scale_subresource=True,
+)
+BUILT_IN: tuple[ResourceType, ...] = (NODES, LEASES, STATEFULSETS)
+"""Kinds every cluster serves, whatever Joulie CRDs it has."""
 
 RESOURCES: tuple[ResourceType, ...] = (
-    NODES, NODE_POWER_PROFILES, TELEMETRY_PROFILES, NODE_TWINS, NODE_HARDWARES,
+    NODES, NODE_POWER_PROFILES, TELEMETRY_PROFILES, NODE_TWINS, NODE_HARDWARES, LEASES,
+    STATEFULSETS,
 )
 
 SHAPES: dict[str, tuple[ResourceType, ...]] = {
     "all": RESOURCES,
-    "profiles": (NODES, NODE_POWER_PROFILES, TELEMETRY_PROFILES),
-    "nodetwin": (NODES, NODE_TWINS, NODE_HARDWARES),
-    "none": (NODES,),
+    "profiles": (*BUILT_IN, NODE_POWER_PROFILES, TELEMETRY_PROFILES),
+    "nodetwin": (*BUILT_IN, NODE_TWINS, NODE_HARDWARES),
+    "none": BUILT_IN,
 }
 """Cluster shapes by name: which kinds a cluster serves. ``profiles`` is a cluster
 with the CRDs of an older Joulie operator, ``nodetwin`` one with the current
 operator's CRDs only, ``none`` one where no Joulie CRD is installed yet."""
+GROUPS: tuple[tuple[str, str], ...] = (
+    (JOULIE_GROUP, JOULIE_VERSION), (COORDINATION_GROUP, "v1"), (APPS_GROUP, "v1"),
+)
+"""The named API groups, each with its one version, in discovery order."""
 
 
 def resolve(name: str, served: tuple[ResourceType, ...] = RESOURCES) -> ResourceType:
@@ -104,13 +134,19 @@ def _resource_entries(
         if (rt.group, rt.version) != (group, version):
             continue
         entries.append({
-            "name": rt.plural, "singularName": rt.singular, "namespaced": False,
+            "name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
             "kind": rt.kind, "verbs": _VERBS, "shortNames": list(rt.short_names),
         })
         if rt.status_subresource:
             entries.append({
-                "name": f"{rt.plural}/status", "singularName": "", "namespaced": False,
+                "name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
                 "kind": rt.kind, "verbs": ["get", "patch", "update"],
+            })
+        if rt.scale_subresource:
+            entries.append({
+                "name": f"{rt.plural}/scale", "singularName": "", "namespaced": rt.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
             })
     return entries
 
@@ -142,22 +178,25 @@ def core_versions(server_address: str) -> dict[str, Any]:
     }
 
 
-def api_group() -> dict[str, Any]:
-    """``APIGroup`` for ``/apis/joulie.io``."""
-    gv = {"groupVersion": f"{JOULIE_GROUP}/{JOULIE_VERSION}", "version": JOULIE_VERSION}
+def api_group(group: str = JOULIE_GROUP, version: str = JOULIE_VERSION) -> dict[str, Any]:
+    """``APIGroup`` for ``/apis/<group>``."""
+    gv = {"groupVersion": f"{group}/{version}", "version": version}
     return {
-        "kind": "APIGroup", "apiVersion": "v1", "name": JOULIE_GROUP,
+        "kind": "APIGroup", "apiVersion": "v1", "name": group,
         "versions": [gv], "preferredVersion": gv,
     }
 
 
 def api_group_list(served: tuple[ResourceType, ...] = RESOURCES) -> dict[str, Any]:
-    """``APIGroupList`` for ``/apis``: only our CRD group (no built-in named groups)."""
-    if not serves_group(served):
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
-    group = api_group()
-    del group["kind"], group["apiVersion"]
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+    """``APIGroupList`` for ``/apis``: the groups of :data:`GROUPS` with a served kind."""
+    groups = []
+    for group, version in GROUPS:
+        if not any(rt.group == group for rt in served):
+            continue  # our CRD group on a cluster without the CRDs
+        entry = api_group(group, version)
+        del entry["kind"], entry["apiVersion"]
+        groups.append(entry)
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
 def version_info() -> dict[str, str]:

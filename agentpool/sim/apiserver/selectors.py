@@ -74,6 +74,10 @@ class ObjectFilter:
     def parse(cls, label_selector: str | None, field_selector: str | None) -> ObjectFilter:
         return cls(parse_label_selector(label_selector), parse_field_selector(field_selector))
 
+    def in_namespace(self, namespace: str) -> ObjectFilter:
+        """This filter restricted to one namespace (a namespaced collection URL)."""
+        return ObjectFilter(self.labels, (*self.fields, ("metadata.namespace", True, namespace)))
+
     @property
     def everything(self) -> bool:
         return self.labels is None and not self.fields

@@ -1,7 +1,9 @@
 """The HTTP face of the emulator: aiohttp routes speaking the Kubernetes REST API.
 
 Owns the mapping from requests to store operations: URL layout (core
-``/api/v1/nodes`` and ``/apis/joulie.io/v1alpha1/...``, discovery,
+``/api/v1/nodes``, ``/apis/joulie.io/v1alpha1/...``, namespaced
+``/apis/<group>/<version>/namespaces/<ns>/<plural>`` with ``/status`` and
+``/scale``, discovery,
 ``/version``), verbs, query parameters (``labelSelector``, ``fieldSelector``,
 ``watch``, ``resourceVersion``, ``timeoutSeconds``), JSON bodies, ``Status``
 error bodies, newline-delimited watch streams, and where injected faults cut
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn
@@ -33,6 +36,7 @@ from agentpool.sim.apiserver.resources import ResourceType
 from agentpool.sim.apiserver.selectors import ObjectFilter
 from agentpool.sim.apiserver.store import KubeObject, Store
 from agentpool.sim.apiserver.watch import Watcher, encode, translate
+from agentpool.sim.apiserver.workloads import apply_scale, to_scale
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
 """Seconds a watch without ``timeoutSeconds`` lasts (the apiserver picks 30-60 min)."""
@@ -49,6 +53,11 @@ def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None
         body=json.dumps(body, separators=(",", ":")).encode(), status=status,
         content_type="application/json", headers=headers,
     )
+
+
+def _const(document: Any, _request: web.Request) -> Any:
+    """A discovery document that does not depend on the request."""
+    return document
 
 
 def error_response(exc: ApiError) -> web.Response:
@@ -133,6 +142,14 @@ class ApiApp:
                 else None
             ),
         }
+        for group, version in resources.GROUPS:
+            if group == resources.JOULIE_GROUP:
+                continue  # above: present only where the shape serves a Joulie kind
+            group_doc = resources.api_group(group, version)
+            documents[f"/apis/{group}"] = functools.partial(_const, group_doc)
+            documents[f"/apis/{group}/{version}"] = functools.partial(
+                _const, resources.resource_list(group, version)
+            )
         for path, document in documents.items():
             # The Python client asks for "/version/" and "/apis/" with a trailing slash.
             app.router.add_get(path, self._document(document))
@@ -140,11 +157,16 @@ class ApiApp:
         for path in ("/healthz", "/livez", "/readyz"):
             app.router.add_get(path, self._ok)
         for rt in resources.RESOURCES:
+            # A namespaced kind's collection across namespaces serves list and watch only.
             app.router.add_route("*", rt.base_path, self._handler(rt, named=False))
-            app.router.add_route("*", rt.base_path + "/{name}", self._handler(rt, named=True))
-            if rt.status_subresource:
-                status = self._handler(rt, named=True, sub="status")
-                app.router.add_route("*", rt.base_path + "/{name}/status", status)
+            base = rt.namespaced_path if rt.namespaced else rt.base_path
+            if rt.namespaced:
+                app.router.add_route("*", base, self._handler(rt, named=False))
+            app.router.add_route("*", base + "/{name}", self._handler(rt, named=True))
+            for sub, served in (("status", rt.status_subresource), ("scale", rt.scale_subresource)):
+                if served:
+                    handler = self._handler(rt, named=True, sub=sub)
+                    app.router.add_route("*", f"{base}/{{name}}/{sub}", handler)
         # Anything else is a Status 404, not aiohttp's plain-text page.
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
@@ -201,6 +223,10 @@ class ApiApp:
             if rt not in self._served():  # as a cluster without that CRD installed
                 return await self._not_found(request)
             verb = self._verb(request.method, named, request.query)
+            if rt.namespaced and "namespace" not in request.match_info and verb not in (
+                "list", "watch",
+            ):
+                verb = None  # creating needs a namespace in the URL
             if verb is None or (sub and verb not in ("get", "update", "patch")):
                 return error_response(ApiError(
                     405, "MethodNotAllowed",
@@ -251,35 +277,58 @@ class ApiApp:
         self, request: web.Request, rt: ResourceType, verb: str, name: str | None, sub: str
     ) -> web.StreamResponse:
         query = request.query
-        if verb == "watch":
+        namespace = request.match_info.get("namespace")
+        if verb in ("watch", "list"):
             flt = ObjectFilter.parse(query.get("labelSelector"), query.get("fieldSelector"))
+            if namespace:
+                flt = flt.in_namespace(namespace)
+        if verb == "watch":
             return await self._watch(request, rt, flt, _since(query), query.get("timeoutSeconds"))
         if verb == "list":
-            flt = ObjectFilter.parse(query.get("labelSelector"), query.get("fieldSelector"))
             items, rv = self._store.list_objects(rt, flt)
             return _json({
                 "kind": rt.list_kind, "apiVersion": rt.api_version,
                 "metadata": {"resourceVersion": str(rv)}, "items": items,
             })
         if verb == "create":
-            return _json(self._store.create(rt, await _object_body(request)), 201)
+            return _json(self._store.create(rt, await _object_body(request), namespace), 201)
         assert name is not None  # the remaining verbs are on named routes
+        if sub == "scale":
+            return await self._scale(request, rt, verb, name, namespace)
         if verb == "get":
-            return _json(self._store.get(rt, name))
+            return _json(self._store.get(rt, name, namespace))
         if verb == "update":
             body = await _object_body(request)
-            return _json(self._store.update(rt, name, lambda _current: body, sub or None))
+            return _json(self._store.update(
+                rt, name, lambda _current: body, sub or None, namespace,
+            ))
         if verb == "patch":
             patch = await _body(request)
             content_type = request.headers.get("Content-Type", "")
             return _json(self._store.update(
                 rt, name, lambda current: apply_patch(content_type, current, patch), sub or None,
+                namespace,
             ))
         options = await _body(request) or {}
         preconditions = options.get("preconditions") or {} if isinstance(options, dict) else {}
         return _json(self._store.delete(
-            rt, name, preconditions.get("resourceVersion"), preconditions.get("uid"),
+            rt, name, preconditions.get("resourceVersion"), preconditions.get("uid"), namespace,
         ))
+
+    async def _scale(
+        self, request: web.Request, rt: ResourceType, verb: str, name: str, namespace: str | None,
+    ) -> web.StreamResponse:
+        """``/scale``: an ``autoscaling/v1`` Scale read from and written to ``spec.replicas``."""
+        if verb == "get":
+            return _json(to_scale(self._store.get(rt, name, namespace)))
+        body = await _body(request)
+        content_type = request.headers.get("Content-Type", "")
+
+        def compute(current: KubeObject) -> KubeObject:
+            scale = body if verb == "update" else apply_patch(content_type, to_scale(current), body)
+            return apply_scale(current, scale)
+
+        return _json(to_scale(self._store.update(rt, name, compute, None, namespace)))
 
     async def _stream_error(self, request: web.Request, error: ApiError) -> web.StreamResponse:
         """A watch that ends at once with an ERROR event, as the apiserver sends 410s."""

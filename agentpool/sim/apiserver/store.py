@@ -3,7 +3,8 @@
 Owns every stored object and the rules of writing them: metadata bookkeeping
 (``uid``, ``creationTimestamp``, ``generation``, a global monotonically
 increasing ``resourceVersion`` as etcd gives), optimistic concurrency (409 on a
-stale ``metadata.resourceVersion``), the status subresource split, and a
+stale ``metadata.resourceVersion``), the status subresource split,
+namespaces (a namespaced object is keyed ``<namespace>/<name>``), and a
 bounded history of events from which watches replay.
 
 Thread-safe: one lock guards everything, because HTTP handlers (on the
@@ -43,6 +44,7 @@ from agentpool.sim.apiserver.errors import (
 from agentpool.sim.apiserver.resources import RESOURCES, ResourceType
 from agentpool.sim.apiserver.schema import Schema, invalid_message, prune, validate
 from agentpool.sim.apiserver.selectors import ObjectFilter
+from agentpool.sim.apiserver.workloads import default_statefulset
 
 KubeObject = dict[str, Any]
 
@@ -74,6 +76,15 @@ class Subscriber(Protocol):
 
 def _timestamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key(rt: ResourceType, name: str, namespace: str | None) -> str:
+    """Where an object is kept: its name, or ``<namespace>/<name>`` for a namespaced kind."""
+    if not rt.namespaced:
+        return name
+    if not namespace:
+        raise BadRequestError(f"{rt.kind} is namespaced: a namespace is required")
+    return f"{namespace}/{name}"
 
 
 def _body(obj: KubeObject, *, without_status: bool) -> dict[str, Any]:
@@ -136,9 +147,9 @@ class Store:
 
     # -- reads -------------------------------------------------------------
 
-    def get(self, rt: ResourceType, name: str) -> KubeObject:
+    def get(self, rt: ResourceType, name: str, namespace: str | None = None) -> KubeObject:
         with self._lock:
-            return self._current(rt, name)
+            return self._current(rt, name, namespace)
 
     def list_objects(
         self, rt: ResourceType, flt: ObjectFilter | None = None
@@ -149,17 +160,33 @@ class Store:
             items = [obj for _, obj in sorted(self._objects[rt.plural].items()) if flt.matches(obj)]
             return items, self._rv
 
-    def _current(self, rt: ResourceType, name: str) -> KubeObject:
+    def _current(self, rt: ResourceType, name: str, namespace: str | None) -> KubeObject:
         try:
-            return self._objects[rt.plural][name]
+            return self._objects[rt.plural][_key(rt, name, namespace)]
         except KeyError:
             raise NotFoundError(rt.plural, rt.group, name) from None
 
     # -- writes ------------------------------------------------------------
 
-    def create(self, rt: ResourceType, obj: KubeObject) -> KubeObject:
-        """Store a new object; ``obj`` becomes the store's (do not mutate it afterwards)."""
+    def create(
+        self, rt: ResourceType, obj: KubeObject, namespace: str | None = None
+    ) -> KubeObject:
+        """Store a new object; ``obj`` becomes the store's (do not mutate it afterwards).
+
+        A namespaced kind takes ``namespace`` (the URL's) or ``metadata.namespace``;
+        the two must agree. A cluster-scoped kind drops ``metadata.namespace``.
+        """
         metadata = dict(obj.get("metadata") or {})
+        if rt.namespaced:
+            given = metadata.get("namespace")
+            if namespace and given and given != namespace:
+                raise BadRequestError(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            metadata["namespace"] = namespace or given
+        else:
+            metadata.pop("namespace", None)
         name = metadata.get("name")
         if not name and metadata.get("generateName"):
             name = f"{metadata['generateName']}{secrets.token_hex(3)[:5]}"
@@ -174,9 +201,12 @@ class Store:
         if rt.status_subresource:
             # A CRD with a status subresource drops status on create, too.
             new.pop("status", None)
+        if rt.scale_subresource:
+            new = default_statefulset(new)
         with self._lock:
             new = self._admit(rt, new, name)
-            if name in self._objects[rt.plural]:
+            key = _key(rt, name, metadata.get("namespace"))
+            if key in self._objects[rt.plural]:
                 raise AlreadyExistsError(rt.plural, rt.group, name)
             self._rv += 1
             metadata.update(
@@ -185,7 +215,7 @@ class Store:
             )
             metadata.pop("deletionTimestamp", None)
             new["metadata"] = metadata
-            self._objects[rt.plural][name] = new
+            self._objects[rt.plural][key] = new
             self._emit(Event(self._rv, rt.plural, EventType.ADDED, new, None))
             return new
 
@@ -195,6 +225,7 @@ class Store:
         name: str,
         compute: Callable[[KubeObject], KubeObject],
         subresource: str | None = None,
+        namespace: str | None = None,
     ) -> KubeObject:
         """Replace an object by ``compute(current)`` (a PUT body, or a patch applied).
 
@@ -205,7 +236,7 @@ class Store:
         as on a real apiserver.
         """
         with self._lock:
-            current = self._current(rt, name)
+            current = self._current(rt, name, namespace)
             candidate = compute(current)
             _check_preconditions(rt, name, current, candidate)
             new = _merged(rt, current, candidate, subresource)
@@ -221,17 +252,17 @@ class Store:
             new["metadata"] = dict(
                 new["metadata"], resourceVersion=str(self._rv), generation=generation
             )
-            self._objects[rt.plural][name] = new
+            self._objects[rt.plural][_key(rt, name, namespace)] = new
             self._emit(Event(self._rv, rt.plural, EventType.MODIFIED, new, current))
             return new
 
     def delete(
         self, rt: ResourceType, name: str, precondition_rv: str | None = None,
-        precondition_uid: str | None = None,
+        precondition_uid: str | None = None, namespace: str | None = None,
     ) -> KubeObject:
         """Remove an object; returns its last state stamped with the deletion's version."""
         with self._lock:
-            current = self._current(rt, name)
+            current = self._current(rt, name, namespace)
             meta = current["metadata"]
             if precondition_uid and precondition_uid != meta["uid"]:
                 raise ConflictError(
@@ -247,7 +278,7 @@ class Store:
                 )
             self._rv += 1
             gone = dict(current, metadata=dict(meta, resourceVersion=str(self._rv)))
-            del self._objects[rt.plural][name]
+            del self._objects[rt.plural][_key(rt, name, namespace)]
             self._emit(Event(self._rv, rt.plural, EventType.DELETED, gone, current))
             return gone
 
@@ -335,8 +366,10 @@ def _merged(
                 new["status"] = current["status"]
         metadata = dict(candidate.get("metadata") or {})
         # Identity and bookkeeping are the server's, whatever the body says.
-        for key in ("name", "uid", "creationTimestamp", "generation", "resourceVersion"):
-            metadata[key] = cur_meta[key]
+        for key in ("name", "namespace", "uid", "creationTimestamp", "generation",
+                    "resourceVersion"):
+            if key in cur_meta:
+                metadata[key] = cur_meta[key]
     new["kind"], new["apiVersion"] = rt.kind, rt.api_version
     new["metadata"] = metadata
     return new
