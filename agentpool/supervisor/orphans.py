@@ -18,16 +18,20 @@ import threading
 
 log = logging.getLogger(__name__)
 
+spare_pids: set[int] = set()
+"""Children whose owner reaps them itself (the fork server): never reaped as orphans."""
+
 
 def multiprocessing_helpers() -> set[int]:
-    """Pids of the fork server and resource tracker (private attributes, read defensively)."""
+    """Pids of the fork server and, where multiprocessing started them, its helpers (private
+    attributes, read defensively)."""
     from multiprocessing import forkserver, resource_tracker
 
     pids = {
         getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None),
         getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
     }
-    return {p for p in pids if isinstance(p, int)}
+    return {p for p in pids if isinstance(p, int)} | spare_pids
 
 
 def reap_orphans(pid1: bool | None = None) -> int:
