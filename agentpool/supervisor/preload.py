@@ -10,8 +10,9 @@ once for all of them: import ``encodings.idna`` (http.client encodes the host
 name with it on the first request, pulling in ``stringprep`` and
 ``unicodedata``), and run the HTTP client's parsing and request-building
 code on canned bytes, so its caches are filled and its bytecode is already
-specialised when the workers fork (what that saves: BENCHMARKS.md). Best
-effort: a failure here only costs that memory.
+specialised when the workers fork; then drive throwaway node controllers
+through every tick path (:mod:`agentpool.supervisor.warmup`). What that
+saves: BENCHMARKS.md. Best effort: a failure here only costs that memory.
 """
 
 import encodings.idna  # noqa: F401 - see the module docstring
@@ -66,6 +67,12 @@ def _warm_http_client() -> None:
 try:
     _warm_http_client()
 except Exception:  # best effort: never keep the fork server from starting
+    pass
+try:
+    from agentpool.supervisor.warmup import warm_up
+
+    warm_up()
+except Exception:  # best effort, as above
     pass
 
 gc.collect()
