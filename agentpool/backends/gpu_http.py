@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from agentpool.backends.http import ControlAnswer, _exchange, _json, _now_rfc3339, parse_answer
+from agentpool.backends.http import (
+    _GET_HEADERS,
+    _POST_HEADERS,
+    ControlAnswer,
+    _exchange,
+    _json,
+    _now_rfc3339,
+    parse_answer,
+)
 from agentpool.errors import HttpBackendError
 from agentpool.model import HttpEndpoint
 
@@ -52,8 +59,7 @@ def _watts(url: str, block: dict[str, Any], key: str) -> float | None:
 def read_gpu_telemetry(endpoint: HttpEndpoint, node: str) -> GpuTelemetry | None:
     """The ``gpu`` object of the node's telemetry; None when the answer has none."""
     url = endpoint.url(node)
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    payload = _json(url, _exchange(request, endpoint.timeout_s))
+    payload = _json(url, _exchange(url, "GET", _GET_HEADERS, None, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
     gpu = payload.get("gpu")
@@ -86,7 +92,5 @@ def post_gpu_cap(endpoint: HttpEndpoint, node: str, watts_per_gpu: float) -> Con
     body = json.dumps(
         {"node": node, "action": GPU_ACTION, "capWattsPerGpu": watts_per_gpu, "ts": _now_rfc3339()}
     ).encode()
-    request = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
-    return parse_answer(url, GPU_ACTION, _exchange(request, endpoint.timeout_s))
+    raw = _exchange(url, "POST", _POST_HEADERS, body, endpoint.timeout_s)
+    return parse_answer(url, GPU_ACTION, raw)

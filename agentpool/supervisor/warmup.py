@@ -31,6 +31,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, values
 
+from agentpool.backends.http import close_connections
 from agentpool.config import DvfsSettings, Settings
 from agentpool.controller.node import NodeController
 from agentpool.metrics import NodeMetrics
@@ -181,6 +182,7 @@ def warm_up() -> None:
             for tree in trees:
                 tree.close()
     finally:
+        close_connections()  # no worker may inherit a socket to the canned server
         root.removeHandler(handler)
         root.level = saved_level
         values.ValueClass = saved_value_class
