@@ -59,7 +59,7 @@ def _answer(request: bytes) -> bytes:
 
 
 @contextlib.contextmanager
-def _canned_server() -> Iterator[str]:
+def canned_server() -> Iterator[str]:
     """An HTTP endpoint on 127.0.0.1 that answers each request with canned JSON."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.05)
@@ -100,7 +100,7 @@ def _canned_server() -> Iterator[str]:
         listener.close()
 
 
-def _profiles(node: str, endpoint: str | None, mode: str) -> NodeInputs:
+def node_inputs(node: str, endpoint: str | None, mode: str) -> NodeInputs:
     if endpoint is None:
         routing: dict[str, Any] = {
             "sources": {"cpu": {"type": "host"}},
@@ -157,7 +157,7 @@ def warm_up() -> None:
     try:
         with (
             tempfile.TemporaryDirectory(prefix="agentpool-warm-") as tmp,
-            _canned_server() as endpoint,
+            canned_server() as endpoint,
         ):
             os.makedirs(os.path.join(tmp, "metrics"))
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(tmp, "metrics")
@@ -174,11 +174,11 @@ def warm_up() -> None:
                 sysfs_root=template,
                 dvfs=dataclasses.replace(DvfsSettings(), cooldown_s=0.0),
             )
-            _drive(settings, "warm-rapl", _profiles("warm-rapl", None, "auto"))
-            _drive(settings, "warm-dvfs", _profiles("warm-dvfs", None, "auto"))
-            _drive(settings, "warm-http", _profiles("warm-http", endpoint, "auto"))
-            _drive(settings, "warm-http-rapl", _profiles("warm-http-rapl", endpoint, "auto"))
-            _drive(settings, "warm-http-dvfs", _profiles("warm-http-dvfs", endpoint, "dvfs"))
+            _drive(settings, "warm-rapl", node_inputs("warm-rapl", None, "auto"))
+            _drive(settings, "warm-dvfs", node_inputs("warm-dvfs", None, "auto"))
+            _drive(settings, "warm-http", node_inputs("warm-http", endpoint, "auto"))
+            _drive(settings, "warm-http-rapl", node_inputs("warm-http-rapl", endpoint, "auto"))
+            _drive(settings, "warm-http-dvfs", node_inputs("warm-http-dvfs", endpoint, "dvfs"))
             for tree in trees:
                 tree.close()
     finally:
