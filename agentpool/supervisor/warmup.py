@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import io
 import json
 import logging
@@ -141,6 +142,20 @@ def _drive(settings: Settings, node: str, inputs: NodeInputs) -> None:
     controller.restore()
 
 
+def _close_metrics_files(under: str) -> None:
+    """Close the warm-up's mmapped metrics files, or every worker would inherit them.
+
+    prometheus_client keeps them in its value class's closure, which something
+    in the library still reaches after the warm-up; they are found by name.
+    """
+    from prometheus_client.mmap_dict import MmapedDict
+
+    gc.collect()
+    for obj in gc.get_objects():
+        if isinstance(obj, MmapedDict) and str(getattr(obj, "_fname", "")).startswith(under):
+            obj.close()  # type: ignore[no-untyped-call]
+
+
 def warm_up() -> None:
     """Drive throwaway controllers through every path (see the module docstring)."""
     from agentpool.sim.sysfs import build_nodes, intel_2socket, read_only_rapl
@@ -181,6 +196,7 @@ def warm_up() -> None:
             _drive(settings, "warm-http-dvfs", node_inputs("warm-http-dvfs", endpoint, "dvfs"))
             for tree in trees:
                 tree.close()
+            _close_metrics_files(tmp)
     finally:
         close_connections()  # no worker may inherit a socket to the canned server
         root.removeHandler(handler)
