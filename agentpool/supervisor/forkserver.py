@@ -90,7 +90,10 @@ class _Server:
                         args, (conn_fd, status_fd) = _receive(self.control)
                     except (EOFError, OSError, pickle.UnpicklingError):
                         return
-                    self.control.sendall(REPLY.pack(self._fork(args, conn_fd, status_fd)))
+                    try:
+                        self.control.sendall(REPLY.pack(self._fork(args, conn_fd, status_fd)))
+                    except OSError:  # the supervisor is gone
+                        return
                 else:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 512):

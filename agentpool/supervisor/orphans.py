@@ -1,11 +1,12 @@
-"""PID 1 duty: reap orphaned processes, never the children multiprocessing owns; and at
-exit, stop those children too (the fork server and the resource tracker).
+"""PID 1 duty: reap orphaned processes, never the helpers whose owners reap them; and at
+exit, stop multiprocessing's helpers if any were started.
 
 In a container the supervisor is usually PID 1, so every orphan in the pod
 (a worker whose fork server died, anything a worker spawned) is re-parented
 to it and stays a zombie unless it is reaped. ``waitid(WNOWAIT)`` peeks at
-the next exited child without reaping it, so the fork server and the
-resource tracker, which multiprocessing itself waits for, are left alone.
+the next exited child without reaping it, so the fork server (reaped by
+:class:`agentpool.supervisor.forkclient.ForkServer`, which registers its pid
+in :data:`spare_pids`) and any multiprocessing helper are left alone.
 """
 
 from __future__ import annotations
