@@ -70,7 +70,7 @@ class _StopFlag:
         return self.signum is not None
 
 
-_PROBE_DIR = os.environ.get("AGENTPOOL_MEMORY_PROBE")
+_PROBE_DIR = os.environ.get("AGENTPOOL_MEMORY_PROBE") or None
 """Benchmarks only (bench/memory.py): a directory where each worker appends its own
 ``/proc/self/smaps_rollup`` at its life's stages. Unset in production, where no tick
 pays anything for it (the tick function is only wrapped when it is set)."""
