@@ -10,8 +10,10 @@ per origin and worker thread (a worker owns a single node, so that is one
 or two connections): no urllib opener and handler chain is rebuilt per
 request, and a tick whose server keeps connections alive costs no
 connection set-up. Redirects are not followed (a 3xx is an error, as any
-non-2xx). Bodies are read up to a bound so a misbehaving endpoint cannot
-balloon a worker's memory.
+non-2xx), so credentials never travel elsewhere. ``https`` connections use
+the TLS context and headers of :mod:`agentpool.backends.httpauth`; when its
+files change, the connection is made again with the new context. Bodies are
+read up to a bound so a misbehaving endpoint cannot balloon a worker's memory.
 """
 
 from __future__ import annotations
