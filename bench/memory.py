@@ -93,11 +93,41 @@ def sample(agent: AgentProcess, minute: float) -> Checkpoint:
     return point
 
 
-def run(nodes: int, at: list[float], backend: str, interval: str) -> list[Checkpoint]:
+def stage_report(probe_dir: Path) -> str:
+    """Median over workers of what each recorded of itself at each stage (KiB -> MiB)."""
+    by_stage: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    order: list[str] = []
+    for path in probe_dir.iterdir():
+        for line in path.read_text().splitlines():
+            stage, _, *pairs = line.split()
+            if stage not in order:
+                order.append(stage)
+            for pair in pairs:
+                key, _, value = pair.partition("=")
+                by_stage[stage][key].append(float(value))
+    lines = ["Inside the workers (median over workers; each reads its own smaps_rollup):", "",
+             "| stage | workers | PSS (MiB) | USS (MiB) | anonymous (MiB) | modules |",
+             "|---|---|---|---|---|---|"]
+    for stage in order:
+        cols = by_stage[stage]
+        lines.append(
+            f"| {stage} | {len(cols['pss'])} | {median(cols['pss']) / 1024:.2f} | "
+            f"{median(cols['uss']) / 1024:.2f} | {median(cols['anon']) / 1024:.2f} | "
+            f"{median(cols['modules']):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(
+    nodes: int, at: list[float], backend: str, interval: str, extra_env: dict[str, str],
+    probe: bool = False,
+) -> tuple[list[Checkpoint], str]:
     with tempfile.TemporaryDirectory(prefix="agentpool-mem-") as tmp, \
             SimCluster(workdir=tmp) as cluster:
         names = [f"node-{i:04d}" for i in range(nodes)]
-        env = {"RECONCILE_INTERVAL": interval}
+        env = {"RECONCILE_INTERVAL": interval, **extra_env}
+        if probe:
+            (Path(tmp) / "probe").mkdir()
+            env["AGENTPOOL_MEMORY_PROBE"] = str(Path(tmp) / "probe")
         trees = {}
         if backend == "host":
             template = str(Path(tmp) / "sys" / "{node}")
@@ -115,7 +145,7 @@ def run(nodes: int, at: list[float], backend: str, interval: str) -> list[Checkp
             points.append(sample(agent, minute))
         agent.terminate(timeout=120)
         del trees  # kept alive until here: locked limit files live as long as their tree
-        return points
+        return points, stage_report(Path(tmp) / "probe") if probe else ""
 
 
 def report(points: list[Checkpoint], nodes: int, backend: str, interval: str) -> str:
@@ -151,10 +181,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="checkpoints, minutes after all workers run")
     parser.add_argument("--backend", choices=["http", "host"], default="http")
     parser.add_argument("--interval", default="1s", help="RECONCILE_INTERVAL")
+    parser.add_argument("--probe", action="store_true",
+                        help="workers also record their own memory at each stage")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra environment of the agent (allocator settings...)")
     args = parser.parse_args(argv)
     at = sorted(float(m) for m in args.at.split(","))
-    points = run(args.nodes, at, args.backend, args.interval)
+    extra = dict(item.split("=", 1) for item in args.env)
+    points, stages = run(args.nodes, at, args.backend, args.interval, extra, args.probe)
     print(report(points, args.nodes, args.backend, args.interval))
+    if extra:
+        print("Extra environment: " + " ".join(args.env) + "\n")
+    print(stages)
     return 0
 
 

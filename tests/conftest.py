@@ -1,5 +1,19 @@
 """Fixtures shared by every test package; each lives with its own package and is imported here."""
 
+from collections.abc import Iterator
+
+import pytest
+
+from agentpool.backends.http import close_connections
 from tests.sim.fixtures import api_emulator, backend, envtest_server, kube_api
 
 __all__ = ["api_emulator", "backend", "envtest_server", "kube_api"]
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_connections() -> Iterator[None]:
+    """The HTTP backend keeps connections alive per thread: each test starts without any
+    and leaves none open (a test's server is gone after it)."""
+    close_connections()
+    yield
+    close_connections()

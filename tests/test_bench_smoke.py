@@ -93,3 +93,35 @@ def test_shutdown_benchmark_smoke_run() -> None:
     assert result["nodes"] == 10
     assert result["statuses_agent_stopped"] == 10
     assert result["exit_code"] == 0
+
+
+def test_memory_benchmark_smoke_run() -> None:
+    # Host controls, 3 nodes, checkpoints at 0 and 6 s; the workers probe themselves.
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "memory.py"), "--nodes", "3", "--at", "0,0.1",
+         "--backend", "host", "--probe"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.startswith("| ")}
+    assert rows["0.1"].split("|")[2].strip() == "3"  # 3 workers at the last checkpoint
+    for stage in ("fork", "bootstrap", "setup", "tick1", "tick2"):
+        assert rows[stage].split("|")[2].strip() == "3", stage  # each worker reported it
+
+
+def test_tick_allocations_benchmark_smoke_run() -> None:
+    for backend in ("host", "http"):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "tick_allocations.py"), "--backend", backend,
+             "--ticks", "30", "--warm", "10"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.startswith(f"{backend}: net growth over 30 ticks"), proc.stdout

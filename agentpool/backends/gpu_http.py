@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 from agentpool.backends.http import (
+    _GET_HEADERS,
+    _POST_HEADERS,
     DEFAULT_USER_AGENT,
     ControlAnswer,
     _exchange,
@@ -61,10 +62,8 @@ def read_gpu_telemetry(
 ) -> GpuTelemetry | None:
     """The ``gpu`` object of the node's telemetry; None when the answer has none."""
     url = endpoint.url(node)
-    request = urllib.request.Request(
-        url, headers={"Accept": "application/json", "User-Agent": agent}
-    )
-    payload = _json(url, _exchange(request, endpoint.timeout_s))
+    headers = {**_GET_HEADERS, "User-Agent": agent}
+    payload = _json(url, _exchange(url, "GET", headers, None, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
     gpu = payload.get("gpu")
@@ -99,8 +98,6 @@ def post_gpu_cap(
     body = json.dumps(
         {"node": node, "action": GPU_ACTION, "capWattsPerGpu": watts_per_gpu, "ts": _now_rfc3339()}
     ).encode()
-    request = urllib.request.Request(
-        url, data=body, method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": agent},
-    )
-    return parse_answer(url, GPU_ACTION, _exchange(request, endpoint.timeout_s))
+    raw = _exchange(
+        url, "POST", {**_POST_HEADERS, "User-Agent": agent}, body, endpoint.timeout_s)
+    return parse_answer(url, GPU_ACTION, raw)

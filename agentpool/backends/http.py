@@ -5,10 +5,15 @@ level (the ``cpu`` one wins: on GPU nodes the top level is CPU + GPU).
 Control: ``POST`` ``{"node", "action", "capWatts", "throttlePct", "ts"}``; a 2xx
 JSON answer may carry ``result``/``message``/``state``.
 
-Uses the standard library's urllib: each call is one short request from a
-worker process that owns a single node, so a connection pool would buy
-nothing, and the worker stays small. Bodies are read up to a bound so a
-misbehaving endpoint cannot balloon a worker's memory.
+Uses the standard library's ``http.client`` with one kept-alive connection
+per origin and worker thread (a worker owns a single node, so that is one
+or two connections): no urllib opener and handler chain is rebuilt per
+request, and a tick whose server keeps connections alive costs no
+connection set-up. Redirects are not followed (a 3xx is an error, as any
+non-2xx), so credentials never travel elsewhere. ``https`` connections use
+the TLS context and headers of :mod:`agentpool.backends.httpauth`; when its
+files change, the connection is made again with the new context. Bodies are
+read up to a bound so a misbehaving endpoint cannot balloon a worker's memory.
 
 Every request says who sent it: ``User-Agent: agentpool/<version> (<pod
 name>, shard <id>)`` (:func:`user_agent`), so a BMC gateway's or the
@@ -17,10 +22,12 @@ simulator's log shows which pool pod acted on a node.
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
-import urllib.error
-import urllib.request
+import ssl
+import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +38,10 @@ from agentpool.errors import HttpBackendError
 from agentpool.model import HttpEndpoint, Result
 
 MAX_BODY_BYTES = 1 << 20
+MAX_CONNECTIONS = 4
+"""Kept-alive connections per worker (its telemetry and control origins, usually one)."""
+_GET_HEADERS = {"Accept": "application/json"}
+_POST_HEADERS = {"Content-Type": "application/json"}
 RAPL_ACTION = "rapl.set_power_cap_watts"
 DVFS_ACTION = "dvfs.set_throttle_pct"
 
@@ -63,6 +74,7 @@ def configure(settings: HttpAuthSettings) -> None:
     global _auth
     if settings != _auth.settings:
         _auth = HttpAuth(settings)
+        close_connections()  # kept connections were made with the old credentials
 
 
 def _refusal(code: int) -> str:
@@ -70,31 +82,105 @@ def _refusal(code: int) -> str:
     return f"refused the agent's credentials ({what}: check HTTP_TOKEN_FILE and the client cert)"
 
 
-def _exchange(request: urllib.request.Request, timeout: float) -> bytes:
-    url = request.full_url
-    for name, value in _auth.headers(url).items():
-        request.add_unredirected_header(name, value)  # never forwarded on a redirect
-    try:
-        context = _auth.context(url)
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-            body: bytes = response.read(MAX_BODY_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        problem = f"HTTP {exc.code} {exc.reason}"
-        if exc.code in (401, 403):
-            problem += f": {_refusal(exc.code)}"
-        raise HttpBackendError(url, problem, status=exc.code) from exc
-    except TimeoutError as exc:
-        raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, TimeoutError):  # a connect timeout arrives wrapped
+class _Connections(threading.local):
+    """This thread's open connections, by (scheme, host:port); a worker has one thread."""
+
+    def __init__(self) -> None:
+        self.by_origin: dict[tuple[str, str], http.client.HTTPConnection] = {}
+        self.contexts: dict[tuple[str, str], ssl.SSLContext | None] = {}
+        """The TLS context each connection was made with."""
+
+
+_open = _Connections()
+
+
+def close_connections() -> None:
+    """Close this thread's kept-alive connections (the fork server, after its warm-up)."""
+    for conn in _open.by_origin.values():
+        conn.close()
+    _open.by_origin.clear()
+    _open.contexts.clear()
+
+
+def _connection(
+    scheme: str, netloc: str, timeout: float, context: ssl.SSLContext | None
+) -> http.client.HTTPConnection:
+    conn = _open.by_origin.get((scheme, netloc))
+    if conn is not None and _open.contexts.get((scheme, netloc)) is not context:
+        _open.by_origin.pop((scheme, netloc)).close()  # TLS files changed: reconnect with them
+        conn = None
+    if conn is None:
+        if len(_open.by_origin) >= MAX_CONNECTIONS:  # endpoints moved: drop the oldest
+            oldest = next(iter(_open.by_origin))
+            _open.by_origin.pop(oldest).close()
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(netloc, timeout=timeout, context=context)
+        else:
+            conn = http.client.HTTPConnection(netloc, timeout=timeout)
+        _open.by_origin[(scheme, netloc)] = conn
+        _open.contexts[(scheme, netloc)] = context
+    conn.timeout = timeout
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout)
+    return conn
+
+
+def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None,
+              timeout: float) -> bytes:
+    """One request on this thread's kept-alive connection to the URL's origin.
+
+    A request that fails on a reused connection (the server closed it while
+    idle) is sent once more on a new one; the control actions are idempotent
+    (set a cap, set a throttle), so a repeat is harmless.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise HttpBackendError(url, f"request failed: unsupported URL {url!r}")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {**headers, **_auth.headers(url)}
+    context = _auth.context(url)
+    for attempt in (1, 2):
+        conn = _connection(parts.scheme, parts.netloc, timeout, context)
+        reused = conn.sock is not None
+        try:
+            if not reused:
+                _connect(conn, url, timeout)
+            conn.request(method, target, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read(MAX_BODY_BYTES + 1)
+        except TimeoutError as exc:
+            conn.close()
             raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
-        raise HttpBackendError(url, f"unreachable: {exc.reason}") from exc
-    except (OSError, ValueError) as exc:  # reset mid-body, malformed URL...
-        raise HttpBackendError(url, f"request failed: {exc}") from exc
-    if len(body) > MAX_BODY_BYTES:
-        raise HttpBackendError(url, f"answer larger than {MAX_BODY_BYTES} bytes")
-    return body
+        except (ConnectionError, http.client.RemoteDisconnected) as exc:
+            conn.close()
+            if reused and attempt == 1:
+                continue
+            raise HttpBackendError(url, f"request failed: {exc}") from exc
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            conn.close()  # reset mid-body, malformed answer...
+            raise HttpBackendError(url, f"request failed: {exc}") from exc
+        if not response.isclosed():  # body left unread (too large): the connection is spent
+            conn.close()
+        if not 200 <= response.status < 300:
+            problem = f"HTTP {response.status} {response.reason}"
+            if response.status in (401, 403):
+                problem += f": {_refusal(response.status)}"
+            raise HttpBackendError(url, problem, status=response.status)
+        if len(data) > MAX_BODY_BYTES:
+            raise HttpBackendError(url, f"answer larger than {MAX_BODY_BYTES} bytes")
+        return data
+    raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+def _connect(conn: http.client.HTTPConnection, url: str, timeout: float) -> None:
+    try:
+        conn.connect()
+    except TimeoutError as exc:
+        conn.close()
+        raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
+    except OSError as exc:  # refused, no route, name not resolved
+        conn.close()
+        raise HttpBackendError(url, f"unreachable: {exc}") from exc
 
 
 def _json(url: str, body: bytes) -> Any:
@@ -109,10 +195,8 @@ def _telemetry(
     endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
 ) -> tuple[str, dict[str, Any]]:
     url = endpoint.url(node)
-    request = urllib.request.Request(
-        url, headers={"Accept": "application/json", "User-Agent": agent}
-    )
-    payload = _json(url, _exchange(request, endpoint.timeout_s))
+    headers = {**_GET_HEADERS, "User-Agent": agent}
+    payload = _json(url, _exchange(url, "GET", headers, None, endpoint.timeout_s))
     if not isinstance(payload, dict):
         raise HttpBackendError(url, "answer is not a JSON object")
     return url, payload
@@ -172,11 +256,9 @@ def post_control(
             "ts": _now_rfc3339(),
         }
     ).encode()
-    request = urllib.request.Request(
-        url, data=body, method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": agent},
-    )
-    return parse_answer(url, action, _exchange(request, endpoint.timeout_s))
+    raw = _exchange(
+        url, "POST", {**_POST_HEADERS, "User-Agent": agent}, body, endpoint.timeout_s)
+    return parse_answer(url, action, raw)
 
 
 def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:

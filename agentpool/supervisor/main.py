@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing.forkserver
 import os
 import resource
 import shutil
@@ -37,13 +36,14 @@ from agentpool.kube.selection import ApiSelector, Selection
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
+from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.nodefiles import NodeFiles
 from agentpool.supervisor.orphans import stop_helpers
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.supervisor import Supervisor
-from agentpool.supervisor.worker_handles import ForkServerLauncher, fork_server_context
+from agentpool.supervisor.worker_handles import ForkServerLauncher
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +197,10 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
     files = NodeFiles(metrics_dir, _private_or(settings.state_dir, "agentpool-state-", stack))
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    ctx = fork_server_context(["agentpool.supervisor.preload"])
-    multiprocessing.forkserver.ensure_running()
+    fork_server = ForkServer()
+    fork_server.ensure_running()
     stack.callback(stop_helpers)  # last out: after every worker is gone
+    stack.callback(fork_server.stop)
 
     counters = ApiCounters()
     try:
@@ -233,7 +234,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     elastic, replicas_watch = _elastic_pool(settings, api)
     supervisor = Supervisor(
         settings,
-        ForkServerLauncher(ctx, settings, files),
+        ForkServerLauncher(fork_server, settings, files),
         view,
         status,
         collector,

@@ -1,11 +1,12 @@
-"""PID 1 duty: reap orphaned processes, never the children multiprocessing owns; and at
-exit, stop those children too (the fork server and the resource tracker).
+"""PID 1 duty: reap orphaned processes, never the helpers whose owners reap them; and at
+exit, stop multiprocessing's helpers if any were started.
 
 In a container the supervisor is usually PID 1, so every orphan in the pod
 (a worker whose fork server died, anything a worker spawned) is re-parented
 to it and stays a zombie unless it is reaped. ``waitid(WNOWAIT)`` peeks at
-the next exited child without reaping it, so the fork server and the
-resource tracker, which multiprocessing itself waits for, are left alone.
+the next exited child without reaping it, so the fork server (reaped by
+:class:`agentpool.supervisor.forkclient.ForkServer`, which registers its pid
+in :data:`spare_pids`) and any multiprocessing helper are left alone.
 """
 
 from __future__ import annotations
@@ -18,16 +19,20 @@ import threading
 
 log = logging.getLogger(__name__)
 
+spare_pids: set[int] = set()
+"""Children whose owner reaps them itself (the fork server): never reaped as orphans."""
+
 
 def multiprocessing_helpers() -> set[int]:
-    """Pids of the fork server and resource tracker (private attributes, read defensively)."""
+    """Pids of the fork server and, where multiprocessing started them, its helpers (private
+    attributes, read defensively)."""
     from multiprocessing import forkserver, resource_tracker
 
     pids = {
         getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None),
         getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
     }
-    return {p for p in pids if isinstance(p, int)}
+    return {p for p in pids if isinstance(p, int)} | spare_pids
 
 
 def reap_orphans(pid1: bool | None = None) -> int:

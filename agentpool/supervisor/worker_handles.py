@@ -1,7 +1,8 @@
 """The supervisor's side of its workers: states, the handle kept per node, and spawning.
 
-Workers are started through multiprocessing's fork server: a clean,
-single-threaded process that has already imported the agent (see
+Workers are started through the lean fork server
+(:mod:`agentpool.supervisor.forkclient`): a clean, single-threaded process
+that has imported only what a worker runs (see
 :mod:`agentpool.supervisor.preload`) and frozen its heap, so each worker is a
 fork sharing those pages copy-on-write, and no worker inherits the
 supervisor's threads, sockets or locks. The supervisor only sees a
@@ -13,13 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import multiprocessing
-import multiprocessing.context
 import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, Pipe
 from typing import Protocol
 
 import psutil
@@ -27,8 +26,8 @@ import psutil
 from agentpool.config import Settings
 from agentpool.model import NodeInputs, TickResult
 from agentpool.supervisor.backoff import RestartPolicy
+from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.nodefiles import NodeFiles
-from agentpool.supervisor.worker_process import run_worker
 
 
 class WorkerState(enum.StrEnum):
@@ -52,7 +51,7 @@ class StopReason(enum.StrEnum):
 
 
 class WorkerProcess(Protocol):
-    """What the supervisor uses of a worker process (``multiprocessing``'s ``Process``)."""
+    """What the supervisor uses of a worker process (a :class:`ForkedWorker`)."""
 
     @property
     def pid(self) -> int | None: ...
@@ -151,54 +150,26 @@ class WorkerHandle:
         self.restore_problems = None
 
 
-def fork_server_context(preload: list[str]) -> multiprocessing.context.ForkServerContext:
-    ctx = multiprocessing.get_context("forkserver")
-    assert isinstance(ctx, multiprocessing.context.ForkServerContext)
-    ctx.set_forkserver_preload(preload)
-    return ctx
-
-
 class ForkServerLauncher:
-    """The production :data:`Launch`: a worker forked by the fork server."""
+    """The production :data:`Launch`: a worker forked by the lean fork server."""
 
-    def __init__(
-        self, ctx: multiprocessing.context.ForkServerContext, settings: Settings, files: NodeFiles
-    ) -> None:
-        self.ctx = ctx
+    def __init__(self, server: ForkServer, settings: Settings, files: NodeFiles) -> None:
+        self.server = server
         self.settings = settings
         self.files = files
 
     def __call__(self, node: str, inputs: NodeInputs | None) -> tuple[WorkerProcess, Connection]:
-        ours, theirs = self.ctx.Pipe(duplex=True)
+        ours, theirs = Pipe(duplex=True)
         try:
-            process = self.ctx.Process(
-                target=run_worker,
-                args=(node, self.settings, theirs, self.files.journal(node), inputs),
-                name=f"agentpool-worker:{node}",
+            process = self.server.spawn(
+                node, self.settings, self.files.journal(node), inputs, theirs.fileno()
             )
-            process.start()
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
-        _untrack(process)
         return process, ours
-
-
-def _untrack(process: multiprocessing.process.BaseProcess) -> None:
-    """Take the worker out of multiprocessing's own list of children.
-
-    ``Process.start()`` first polls every child still in that list, each poll
-    building a selector around the child's sentinel, so starts get slower with
-    every live worker. The supervisor reaps its workers itself (their
-    sentinels are in its selector), so the list only ever served that scan.
-    The attribute is private: read defensively, and without it nothing
-    breaks, starts are only slower.
-    """
-    children = getattr(multiprocessing.process, "_children", None)
-    if isinstance(children, set):
-        children.discard(process)
 
 
 def pid_running(pid: int) -> bool:

@@ -70,6 +70,45 @@ class _StopFlag:
         return self.signum is not None
 
 
+_PROBE_DIR = os.environ.get("AGENTPOOL_MEMORY_PROBE") or None
+"""Benchmarks only (bench/memory.py): a directory where each worker appends its own
+``/proc/self/smaps_rollup`` at its life's stages. Unset in production, where no tick
+pays anything for it (the tick function is only wrapped when it is set)."""
+PROBE_TICKS = (1, 2, 10, 60, 300, 600)
+"""Ticks after which a probed worker records its memory."""
+
+
+def probe(node: str, stage: str) -> None:
+    if _PROBE_DIR is None:
+        return
+    fields = {}
+    with open("/proc/self/smaps_rollup", encoding="ascii") as f:
+        for line in f:
+            head, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[head] = int(rest.split()[0])
+    uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    with open(os.path.join(_PROBE_DIR, metrics_id(node)), "a", encoding="ascii") as f:
+        f.write(
+            f"{stage} {time.monotonic():.3f} pss={fields.get('Pss', 0)} uss={uss} "
+            f"anon={fields.get('Anonymous', 0)} modules={len(sys.modules)}\n"
+        )
+
+
+def _probed(node: str, tick: Callable[[], TickResult]) -> Callable[[], TickResult]:
+    count = 0
+
+    def probed_tick() -> TickResult:
+        nonlocal count
+        result = tick()
+        count += 1
+        if count in PROBE_TICKS:
+            probe(node, f"tick{count}")
+        return result
+
+    return probed_tick
+
+
 def _use_node_metrics_files(node: str) -> None:
     # Must run before the first metric value is created in this process.
     from prometheus_client import values
@@ -99,6 +138,7 @@ def run_worker(
     code = 0
     controller: NodeController | None = None
     try:
+        probe(node, "bootstrap")
         _die_with_parent()
         stop = _StopFlag()
         signal.signal(signal.SIGTERM, stop)
@@ -112,6 +152,9 @@ def run_worker(
         tick = tick_with_faults(node, controller.tick)
         if inputs is not None:
             controller.update(inputs)
+        if _PROBE_DIR is not None:
+            probe(node, "setup")
+            tick = _probed(node, tick)
         _loop(controller, tick, settings, conn, stop)
     except BaseException:  # report how we died, then exit non-zero; the supervisor restarts us
         log.error("worker for node %s crashed:\n%s", node, traceback.format_exc())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from agentpool.backends.http import (
     MAX_BODY_BYTES,
     RAPL_ACTION,
     ControlAnswer,
+    _open,
     post_control,
     read_package_power,
     user_agent,
@@ -364,3 +366,60 @@ def test_gpu_requests_say_which_pod_and_shard_sent_them_too(sim: PowerSim) -> No
     with contextlib.suppress(HttpBackendError):  # a node without GPUs may refuse the cap
         post_gpu_cap(HttpEndpoint(sim.control_endpoint, OK_S), "n-gpu-ua", 200.0, agent)
     assert [r.user_agent for r in sim.requests("n-gpu-ua")] == [agent, agent]
+
+
+# -- kept-alive connections -------------------------------------------------------------------
+
+
+def test_one_connection_is_kept_alive_across_requests(sim: PowerSim) -> None:
+    endpoint = HttpEndpoint(sim.telemetry_endpoint, OK_S)
+    assert read_package_power(endpoint, "worker-1") == 160.0
+    (conn,) = _open.by_origin.values()
+    first = conn.sock
+    assert first is not None
+    post_control(HttpEndpoint(sim.control_endpoint, OK_S), "worker-1", RAPL_ACTION, 200.0, -1)
+    assert read_package_power(endpoint, "worker-1") == 160.0  # under its 200 W cap
+    assert conn.sock is first  # telemetry and control shared one socket, never reopened
+
+
+@pytest.fixture
+def closes_after_one() -> Iterator[tuple[str, list[int]]]:
+    """A server that answers one request per connection, then closes it without saying
+    so (as a keep-alive server does to an idle connection); counts its connections."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(4096) or b"\r\n\r\n"
+                body = b'{"packagePowerWatts": 42}'
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                )
+
+    thread = threading.Thread(target=serve, name="closes-after-one", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/t", accepted
+    finally:
+        listener.close()
+        thread.join(5)
+
+
+def test_a_kept_connection_closed_by_the_server_is_replaced(
+    closes_after_one: tuple[str, list[int]],
+) -> None:
+    url, accepted = closes_after_one
+    endpoint = HttpEndpoint(url, OK_S)
+    for _ in range(3):  # each request after the first finds its connection closed
+        assert read_package_power(endpoint, "n") == 42.0
+    assert len(accepted) == 3

@@ -1,0 +1,31 @@
+"""The fork server's wire format, shared by both ends (and importing nothing heavy).
+
+A request is a header (the length of what follows) carrying two descriptors
+(the worker's end of its pipe, the write end of its status pipe), then the
+pickled worker arguments; the reply is the new worker's pid. When a worker
+exits, the fork server writes its exit code to its status pipe.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+HEADER = struct.Struct("!I")
+"""Length of the pickled request that follows (the descriptors ride on the header)."""
+REPLY = struct.Struct("!q")
+"""The new worker's pid, or minus the errno of a failed fork."""
+STATUS = struct.Struct("!i")
+"""A child's exit code as its status pipe carries it (negative: killed by that signal)."""
+MAX_REQUEST = 1 << 20
+
+
+def recv_exact(sock: socket.socket, size: int) -> bytes:
+    """Exactly ``size`` bytes; ``EOFError`` if the peer closed first."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise EOFError("peer closed its socket")
+        data += chunk
+    return bytes(data)
