@@ -102,7 +102,8 @@ def load_client(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def _body(response: Any, what: str) -> dict[str, Any]:
+def json_body(response: Any, what: str) -> dict[str, Any]:
+    """A raw response's JSON object (the connection released); KubeTemporaryError if not one."""
     try:
         body = json.loads(response.data)
     except ValueError as exc:
@@ -269,7 +270,7 @@ class KubeApi:
                 _preload_content=False,
             ),
         )
-        return _body(response, f"create {resource.value}")
+        return json_body(response, f"create {resource.value}")
 
     def served(self) -> set[str]:
         """The ``joulie.io/v1alpha1`` resources the server serves (API discovery).
@@ -294,7 +295,7 @@ class KubeApi:
             self._on_request("get", "discovery", 0)
             raise _wrap(exc, f"discover {path}") from exc
         self._on_request("get", "discovery", int(getattr(response, "status", 200) or 200))
-        body = _body(response, f"discover {path}")
+        body = json_body(response, f"discover {path}")
         return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:

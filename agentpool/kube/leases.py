@@ -15,7 +15,6 @@ client's models would turn MicroTime into datetimes only to turn them back.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -23,8 +22,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from agentpool.errors import KubeError, KubeTemporaryError
-from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource
+from agentpool.errors import KubeError
+from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, json_body
 from agentpool.membership import (
     ANNOTATION_CLAIMS,
     ANNOTATION_VIEW,
@@ -44,18 +43,6 @@ _TIMEOUT = (CONNECT_TIMEOUT_S, LEASE_TIMEOUT_S)
 def _micro_time() -> str:
     """``MicroTime`` as the apiserver writes it."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _json(response: Any, what: str) -> dict[str, Any]:
-    try:
-        body = json.loads(response.data)
-    except ValueError as exc:
-        raise KubeTemporaryError(f"{what}: answer is not JSON") from exc
-    finally:
-        response.release_conn()
-    if not isinstance(body, dict):
-        raise KubeTemporaryError(f"{what}: answer is not a JSON object")
-    return body
 
 
 def lease_record(obj: dict[str, Any]) -> LeaseRecord:
@@ -108,7 +95,7 @@ class LeaseClient:
             if exc.status == 404:
                 return None
             raise
-        return _json(response, f"get lease {self.pod}")
+        return json_body(response, f"get lease {self.pod}")
 
     def own(self) -> LeaseRecord | None:
         """This pod's Lease as a previous incarnation left it (None: there is none)."""
@@ -159,7 +146,7 @@ class LeaseClient:
         except KubeError:
             self._current = None  # unknown outcome: read before the next write
             raise
-        self._current = _json(response, f"write lease {self.pod}")
+        self._current = json_body(response, f"write lease {self.pod}")
 
     def release(self) -> None:
         """Clear holder and claims: the pod's nodes are stopped and free for the others."""
