@@ -114,18 +114,47 @@ def discover_package_zones(root: Path) -> list[PackageZone]:
     return sorted(zones.values(), key=lambda z: int(z.label.split(":")[1]))
 
 
+class PackageZones:
+    """The package zones under one sysfs root: discovered once, kept while they work.
+
+    Discovery lists directories and resolves links (a dozen ``getdents`` and
+    ``readlink`` calls). Done on every tick it also churned CPython's table
+    of interned strings (pathlib interns every name it parses, and the names
+    died with the tick), whose periodic resize copied ~1 MiB into each
+    worker (BENCHMARKS.md, ``memory.py``). Package zones do not come and go
+    on a running host, so they are kept once found. An empty result is not
+    kept (a powercap driver loaded after start is picked up on a later
+    tick), and a caller whose read or write failed calls :meth:`forget`, so
+    a zone that vanished is looked for again on the next use.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._zones: list[PackageZone] = []
+
+    def get(self) -> list[PackageZone]:
+        if not self._zones:
+            self._zones = discover_package_zones(self._root)
+        return self._zones
+
+    def forget(self) -> None:
+        self._zones = []
+
+
 class RaplHost:
     """Sets the node's package power cap through powercap sysfs.
 
     Not thread safe: one node controller owns one instance.
     """
 
-    def __init__(self, root: Path, originals: Originals) -> None:
-        self._root = root
+    def __init__(
+        self, root: Path, originals: Originals, zones: PackageZones | None = None
+    ) -> None:
+        self._zones = zones or PackageZones(root)
         self._originals = originals
 
     def zones(self) -> list[PackageZone]:
-        return discover_package_zones(self._root)
+        return self._zones.get()
 
     def apply(self, cap_watts: float) -> dict[str, int]:
         """Enforce ``cap_watts`` over all packages; returns microwatts set per zone.
@@ -159,6 +188,8 @@ class RaplHost:
                 applied[zone.label] = want
         except (SysfsError, RaplUnavailableError) as exc:
             host.undo()
+            if not all(zone.path.is_dir() for zone in zones):
+                self._zones.forget()  # a zone went away: look again next time
             if isinstance(exc, RaplUnavailableError):
                 raise
             raise RaplUnavailableError(str(exc)) from exc
@@ -188,16 +219,18 @@ class EnergyMeter:
     reads 0 the wrap cannot be undone and the zone's sample is dropped.
     """
 
-    def __init__(self, root: Path) -> None:
-        self._root = root
+    def __init__(self, root: Path, zones: PackageZones | None = None) -> None:
+        self._zones = zones or PackageZones(root)
         self._last: dict[str, tuple[int, float]] = {}
 
     def sample(self, now: float) -> EnergySample:
         energies: dict[str, int] = {}
         powers: dict[str, float] = {}
-        for zone in discover_package_zones(self._root):
+        for zone in self._zones.get():
             value = try_read_int(zone.path / "energy_uj")
             if value is None:
+                if not zone.path.is_dir():
+                    self._zones.forget()  # the zone went away: look again next tick
                 continue
             energies[zone.label] = value
             previous = self._last.get(zone.label)

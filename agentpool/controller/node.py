@@ -19,7 +19,7 @@ from typing import Any
 from agentpool.backends import http
 from agentpool.backends.cpufreq import CpufreqHost
 from agentpool.backends.http import ControlAnswer
-from agentpool.backends.rapl import EnergyMeter, EnergySample, RaplHost
+from agentpool.backends.rapl import EnergyMeter, EnergySample, PackageZones, RaplHost
 from agentpool.backends.sysfsio import Originals
 from agentpool.config import Settings, StaleAction
 from agentpool.controller import percent, stale
@@ -69,9 +69,10 @@ class NodeController:
         self.clock = clock
         root = Path(settings.sysfs_root_for(node))
         self.originals = originals or Originals()
-        self.rapl = RaplHost(root, self.originals)
+        zones = PackageZones(root)  # one discovery for the cap and the meter
+        self.rapl = RaplHost(root, self.originals, zones)
         self.cpufreq = CpufreqHost(root, self.originals, settings.dvfs.min_freq_khz)
-        self.meter = EnergyMeter(root)
+        self.meter = EnergyMeter(root, zones)
         self.dvfs = make_controller(settings.dvfs)
         self.inputs = NodeInputs(node)
         self.hardware: Hardware | None = None

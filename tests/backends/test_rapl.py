@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agentpool.backends.rapl import EnergyMeter, RaplHost, discover_package_zones, stuck
+from agentpool.backends.rapl import (
+    EnergyMeter,
+    PackageZones,
+    RaplHost,
+    discover_package_zones,
+    stuck,
+)
 from agentpool.backends.sysfsio import Originals
 from agentpool.errors import RaplUnavailableError
 from agentpool.sim.sysfs import (
@@ -327,3 +334,37 @@ def test_revert_lock_mode_is_read_back_on_the_next_apply(tmp_path: Path) -> None
         assert (tree.root / PL1_0).read_text() == "100000000\n"
         host.restore()
         assert (tree.root / PL1_0).read_text() == f"{TDP_UW}\n"
+
+
+def test_zones_are_kept_once_found_and_looked_for_again_when_one_vanishes(
+    tmp_path: Path,
+) -> None:
+    with intel_2socket(tmp_path / "sys") as tree:
+        zones = PackageZones(tree.root)
+        host = RaplHost(tree.root, Originals(), zones)
+        meter = EnergyMeter(tree.root, zones)
+        found = zones.get()
+        assert [z.label for z in found] == ["intel-rapl:0", "intel-rapl:1"]
+        assert host.zones() is found  # kept: no directory walk per call
+        meter.sample(1.0)
+        assert zones.get() is found  # a successful read keeps them too
+
+        # Package 1 disappears (driver unbound): the meter notices and the next use
+        # discovers again, finding only package 0.
+        shutil.rmtree(tree.root / PKG1)
+        for link in (tree.root / "class/powercap").iterdir():
+            if link.name == "intel-rapl:1":
+                link.unlink()
+        sample = meter.sample(2.0)
+        assert list(sample.energy_uj) == ["intel-rapl:0"]
+        assert [z.label for z in zones.get()] == ["intel-rapl:0"]
+        assert host.apply(100) == {"intel-rapl:0": 100_000_000}
+
+
+def test_no_zones_is_not_kept_so_a_late_driver_is_found(tmp_path: Path) -> None:
+    with no_rapl(tmp_path / "bare") as bare, intel_2socket(tmp_path / "sys") as intel:
+        zones = PackageZones(bare.root)
+        assert zones.get() == []
+        # The powercap driver appears after start: the tree now has zones.
+        shutil.copytree(intel.root / POWERCAP, bare.root / POWERCAP, symlinks=True)
+        assert [z.label for z in zones.get()] == ["intel-rapl:0", "intel-rapl:1"]
