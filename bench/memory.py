@@ -9,11 +9,16 @@ its pages come from. Growth between the last two checkpoints is the leak
 check. Prints a markdown report; nothing here is a pass/fail test.
 
     .venv/bin/python bench/memory.py --nodes 100 --at 0,1,5,10 --backend http
+
+The agent runs on the interpreter that runs this script: with a Python 3.12
+virtualenv the fork server's heap is made immortal (``--baseline`` measures
+the same run without it first).
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import re
 import sys
 import tempfile
@@ -26,6 +31,7 @@ from measure import MIB, median, memory, percentile, process_tree
 
 from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
 from agentpool.sim.sysfs import build_nodes, intel_2socket
+from agentpool.supervisor import immortal
 
 _MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
 """A mapping's header line in smaps; the lines after it are that mapping's counters."""
@@ -185,14 +191,33 @@ def main(argv: list[str] | None = None) -> int:
                         help="workers also record their own memory at each stage")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment of the agent (allocator settings...)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="first the same run with AGENTPOOL_IMMORTALIZE=0, then the "
+                             "ratio of the two at each checkpoint")
     args = parser.parse_args(argv)
     at = sorted(float(m) for m in args.at.split(","))
     extra = dict(item.split("=", 1) for item in args.env)
+    print(f"Python {platform.python_version()} ({sys.executable}); immortal heap "
+          f"{'supported' if immortal.supported() else 'not supported'} here\n")
+    baseline: list[Checkpoint] = []
+    if args.baseline:
+        off = {**extra, "AGENTPOOL_IMMORTALIZE": "0"}
+        baseline, stages = run(args.nodes, at, args.backend, args.interval, off, args.probe)
+        print("Baseline, AGENTPOOL_IMMORTALIZE=0:\n")
+        print(report(baseline, args.nodes, args.backend, args.interval))
+        print(stages)
     points, stages = run(args.nodes, at, args.backend, args.interval, extra, args.probe)
     print(report(points, args.nodes, args.backend, args.interval))
     if extra:
         print("Extra environment: " + " ".join(args.env) + "\n")
     print(stages)
+    if baseline:
+        print("| minutes | median PSS, immortal off (MiB) | on (MiB) | on / off |")
+        print("|---|---|---|---|")
+        for off_point, on_point in zip(baseline, points, strict=True):
+            print(f"| {on_point.minute:g} | {off_point.pss_median / MIB:.2f} | "
+                  f"{on_point.pss_median / MIB:.2f} | "
+                  f"{on_point.pss_median / off_point.pss_median:.2f} |")
     return 0
 
 

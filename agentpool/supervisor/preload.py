@@ -10,12 +10,17 @@ once for all of them: import ``encodings.idna`` (http.client encodes the host
 name with it on the first request, pulling in ``stringprep`` and
 ``unicodedata``), and drive throwaway node controllers through every tick
 path (:mod:`agentpool.supervisor.warmup`), so caches are filled and bytecode
-is specialised when the workers fork. What that saves: BENCHMARKS.md. Best
-effort: a failure here only costs that memory.
+is specialised when the workers fork. On CPython 3.12 and 3.13 every object
+is then made immortal (:mod:`agentpool.supervisor.immortal`), so a worker
+reading a shared object no longer copies its page to count a reference;
+``AGENTPOOL_IMMORTALIZE=0`` turns that off (to measure it, or to rule it out).
+What each step saves: BENCHMARKS.md. Best effort: a failure here only costs
+that memory.
 """
 
 import encodings.idna  # noqa: F401 - see the module docstring
 import gc
+import os
 
 import agentpool.controller.node
 import agentpool.metrics
@@ -29,4 +34,8 @@ except Exception:  # best effort: never keep the fork server from starting
     pass
 
 gc.collect()
+if os.environ.get("AGENTPOOL_IMMORTALIZE", "1") != "0":
+    from agentpool.supervisor.immortal import immortalize
+
+    immortalize()
 gc.freeze()
