@@ -125,12 +125,14 @@ def stage_report(probe_dir: Path) -> str:
 
 def run(
     nodes: int, at: list[float], backend: str, interval: str, extra_env: dict[str, str],
-    probe: bool = False,
+    probe: bool = False, api: str = "profiles",
 ) -> tuple[list[Checkpoint], str]:
     with tempfile.TemporaryDirectory(prefix="agentpool-mem-") as tmp, \
-            SimCluster(workdir=tmp) as cluster:
+            SimCluster(workdir=tmp, api=api) as cluster:
         names = [f"node-{i:04d}" for i in range(nodes)]
         env = {"RECONCILE_INTERVAL": interval, **extra_env}
+        if api == "nodetwin" and backend == "http":
+            env.update(cluster.routing_env())  # NodeTwin routing is the agent's environment
         if probe:
             (Path(tmp) / "probe").mkdir()
             env["AGENTPOOL_MEMORY_PROBE"] = str(Path(tmp) / "probe")
@@ -187,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="checkpoints, minutes after all workers run")
     parser.add_argument("--backend", choices=["http", "host"], default="http")
     parser.add_argument("--interval", default="1s", help="RECONCILE_INTERVAL")
+    parser.add_argument("--api", choices=["profiles", "nodetwin"], default="profiles",
+                        help="NodePowerProfile + TelemetryProfile, or NodeTwin with "
+                             "routing by environment")
     parser.add_argument("--probe", action="store_true",
                         help="workers also record their own memory at each stage")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -202,12 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     baseline: list[Checkpoint] = []
     if args.baseline:
         off = {**extra, "AGENTPOOL_IMMORTALIZE": "0"}
-        baseline, stages = run(args.nodes, at, args.backend, args.interval, off, args.probe)
+        baseline, stages = run(args.nodes, at, args.backend, args.interval, off, args.probe,
+                               args.api)
         print("Baseline, AGENTPOOL_IMMORTALIZE=0:\n")
         print(report(baseline, args.nodes, args.backend, args.interval))
         print(stages)
-    points, stages = run(args.nodes, at, args.backend, args.interval, extra, args.probe)
+    points, stages = run(args.nodes, at, args.backend, args.interval, extra, args.probe,
+                         args.api)
     print(report(points, args.nodes, args.backend, args.interval))
+    if args.api != "profiles":
+        print(f"API: {args.api}\n")
     if extra:
         print("Extra environment: " + " ".join(args.env) + "\n")
     print(stages)

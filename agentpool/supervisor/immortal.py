@@ -30,6 +30,7 @@ costs what BENCHMARKS.md shows for it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import sys
@@ -69,7 +70,8 @@ def _children(obj: object) -> list[object]:
     if isinstance(obj, types.CodeType):
         children.extend((obj.co_consts, obj.co_names))
     elif isinstance(obj, type):
-        children.extend(obj.__dict__.values())
+        with contextlib.suppress(Exception):  # a metaclass may make __dict__ anything
+            children.extend(obj.__dict__.values())
     return children
 
 

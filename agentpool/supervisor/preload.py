@@ -35,7 +35,10 @@ except Exception:  # best effort: never keep the fork server from starting
 
 gc.collect()
 if os.environ.get("AGENTPOOL_IMMORTALIZE", "1") != "0":
-    from agentpool.supervisor.immortal import immortalize
+    try:
+        from agentpool.supervisor.immortal import immortalize
 
-    immortalize()
+        immortalize()
+    except Exception:  # best effort, as the warm-up: what was done stays done
+        pass
 gc.freeze()

@@ -141,3 +141,29 @@ def test_a_forked_child_no_longer_copies_the_pages_it_only_reads() -> None:
     assert isinstance(immortal_kib, int)
     assert mortal_kib > 4 * 1024, mortal
     assert immortal_kib * 4 < mortal_kib, (immortal_kib, mortal_kib)
+
+
+PRELOAD_SCRIPT = """
+import agentpool.supervisor.preload
+from agentpool.controller.node import NodeController
+from agentpool.supervisor import immortal
+print(immortal.is_immortal(NodeController.tick), immortal.is_immortal(NodeController))
+"""
+
+
+@pytest.mark.parametrize("setting", ["default", "0"])
+def test_the_fork_servers_preload_leaves_its_heap_immortal_where_supported(
+    setting: str,
+) -> None:
+    # What the fork server imports before its first fork: on 3.12/3.13 the worker's
+    # code is immortal by then, unless AGENTPOOL_IMMORTALIZE=0; on 3.11 nothing is.
+    env = {k: v for k, v in os.environ.items() if k != "AGENTPOOL_IMMORTALIZE"}
+    if setting != "default":
+        env["AGENTPOOL_IMMORTALIZE"] = setting
+    out = subprocess.run(
+        [sys.executable, "-c", PRELOAD_SCRIPT], env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    expected = immortal.supported() and setting == "default"
+    assert out.stdout.split() == [str(expected), str(expected)]
