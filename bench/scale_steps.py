@@ -8,6 +8,7 @@ The method is described in bench/scale.py's docstring.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import signal
@@ -290,11 +291,14 @@ def step_scrapes(agent: AgentProcess, run: Run, opts: Options, metrics_dir: str)
 
 
 def _series_keys(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    # A NaN gauge is a tombstone (agentpool.metrics): the agent leaves it out, the stock
+    # collector prints it as NaN; neither is a series a user sees.
     return {
         (sample.name, tuple(sorted(sample.labels.items())))
         for family in text_string_to_metric_families(text)
         if family.name.startswith("joulie_")
         for sample in family.samples
+        if not math.isnan(sample.value)
     }
 
 
