@@ -1,4 +1,4 @@
-"""Measuring helpers for ``bench/scale.py``: the agent's process tree, CPU, memory, percentiles.
+"""Benchmark helpers: the agent over simulated nodes, its process tree, CPU, memory.
 
 The agent under test is a real ``agentpool`` process: a supervisor whose
 children are multiprocessing's fork server and resource tracker, and whose
@@ -8,12 +8,18 @@ from the outside with psutil, as an operator would.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
+
+from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
+from agentpool.sim.sysfs import build_nodes, intel_2socket
 
 MIB = 1024 * 1024
 
@@ -136,3 +142,36 @@ def _cpu_model() -> str:
     import platform
 
     return platform.processor() or "unknown"
+
+
+@contextlib.contextmanager
+def agent_over_nodes(
+    nodes: int, backend: str, env: Mapping[str, str], api: str = "profiles"
+) -> Iterator[AgentProcess]:
+    """The real agent (pool mode, one pod) over ``nodes`` simulated nodes, all workers running.
+
+    ``backend``: ``http`` (controls at the power simulator; with the NodeTwin
+    API the routing is the agent's environment) or ``host`` (per-node sysfs
+    trees under a throwaway directory). Stopped, and its trees removed, on exit.
+    """
+    with tempfile.TemporaryDirectory(prefix="agentpool-bench-") as tmp, \
+            SimCluster(workdir=tmp, api=api) as cluster:
+        names = [f"node-{i:04d}" for i in range(nodes)]
+        full_env = dict(env)
+        if api == "nodetwin" and backend == "http":
+            full_env.update(cluster.routing_env())
+        trees = {}
+        if backend == "host":
+            template = str(Path(tmp) / "sys" / "{node}")
+            trees = build_nodes(template, names, intel_2socket)
+            full_env["SYSFS_ROOT"] = template
+        for name in names:
+            cluster.add_node(name, http=backend == "http")
+        agent = cluster.start_agent(full_env)
+        agent.wait_ready(120)
+        wait_until(lambda: len(process_tree(agent.pid).workers) == nodes, 300, interval=0.5)
+        try:
+            yield agent
+        finally:
+            agent.terminate(timeout=120)
+            del trees  # kept alive until here: locked limit files live as long as their tree

@@ -27,10 +27,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from measure import MIB, median, memory, percentile, process_tree
+from measure import MIB, agent_over_nodes, median, memory, percentile, process_tree
 
-from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
-from agentpool.sim.sysfs import build_nodes, intel_2socket
+from agentpool.sim.cluster import AgentProcess
 from agentpool.supervisor import immortal
 
 _MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
@@ -127,33 +126,17 @@ def run(
     nodes: int, at: list[float], backend: str, interval: str, extra_env: dict[str, str],
     probe: bool = False, api: str = "profiles",
 ) -> tuple[list[Checkpoint], str]:
-    with tempfile.TemporaryDirectory(prefix="agentpool-mem-") as tmp, \
-            SimCluster(workdir=tmp, api=api) as cluster:
-        names = [f"node-{i:04d}" for i in range(nodes)]
+    with tempfile.TemporaryDirectory(prefix="agentpool-probe-") as probe_dir:
         env = {"RECONCILE_INTERVAL": interval, **extra_env}
-        if api == "nodetwin" and backend == "http":
-            env.update(cluster.routing_env())  # NodeTwin routing is the agent's environment
         if probe:
-            (Path(tmp) / "probe").mkdir()
-            env["AGENTPOOL_MEMORY_PROBE"] = str(Path(tmp) / "probe")
-        trees = {}
-        if backend == "host":
-            template = str(Path(tmp) / "sys" / "{node}")
-            trees = build_nodes(template, names, intel_2socket)
-            env["SYSFS_ROOT"] = template
-        for name in names:
-            cluster.add_node(name, http=backend == "http")
-        agent = cluster.start_agent(env)
-        agent.wait_ready(120)
-        wait_until(lambda: len(process_tree(agent.pid).workers) == nodes, 300, interval=0.5)
-        started = time.monotonic()
-        points = []
-        for minute in at:
-            time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
-            points.append(sample(agent, minute))
-        agent.terminate(timeout=120)
-        del trees  # kept alive until here: locked limit files live as long as their tree
-        return points, stage_report(Path(tmp) / "probe") if probe else ""
+            env["AGENTPOOL_MEMORY_PROBE"] = probe_dir
+        with agent_over_nodes(nodes, backend, env, api) as agent:
+            started = time.monotonic()
+            points = []
+            for minute in at:
+                time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+                points.append(sample(agent, minute))
+        return points, stage_report(Path(probe_dir)) if probe else ""
 
 
 def report(points: list[Checkpoint], nodes: int, backend: str, interval: str) -> str:

@@ -29,16 +29,12 @@ import argparse
 import platform
 import struct
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import psutil
-from measure import median, process_tree
-
-from agentpool.sim.cluster import SimCluster, wait_until
-from agentpool.sim.sysfs import build_nodes, intel_2socket
+from measure import agent_over_nodes, median, process_tree
 
 PAGE = 4096
 PRESENT = 1 << 63
@@ -98,21 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60, help="seconds between the two looks")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="agentpool-pages-") as tmp, \
-            SimCluster(workdir=tmp) as cluster:
-        names = [f"node-{i:04d}" for i in range(args.nodes)]
-        env = {"RECONCILE_INTERVAL": args.interval,
-               **dict(item.split("=", 1) for item in args.env)}
-        trees = {}
-        if args.backend == "host":
-            template = str(Path(tmp) / "sys" / "{node}")
-            trees = build_nodes(template, names, intel_2socket)
-            env["SYSFS_ROOT"] = template
-        for name in names:
-            cluster.add_node(name, http=args.backend == "http")
-        agent = cluster.start_agent(env)
-        agent.wait_ready(120)
-        wait_until(lambda: len(process_tree(agent.pid).workers) == args.nodes, 300, interval=0.5)
+    env = {"RECONCILE_INTERVAL": args.interval, **dict(item.split("=", 1) for item in args.env)}
+    with agent_over_nodes(args.nodes, args.backend, env) as agent:
         time.sleep(args.seconds)
         workers = process_tree(agent.pid).workers
         by_pss = sorted(workers, key=lambda p: p.memory_full_info().pss)
@@ -126,8 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.window)
         second = private_pages(worker)
         uss = [p.memory_full_info().uss for p in process_tree(agent.pid).workers]
-        agent.terminate(timeout=120)
-        del trees
 
     print(f"### Private pages of the median worker: N = {args.nodes}, {args.backend} controls, "
           f"RECONCILE_INTERVAL={args.interval}, Python {platform.python_version()}"
