@@ -3,8 +3,9 @@
 #
 # Two stages: the builder installs the dependencies from the hash-checked lock
 # and then the package into a virtualenv (pip talks to the package index and
-# nothing else); the final stage copies only that virtualenv onto a clean slim
-# Python, so no build tooling or pip cache ships.
+# nothing else, and installs nothing that is not pinned with a hash); the final
+# stage copies only that virtualenv onto a clean slim Python, so no build
+# tooling, pip or pip cache ships.
 #
 # Python 3.12, not 3.11: there the fork server makes its heap immortal (PEP 683)
 # before forking the workers, so a worker no longer copies every shared page it
@@ -17,24 +18,33 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-RUN python -m venv /opt/agentpool
+# Without pip: the base image's pip installs into it (pip --python), so neither pip
+# nor setuptools ends up in what ships.
+RUN python -m venv --without-pip /opt/agentpool
 
 WORKDIR /src
 # EXTRAS=[sim] adds the simulation kit (the power simulator of docs/deploy.md),
 # EXTRAS=[nvidia,amd] the GPU vendors' bindings (docs/deploy.md).
 ARG EXTRAS=""
 # The dependencies first, pinned with hashes (refresh: bash scripts/lock): runtime.txt
-# holds the runtime and sim dependencies, gpu.txt those plus the GPU bindings. This
-# layer is rebuilt only when a lock or EXTRAS changes.
-COPY requirements/runtime.txt requirements/gpu.txt ./requirements/
+# holds the runtime and sim dependencies, gpu.txt those plus the GPU bindings, build.txt
+# setuptools (setup.py's backend) for this stage only. This layer is rebuilt only when a
+# lock or EXTRAS changes.
+COPY requirements/runtime.txt requirements/gpu.txt requirements/build.txt ./requirements/
 RUN lock=requirements/runtime.txt; \
     case "${EXTRAS}" in *nvidia*|*amd*) lock=requirements/gpu.txt ;; esac; \
-    /opt/agentpool/bin/pip install --no-cache-dir --require-hashes -r "${lock}"
-# Only what the install needs (see .dockerignore): the package and its metadata; the
-# lock already holds every dependency, so nothing unpinned is installed here.
+    pip install --no-cache-dir --require-hashes -r requirements/build.txt \
+    && pip --python /opt/agentpool/bin/python install --no-cache-dir --require-hashes -r "${lock}"
+# Only what the install needs (see .dockerignore): the package and its metadata. The
+# wheel is built with the pinned setuptools above, without build isolation (which would
+# download setuptools unpinned), and installed without resolving anything: the lock
+# already holds every dependency. EXTRAS chose the lock; with --no-deps the wheel's own
+# extras add nothing.
 COPY setup.py setup.cfg README.md ./
 COPY agentpool ./agentpool
-RUN /opt/agentpool/bin/pip install --no-cache-dir --no-deps ".${EXTRAS}"
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/wheels . \
+    && pip --python /opt/agentpool/bin/python install --no-cache-dir --no-deps --no-index \
+        /tmp/wheels/agentpool-*.whl
 
 
 FROM python:3.12-slim-bookworm
@@ -52,7 +62,13 @@ ENV PATH=/opt/agentpool/bin:$PATH \
 # root + privileged because it writes the host's sysfs; the pool StatefulSet
 # keeps this user. The metrics and state directories are normally emptyDir
 # mounts; they exist here too so `docker run` works without them.
-RUN groupadd --system --gid 65532 agentpool \
+#
+# The slim base image ships the standard library without bytecode, and the root
+# filesystem is read-only in the chart (and PYTHONDONTWRITEBYTECODE is set), so
+# without this every start would compile each standard module it imports again
+# (BENCHMARKS.md: container start).
+RUN python -m compileall -q -j 0 /usr/local/lib/python3.12 \
+    && groupadd --system --gid 65532 agentpool \
     && useradd --system --uid 65532 --gid 65532 --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin agentpool \
     && mkdir -p /var/run/agentpool/metrics /var/lib/agentpool/state \

@@ -81,14 +81,59 @@ def test_multi_stage_on_slim_python() -> None:
 def test_builder_installs_the_repository_into_a_venv_that_ships_alone() -> None:
     pairs = instructions()
     runs = " ".join(args for word, args in pairs if word == "RUN")
-    assert "python -m venv /opt/agentpool" in runs
+    # No pip (nor setuptools) in the venv that ships: the base image's pip installs into it.
+    assert "python -m venv --without-pip /opt/agentpool" in runs
     # Dependencies only from the hash-checked lock, then the package without resolving any.
-    assert 'pip install --no-cache-dir --require-hashes -r "${lock}"' in runs
+    assert 'install --no-cache-dir --require-hashes -r "${lock}"' in runs
     assert "lock=requirements/runtime.txt" in runs  # gpu.txt when EXTRAS names a GPU vendor
-    assert 'pip install --no-cache-dir --no-deps ".${EXTRAS}"' in runs
     final = final_stage()
     assert ("COPY", "--from=builder /opt/agentpool /opt/agentpool") in final
     assert not any(word == "COPY" and "--from" not in args for word, args in final)
+
+
+def pip_commands() -> list[list[str]]:
+    """Every pip invocation of every RUN: the words after ``pip`` (and its ``--python X``)."""
+    commands = []
+    for word, args in instructions():
+        if word != "RUN":
+            continue
+        for part in args.replace(";", "&&").split("&&"):
+            words = part.split()
+            if "pip" in words:
+                rest = words[words.index("pip") + 1 :]
+                if rest[:1] == ["--python"]:
+                    rest = rest[2:]
+                commands.append(rest)
+    return commands
+
+
+def test_nothing_unpinned_is_downloaded() -> None:
+    # Defect: the package's own install ran with build isolation, which downloads
+    # setuptools and wheel at whatever version the index has, without hashes.
+    commands = pip_commands()
+    assert commands
+    for command in commands:
+        assert command[0] in ("install", "wheel"), command
+        if "--require-hashes" in command:
+            assert command[command.index("-r") + 1].startswith(("requirements/", '"${lock}"'))
+            continue
+        # The package itself: built and installed from the context alone.
+        assert "--no-deps" in command, command
+        assert "--no-build-isolation" in command or "--no-index" in command, command
+    wheels = [c for c in commands if "wheel" in c]
+    assert wheels
+    assert all("--no-build-isolation" in c for c in wheels)
+    build_lock = (REPO / "requirements" / "build.txt").read_text()
+    pins = [line for line in build_lock.splitlines() if "==" in line]
+    assert [p.split("==")[0] for p in pins] == ["setuptools"]
+    assert "--hash=sha256:" in build_lock
+
+
+def test_the_standard_library_ships_compiled() -> None:
+    # The root filesystem is read-only in the chart: a .py without its .pyc is compiled
+    # again at every start, and the slim base image ships the stdlib without bytecode.
+    runs = " ".join(args for word, args in final_stage() if word == "RUN")
+    assert "python -m compileall -q -j 0 /usr/local/lib/python3.12" in runs
 
 
 def test_entrypoint_is_the_supervisor_console_script() -> None:
