@@ -7,6 +7,14 @@ for nothing. Why our own watch loop instead of ``kubernetes.watch.Watch``:
 it needs an explicit relist on 410 Gone, a client-side read timeout, and
 its ``deserialize=False`` path cannot report ERROR events.
 
+Why nodes, Leases and StatefulSets are read through the client's generic
+request path (``param_serialize`` + ``call_api``) rather than ``CoreV1Api``
+and ``AppsV1Api``: those generated classes live in modules of megabytes of
+code that take seconds to load on a busy node, and every start paid for them
+before its first list (BENCHMARKS.md: container start). ``CustomObjectsApi``
+and ``CoordinationV1Api`` are small; the latter is only made when a Lease is
+read or written.
+
 Traps handled here: ``timeout_seconds`` is only a server-side timeout, so
 every call also passes ``_request_timeout`` or a dropped connection would
 hang forever; urllib3's own retries are disabled (``retries=0``) so that
@@ -16,6 +24,7 @@ tenacity, one level up, is the only retry policy.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -58,6 +67,22 @@ class PoolResource(enum.StrEnum):
 
 
 AnyResource = Resource | PoolResource
+
+_BUILTIN_PATHS: dict[AnyResource, str] = {
+    Resource.NODES: "/api/v1/nodes",
+    PoolResource.LEASES: "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+    PoolResource.STATEFULSETS: "/apis/apps/v1/namespaces/{namespace}/statefulsets",
+}
+"""The kinds read by path (see the module docstring); the rest are ``joulie.io`` objects."""
+_QUERY = {
+    "label_selector": "labelSelector",
+    "field_selector": "fieldSelector",
+    "watch": "watch",
+    "resource_version": "resourceVersion",
+    "timeout_seconds": "timeoutSeconds",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+}
+"""Keyword arguments of the generated list calls -> their query parameters."""
 
 
 RequestHook = Callable[[str, str, int], None]
@@ -125,27 +150,50 @@ class KubeApi:
         namespace: str | None = None,
     ) -> None:
         self._client = api_client
-        self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
-        self._apps = client.AppsV1Api(api_client)
         self.namespace = namespace
         """Where the namespaced :class:`PoolResource` kinds are read."""
         self._on_request = on_request or (lambda verb, resource, code: None)
 
+    @functools.cached_property
+    def coordination(self) -> Any:
+        """``CoordinationV1Api``, for reading and writing this pod's Lease."""
+        return client.CoordinationV1Api(self._client)
+
     def close(self) -> None:
         self._client.close()
 
+    def _get_raw(self, path: str, **kwargs: Any) -> Any:
+        """GET ``path`` with a list call's keyword arguments; the raw urllib3 response.
+
+        What the generated ``list_*`` methods do with ``_preload_content=False``,
+        including raising :class:`ApiException` for an answer that is not 2xx.
+        """
+        timeout = kwargs.pop("_request_timeout")
+        kwargs.pop("_preload_content", None)
+        request = self._client.param_serialize(
+            "GET",
+            path,
+            query_params=[(_QUERY[key], value) for key, value in kwargs.items()],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
     def _lister(self, resource: AnyResource) -> Callable[..., Any]:
-        if resource is Resource.NODES:
-            return self._core.list_node
-        if isinstance(resource, PoolResource):
-            namespace = self.namespace
-            if namespace is None:
-                raise KubeError(f"{resource.value} are namespaced: the KubeApi has no namespace")
-            if resource is PoolResource.LEASES:
-                return lambda **kw: self.coordination.list_namespaced_lease(namespace, **kw)
-            return lambda **kw: self._apps.list_namespaced_stateful_set(namespace, **kw)
+        path = _BUILTIN_PATHS.get(resource)
+        if path is not None:
+            if isinstance(resource, PoolResource):
+                if self.namespace is None:
+                    raise KubeError(
+                        f"{resource.value} are namespaced: the KubeApi has no namespace"
+                    )
+                path = path.format(namespace=self.namespace)
+            return functools.partial(self._get_raw, path)
 
         def custom(**kwargs: Any) -> Any:
             return self._custom.list_cluster_custom_object(GROUP, VERSION, resource.value, **kwargs)
