@@ -14,6 +14,7 @@ and fail naming the variable. The subcommands' own flags use click's types.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -74,9 +75,17 @@ def cli(ctx: click.Context, /, **flags: str | None) -> None:
     if ctx.invoked_subcommand is not None:
         return
     settings = settings_from(flags)
+    # The metrics port opens before the heavy imports, so a probe is queued, not refused.
+    from agentpool.supervisor.httpserver import listen
+
+    listener: socket.socket | None
+    try:
+        listener = listen(settings.metrics_host, settings.metrics_port)
+    except OSError:
+        listener = None  # start-up binds again, and says why it cannot
     from agentpool.supervisor.main import run  # heavy imports only when running
 
-    sys.exit(run(settings))
+    sys.exit(run(settings, listener))
 
 
 @cli.command()

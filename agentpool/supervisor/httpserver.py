@@ -4,23 +4,82 @@
 is what a liveness probe should restart us for); ``/readyz`` answers 200 once
 the caches are synced and every one was confirmed fresh recently, and 503
 otherwise with a body that says which cache and why.
+
+Both take ``?wait=<duration>`` (``9s``, ``500ms``; at most :data:`MAX_WAIT_S`):
+a request that would answer 503 waits up to that long for the answer to turn
+200 first. The chart's startup probe asks ``/readyz?wait=`` a little less than
+its own timeout, so a normal start answers the kubelet's first probe with 200
+the moment the caches are synced, instead of failing probes until then. For
+the same reason the listening socket can be opened before the server exists
+(:func:`listen`, first thing at start-up): a probe that connects while the
+agent is still importing waits in the kernel's accept queue instead of being
+refused.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from agentpool.durations import parse_duration
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 10.0
 """A client that sends nothing (or reads nothing) for this long loses its connection,
 so stuck connections cannot pile up handler threads."""
+MAX_WAIT_S = 60.0
+"""The longest ``?wait=`` honoured: a held request costs a thread."""
+WAIT_POLL_S = 0.05
+"""How often a held request looks again (readiness is computed, not signalled)."""
+LISTEN_BACKLOG = 64
+"""Connections the kernel queues while start-up has not begun serving yet."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (all addresses for ''), as the server binds it.
+
+    Raises ``OSError`` (address in use, not permitted). Not inherited by children.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _wait_of(query: str) -> float:
+    """The ``wait`` query parameter in seconds, 0 when absent or unparseable."""
+    values = urllib.parse.parse_qs(query).get("wait")
+    if not values:
+        return 0.0
+    try:
+        return min(MAX_WAIT_S, max(0.0, parse_duration(values[-1])))
+    except ValueError:
+        return 0.0
+
+
+def _held(check: Callable[[], tuple[bool, str]], wait_s: float) -> tuple[bool, str]:
+    """``check()``, looked at again until it says ok or ``wait_s`` has passed."""
+    deadline = time.monotonic() + wait_s
+    ok, why = check()
+    while not ok and time.monotonic() < deadline:
+        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+        ok, why = check()
+    return ok, why
 
 Readiness = Callable[[], tuple[bool, str]]
 """Ready or not, and the body to answer with."""
@@ -37,11 +96,19 @@ class AgentHttpServer:
         on_scrape: Callable[[float], None] | None = None,
         render: Callable[[], bytes] | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        listener: socket.socket | None = None,
     ) -> None:
         """``render``, if given, writes part of ``/metrics`` directly (the workers' merged
         multiprocess files, see ``FastMultiProcessCollector.render``); ``registry`` the rest.
-        ``not_ready_reason``, if given, says why ``/readyz`` is 503 (None: no known reason)."""
+        ``listener``, if given, is the socket :func:`listen` opened (``host`` and ``port``
+        are then only its address); the server owns it from here on."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
         scrape_lock = threading.Lock()
+
+        def health() -> tuple[bool, str]:
+            ok = healthy()
+            return ok, "ok" if ok else "main loop stalled"
 
         class Handler(BaseHTTPRequestHandler):
             timeout = request_timeout_s
@@ -57,7 +124,7 @@ class AgentHttpServer:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 if path == "/metrics":
                     # Collectors keep per-scrape caches and are not thread safe.
                     with scrape_lock:
@@ -66,16 +133,20 @@ class AgentHttpServer:
                         if on_scrape is not None:
                             on_scrape(time.monotonic() - started)
                     self._send(200, body, CONTENT_TYPE_LATEST)
-                elif path == "/healthz":
-                    ok = healthy()
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"main loop stalled\n")
-                elif path == "/readyz":
-                    ok, why = ready()
+                elif path in ("/healthz", "/readyz"):
+                    ok, why = _held(health if path == "/healthz" else ready, _wait_of(query))
                     self._send(200 if ok else 503, why.encode() + b"\n")
                 else:
                     self._send(404, b"not found\n")
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        if listener is None:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        else:
+            self._server = ThreadingHTTPServer((host, port), Handler, bind_and_activate=False)
+            self._server.socket.close()
+            self._server.socket = listener
+            self._server.server_address = listener.getsockname()
+            self._server.server_name, self._server.server_port = host, listener.getsockname()[1]
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True

@@ -15,6 +15,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -147,9 +148,18 @@ class _Readiness:
         self.bound_s = bound_s
         self.waiting_for: Callable[[], str | None] = lambda: None
         """Why there are no informers yet (API discovery); None once they exist."""
+        self._first_sync_logged = False
 
     def synced(self) -> bool:
-        return self.waiting_for() is None and all(i.synced.is_set() for i in self.informers)
+        done = bool(self.informers) and self.waiting_for() is None and all(
+            i.synced.is_set() for i in self.informers
+        )
+        if done and not self._first_sync_logged:
+            self._first_sync_logged = True
+            started = seconds_since_start()
+            since = f" {started:.2f}s after the process started" if started is not None else ""
+            log.info("caches synced%s: ready", since)
+        return done
 
     def __call__(self) -> tuple[bool, str]:
         waiting = self.waiting_for()
@@ -169,11 +179,30 @@ class _Readiness:
         return (False, "not ready: " + "; ".join(problems)) if problems else (True, "ok")
 
 
-def run(settings: Settings) -> int:
+def seconds_since_start() -> float | None:
+    """How long ago this process was created (``/proc/self/stat``), None where unknown.
+
+    Measured against the boot-time clock, as the kernel counts a process's start, so it
+    includes the interpreter's own start-up and every import before this is called.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, after pid and comm
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def run(settings: Settings, listener: socket.socket | None = None) -> int:
+    """The agent until it stops; ``listener``: the metrics socket, if the caller opened it
+    already (``httpserver.listen``) so that probes are queued, not refused, meanwhile."""
     setup_logging(settings.log_format, settings.log_level)
     try:
         with contextlib.ExitStack() as stack:
-            return _run(settings, stack)
+            if listener is not None:
+                stack.callback(listener.close)  # harmless after the server closed it
+            return _run(settings, stack, listener)
     except StartupError as exc:
         print(f"agentpool: {exc}", file=sys.stderr)
         return EXIT_STARTUP
@@ -184,7 +213,9 @@ def run(settings: Settings) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
+def _run(
+    settings: Settings, stack: contextlib.ExitStack, listener: socket.socket | None
+) -> int:
     capacity = node_capacity(raise_fd_limit())
     if capacity < 1:
         raise StartupError(
@@ -264,7 +295,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     selector = ApiSelector(api, settings.joulie_api, on_selected)
     readiness.waiting_for = lambda: selector.problem
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack,
-                          elastic)
+                          elastic, listener)
     supervisor.install_signal_handlers()
     stack.callback(_stop_all, readiness.informers)
     services: list[_Service] = [server, collector, status, twin_status, hardware, selector]
@@ -306,6 +337,7 @@ def _http_server(
     capacity: int,
     stack: contextlib.ExitStack,
     elastic: ElasticPool | None = None,
+    listener: socket.socket | None = None,
 ) -> AgentHttpServer:
     # The workers' series are rendered straight to text (the bulk of a scrape at 1,000
     # workers); the supervisor's own series go through a registry.
@@ -332,6 +364,7 @@ def _http_server(
             readiness,
             on_scrape,
             render=workers_metrics.render,
+            listener=listener,
         )
     except OSError as exc:
         raise StartupError(f"cannot listen on METRICS_ADDR: {exc}") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import time
 
@@ -234,4 +235,18 @@ def test_the_soft_descriptor_limit_is_raised_to_the_hard_one() -> None:
         agent.wait_ready()
         wait_until(lambda: len(worker_pids(agent)) == 10, 30)
         assert psutil.Process(agent.pid).rlimit(psutil.RLIMIT_NOFILE) == (4096, 4096)
+        assert agent.terminate() == 0
+
+
+def test_start_up_says_how_long_the_process_took_to_be_ready() -> None:
+    # The time to ready the e2e suite reports for each pod comes from this line.
+    with SimCluster() as cluster:
+        cluster.add_node("worker-0")
+        launched = time.monotonic()
+        agent = cluster.start_agent({"AGENT_MODE": "daemonset", "NODE_NAME": "worker-0"})
+        agent.wait_ready()
+        pattern = re.compile(r"caches synced (\d+\.\d+)s after the process started: ready")
+        found = wait_until(lambda: pattern.search(agent.logs()), 20)
+        took = float(found[1])
+        assert 0 < took <= time.monotonic() - launched + 0.02  # /proc counts in 10 ms steps
         assert agent.terminate() == 0
