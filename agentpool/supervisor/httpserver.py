@@ -7,9 +7,9 @@ otherwise with a body that says which cache and why.
 
 Both take ``?wait=<duration>`` (``9s``, ``500ms``; at most :data:`MAX_WAIT_S`):
 a request that would answer 503 waits up to that long for the answer to turn
-200 first. The chart's startup probe asks ``/readyz?wait=`` a little less than
-its own timeout, so a normal start answers the kubelet's first probe with 200
-the moment the caches are synced, instead of failing probes until then. For
+200 first. The chart's readiness probe asks ``/readyz?wait=`` a second less
+than its own timeout, so on a normal start the kubelet's first readiness probe
+gets 200 the moment the caches are synced, instead of failing until then. For
 the same reason the listening socket can be opened before the server exists
 (:func:`listen`, first thing at start-up): a probe that connects while the
 agent is still importing waits in the kernel's accept queue instead of being

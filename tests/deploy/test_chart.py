@@ -265,6 +265,16 @@ def test_daemonset_environment(render: Render) -> None:
     assert not {"POD_NAME", "POOL_SHARDS", "POOL_NODE_SELECTOR"} & env.keys()
 
 
+def test_the_host_sys_path_is_a_value(render: Render) -> None:
+    ds = one(render({"agent": {"hostSysPath": "/var/lib/lab/sys"}}), "DaemonSet")
+    volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m for m in container(ds)["volumeMounts"]}
+    assert volumes[mounts["/host-sys"]["name"]]["hostPath"] == {
+        "path": "/var/lib/lab/sys", "type": "Directory"
+    }
+    assert env_of(ds)["SYSFS_ROOT"] == "/host-sys"  # the agent's view does not change
+
+
 def test_daemonset_mounts_host_sys_and_runs_privileged_as_root(render: Render) -> None:
     ds = one(render(), "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -477,8 +487,27 @@ def test_probes_and_metrics_port(render: Render, mode: str) -> None:
     workload = agent_workload(render({"agent": {"mode": mode}}))
     agent = container(workload)
     assert agent["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert agent["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # Held until ready for up to a second less than the kubelet waits for the answer.
+    readiness = agent["readinessProbe"]
+    assert readiness["httpGet"] == {"path": "/readyz?wait=4s", "port": "metrics"}
+    assert readiness["timeoutSeconds"] == 5
+    # The startup probe gates the others: none starts before the agent is serving.
+    assert agent["livenessProbe"]["initialDelaySeconds"] == 0
+    startup = agent["startupProbe"]
+    assert startup["initialDelaySeconds"] >= 2  # >= 1 s real: the kubelet counts whole seconds
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
+
+
+@BOTH_MODES
+def test_the_readiness_wait_follows_its_timeout(render: Render, mode: str) -> None:
+    values = {"mode": mode, "readinessProbe": {"timeoutSeconds": 1}}
+    agent = container(agent_workload(render({"agent": values})))
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz?wait=0s"
+    values = {"mode": mode, "readinessProbe": {"timeoutSeconds": 12}}
+    agent = container(agent_workload(render({"agent": values})))
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz?wait=11s"
 
 
 @BOTH_MODES
@@ -772,7 +801,7 @@ def test_dashboard_panels_use_the_datasource_variable() -> None:
 
 
 # Maps whose keys are documented in one row of the values table.
-DOCUMENTED_AS_A_WHOLE = {"env", "labels", "livenessProbe", "readinessProbe"}
+DOCUMENTED_AS_A_WHOLE = {"env", "labels", "startupProbe", "livenessProbe", "readinessProbe"}
 
 
 def leaf_keys(values: dict[str, Any], prefix: str = "") -> list[str]:
@@ -823,3 +852,20 @@ def test_no_http_credentials_by_default(render: Render) -> None:
     workload = agent_workload(render())
     assert not [k for k in env_of(workload) if k.startswith("HTTP_")]
     assert all("secret" not in v for v in workload["spec"]["template"]["spec"]["volumes"])
+
+
+# --- Kubernetes versions -------------------------------------------------------
+
+
+def test_the_kubernetes_floor_admits_the_oldest_tested_server(chart: Any) -> None:
+    # tests/e2e installs the chart on a real 1.20 server; a floor above it refuses that.
+    floor = re.fullmatch(r">=1\.(\d+)\.0-0", chart.metadata["kubeVersion"])
+    assert floor is not None
+    assert int(floor[1]) <= 20
+
+
+def test_the_autoscaler_api_follows_the_server(render: Render) -> None:
+    # Helm's offline render assumes a current server, which serves autoscaling/v2.
+    lease = {"mode": "pool", "pool": {"membership": "lease", "autoscaling": {"enabled": True}}}
+    hpa = one(render({"agent": lease}), "HorizontalPodAutoscaler")
+    assert hpa["apiVersion"] == "autoscaling/v2"

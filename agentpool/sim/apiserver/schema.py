@@ -10,7 +10,8 @@ because clients and people read those messages.
 The subset implemented is the one the chart's CRDs use: ``type`` (and
 ``nullable``), ``properties``, ``required``, ``additionalProperties``,
 ``items``, ``enum``, ``minimum``/``maximum`` (with ``exclusive*``),
-``minLength``/``maxLength``. Formats, patterns, CEL rules
+``minLength``/``maxLength``. Formats, patterns, ``anyOf`` (the
+TelemetryProfile's "nodeName when scope is node"), CEL rules
 (``x-kubernetes-validations``, which Kubernetes 1.20 ignores as well) and
 defaults are not checked. Nothing here imports agentpool's own parsers: this
 is an oracle for them.

@@ -159,6 +159,13 @@ ports:
   - name: metrics
     containerPort: {{ include "joulie.metricsPort" . }}
     protocol: TCP
+{{- with .Values.agent.startupProbe }}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 livenessProbe:
   httpGet:
     path: /healthz
@@ -166,7 +173,8 @@ livenessProbe:
   {{- toYaml .Values.agent.livenessProbe | nindent 2 }}
 readinessProbe:
   httpGet:
-    path: /readyz
+    # Held by the agent while not ready, answered within the probe's timeout.
+    path: {{ printf "/readyz?wait=%ds" (max 0 (sub (int .Values.agent.readinessProbe.timeoutSeconds) 1)) }}
     port: metrics
   {{- toYaml .Values.agent.readinessProbe | nindent 2 }}
 {{- with .Values.agent.resources }}
