@@ -176,6 +176,22 @@ def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
     )
 
 
+def target_problem(obj: Mapping[str, Any]) -> ProfileError | None:
+    """What is wrong with a TelemetryProfile's ``spec.target``, None when nothing is.
+
+    The CRD's schema refuses these on a server that validates it; this is the
+    same rule for objects it never checked (written before the schema had it,
+    or served by a CRD that lacks it), which would otherwise be ignored silently.
+    """
+    name = object_name(obj) or "?"
+    scope, node = target_of(obj)
+    if scope == "node" and not node:
+        return ProfileError(
+            TP, name, "spec.target.nodeName", "required when spec.target.scope is node"
+        )
+    return None
+
+
 def target_of(obj: Mapping[str, Any]) -> tuple[str, str | None]:
     """(scope, nodeName) of a TelemetryProfile, tolerant of junk (used for indexing)."""
     spec = obj.get("spec")

@@ -14,6 +14,7 @@ leave every node's inputs unchanged instead of waking its worker.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -24,9 +25,11 @@ from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.labels import parse_selector
 from agentpool.model import DEFAULT_HTTP_TIMEOUT_S, NodeInputs
-from agentpool.profiles import MAX_TIMEOUT_S, object_name, target_of
+from agentpool.profiles import MAX_TIMEOUT_S, object_name, target_of, target_problem
 from agentpool.sharding import owns
 from agentpool.supervisor import twinview
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_SLACK_S = 30.0
 """Added to the ticks a worker may legally spend silent."""
@@ -120,6 +123,8 @@ class ClusterView:
         """NodeTwin API: each node's labels, capacity and allocatable (for NodeHardware)."""
         self.elastic_running: set[str] | None = set() if settings.elastic.lease else None
         """Elastic pool: the nodes the handoff lets this pod run (None: static ownership)."""
+        self._misdirected: set[str] = set()
+        """TelemetryProfiles whose target names no node (warned about once each)."""
 
     def select(self, api: JoulieApi) -> None:
         self.api = api
@@ -169,6 +174,15 @@ class ClusterView:
             self.telemetry[name] = _trim(obj)
             if node := _tp_node(obj):
                 self._telemetry_by_node[node].add(name)
+            self._check_target(name, obj)
+
+    def _check_target(self, name: str, obj: dict[str, Any]) -> None:
+        problem = target_problem(obj)
+        if problem is None:
+            self._misdirected.discard(name)
+        elif name not in self._misdirected:
+            self._misdirected.add(name)
+            log.warning("%s; it targets no node and is ignored", problem)
 
     def _drop(self, resource: Resource, name: str) -> None:
         affected = self._affected(resource, name)
@@ -190,6 +204,8 @@ class ClusterView:
             self._drop(change.resource, name)
         if change.kind == "DELETED":
             self._store(change.resource).pop(name, None)
+            if change.resource is Resource.TELEMETRY_PROFILES:
+                self._misdirected.discard(name)
             if change.resource is Resource.NODES:
                 self.gpus.pop(name, None)
                 self.node_objects.pop(name, None)
@@ -212,6 +228,8 @@ class ClusterView:
             self._telemetry_by_node.clear()
         for obj in items:
             self._put(resource, obj)
+        if resource is Resource.TELEMETRY_PROFILES:
+            self._misdirected &= set(self.telemetry)
         for name in self._store(resource):
             affected |= self._affected(resource, name)
         return affected

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import pytest
 
 from agentpool.config import load_settings
 from agentpool.kube.api import Resource
@@ -146,3 +149,31 @@ def test_an_elastic_pool_runs_what_the_handoff_lets_it_among_the_selected_nodes(
     static.apply(Relisted(Resource.NODES, [node("a", **MANAGED)]))
     assert static.elastic_running is None
     assert static.owned() == {"a"}
+
+
+def test_a_node_scoped_profile_without_a_node_is_reported_once_and_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What the CRD schema refuses where it is validated, for objects it never checked.
+    view = pool_view()
+    view.apply(Relisted(Resource.NODES, [node("worker-0", **MANAGED)]))
+    bad = tp("tp-bad", "worker-0")
+    del bad["spec"]["target"]["nodeName"]
+    with caplog.at_level(logging.WARNING, logger="agentpool.supervisor.scope"):
+        view.apply(Relisted(Resource.TELEMETRY_PROFILES, [bad]))
+        view.apply(Change(Resource.TELEMETRY_PROFILES, "MODIFIED", bad))
+        view.apply(Relisted(Resource.TELEMETRY_PROFILES, [bad]))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == [
+        "TelemetryProfile 'tp-bad': spec.target.nodeName: required when spec.target.scope "
+        "is node; it targets no node and is ignored"
+    ]
+    assert view.inputs_for("worker-0").telemetry_profile is None
+    caplog.clear()
+    # Deleted, then made again: a new object, reported again; fixed: silence.
+    with caplog.at_level(logging.WARNING, logger="agentpool.supervisor.scope"):
+        view.apply(Change(Resource.TELEMETRY_PROFILES, "DELETED", bad))
+        view.apply(Change(Resource.TELEMETRY_PROFILES, "ADDED", bad))
+        view.apply(Change(Resource.TELEMETRY_PROFILES, "MODIFIED", tp("tp-bad", "worker-0")))
+    assert len(caplog.records) == 1
+    assert view.inputs_for("worker-0").telemetry_profile is not None
