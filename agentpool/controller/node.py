@@ -514,4 +514,27 @@ class NodeController:
         problems = self.cpufreq.restore() + self.rapl.restore() + self.gpu.restore()
         if not problems:
             self.originals.clear()
-        return problems
+        return problems + self._release_http_throttle_on_stop()
+
+    def _release_http_throttle_on_stop(self) -> list[str]:
+        """Take back a DVFS throttle this controller posted over HTTP (nobody else will).
+
+        Only at the endpoint it was posted to: when the TelemetryProfile now routes
+        elsewhere, that is said as a problem rather than guessed at.
+        """
+        if self._http_throttle is None or self._http_throttle[1] == 0:
+            return []
+        url = self._http_throttle[0]
+        try:
+            endpoint = self._routing().control_http
+        except ProfileError as exc:
+            return [f"releasing the HTTP throttle at {url}: {exc}"]
+        if endpoint is None or endpoint.url(self.node) != url:
+            return [f"releasing the HTTP throttle at {url}: the TelemetryProfile routes elsewhere"]
+        try:
+            http.post_control(endpoint, self.node, http.DVFS_ACTION, 0, 0, self.user_agent)
+        except HttpBackendError as exc:
+            return [f"releasing the HTTP throttle at {url}: {exc}"]
+        self._http_throttle = None
+        log.info("node %s: HTTP throttle released at %s", self.node, url)
+        return []

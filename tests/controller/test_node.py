@@ -21,7 +21,7 @@ from agentpool.config import DvfsControllerKind, DvfsSettings, Settings
 from agentpool.controller.node import NO_BACKEND, NodeController
 from agentpool.metrics import NodeMetrics
 from agentpool.model import Backend, NodeInputs, Result, TickResult
-from agentpool.sim.powermodel import DVFS_ACTION, RAPL_ACTION, NodeConfig, RequestKind
+from agentpool.sim.powermodel import DVFS_ACTION, RAPL_ACTION, FaultKind, NodeConfig, RequestKind
 from agentpool.sim.powersim import PowerSim
 from agentpool.sim.sysfs import (
     intel_2socket,
@@ -369,6 +369,50 @@ def test_http_control_mode_dvfs(tmp_path: Path, sim: PowerSim) -> None:
     assert sim.state(NODE).throttle_pct == 20.0
     assert h.metric("joulie_dvfs_actions_total", action="throttle_up") == 2.0
     assert h.metric("joulie_dvfs_throttle_pct") == 20.0
+
+
+@pytest.mark.parametrize("restore_on_exit", [True, False])
+def test_a_graceful_stop_releases_the_http_throttle(
+    tmp_path: Path, sim: PowerSim, restore_on_exit: bool
+) -> None:
+    # Nobody else would: a pool pod deleted with its nodes throttled left them so.
+    h = Harness(tmp_path, restore_on_exit=restore_on_exit)
+    h.set(
+        power_profile=npp(120),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="dvfs", telemetry=sim.telemetry_endpoint
+        ),
+    )
+    for i in range(3):
+        h.tick(20 if i else 0)
+    assert sim.state(NODE).throttle_pct == 10.0
+    sim.clear_requests()
+    assert h.controller.restore() == []
+    if restore_on_exit:
+        assert control_bodies(sim) == [(DVFS_ACTION, 0.0, 0)]
+        assert sim.state(NODE).throttle_pct == 0.0
+        assert h.controller.restore() == []  # released once
+        assert len(control_bodies(sim)) == 1
+    else:
+        assert control_bodies(sim) == []
+        assert sim.state(NODE).throttle_pct == 10.0
+
+
+def test_a_throttle_release_that_fails_is_reported(tmp_path: Path, sim: PowerSim) -> None:
+    h = Harness(tmp_path)
+    h.set(
+        power_profile=npp(120),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="dvfs", telemetry=sim.telemetry_endpoint
+        ),
+    )
+    for i in range(3):
+        h.tick(20 if i else 0)
+    sim.set_fault(NODE, FaultKind.SERVER_ERROR, status=503)
+    (problem,) = h.controller.restore()
+    assert problem.startswith(f"releasing the HTTP throttle at {sim.control_endpoint}".replace(
+        "{node}", NODE))
+    assert "503" in problem
 
 
 def test_adaptive_dvfs_settles_and_its_status_says_when_the_cap_is_not_held(
