@@ -4,11 +4,12 @@
 This module owns the HTTP side of the simulated Joulie power endpoints: the
 ``GET /telemetry/{node}`` and ``POST /control/{node}`` routes, the tell-it API
 tests use to steer nodes (load, control answers, faults), and the record of
-every request. Control takes the CPU actions of section 6 and
-``gpu.set_power_cap_watts`` of section 9 (GPUs per node: :mod:`agentpool.sim.gpumodel`).
-The Joulie simulator is a Go program and real RAPL/DVFS-capable
-servers cannot exist on a CI box, so this is their stand-in; the numbers come
-from :mod:`agentpool.sim.powermodel`.
+every request, which ``GET /requests`` also serves (JSON, oldest first; itself
+not recorded), so a test reaches a simulator running in a pod. Control takes
+the CPU actions of section 6 and ``gpu.set_power_cap_watts`` of section 9
+(GPUs per node: :mod:`agentpool.sim.gpumodel`). The Joulie simulator is a Go
+program and real RAPL/DVFS-capable servers cannot exist on a CI box, so this is
+their stand-in; the numbers come from :mod:`agentpool.sim.powermodel`.
 
 Threading: the app runs on the private loop of a
 :class:`~agentpool.sim.serving.BackgroundServer`; tests call the tell-it API
@@ -268,7 +269,25 @@ class PowerSim:
                 return RequestKind.CONTROL, parts[1]
         return RequestKind.OTHER, None
 
+    def _record_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "node": r.node,
+                "method": r.method,
+                "kind": r.kind.value,
+                "path": r.path,
+                "body": r.body,
+                "monotonic": r.monotonic,
+                "wall": r.wall,
+                "fault": r.fault.value if r.fault else None,
+                "userAgent": r.user_agent,
+            }
+            for r in self.requests()
+        ]
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/requests":
+            return web.json_response(self._record_json())
         kind, node = self._classify(request)
         body: Any = None
         if request.can_read_body:

@@ -429,3 +429,20 @@ def test_module_runs_as_a_server_until_terminated() -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_the_request_record_is_served_over_http(sim: PowerSim) -> None:
+    # How a test reads a simulator that runs in a pod (tests/e2e).
+    rapl(sim, "n1", 120)
+    telemetry(sim, "n2")
+    status, body, content_type = http(f"{sim.url}/requests")
+    assert (status, content_type) == (200, "application/json")
+    served = json.loads(body)
+    recorded = sim.requests()
+    assert [(r["node"], r["kind"], r["path"]) for r in served] == [
+        ("n1", "control", "/control/n1"), ("n2", "telemetry", "/telemetry/n2")
+    ]
+    assert served[0]["body"]["capWatts"] == 120
+    assert [r["monotonic"] for r in served] == [r.monotonic for r in recorded]
+    assert served[0]["userAgent"] == recorded[0].user_agent
+    assert len(sim.requests()) == 2  # reading the record is not recorded
