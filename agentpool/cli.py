@@ -13,6 +13,7 @@ and fail naming the variable. The subcommands' own flags use click's types.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -85,7 +86,13 @@ def cli(ctx: click.Context, /, **flags: str | None) -> None:
         listener = None  # start-up binds again, and says why it cannot
     from agentpool.supervisor.main import run  # heavy imports only when running
 
-    sys.exit(run(settings, listener))
+    code = run(settings, listener)
+    # Everything is stopped, only the metrics server still answers (see run). Tearing the
+    # interpreter down (the kubernetes client's modules) would take most of a second more.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @cli.command()

@@ -149,6 +149,9 @@ class _Readiness:
         self.waiting_for: Callable[[], str | None] = lambda: None
         """Why there are no informers yet (API discovery); None once they exist."""
         self._first_sync_logged = False
+        self.final: tuple[bool, str] | None = None
+        """The answer from the moment the agent stops its own caches until it exits: they
+        go stale because it stops them, which is no news to the kubelet probing it."""
 
     def synced(self) -> bool:
         done = bool(self.informers) and self.waiting_for() is None and all(
@@ -162,6 +165,8 @@ class _Readiness:
         return done
 
     def __call__(self) -> tuple[bool, str]:
+        if self.final is not None:
+            return self.final
         waiting = self.waiting_for()
         if waiting is not None:
             return False, f"not ready: {waiting}"
@@ -195,13 +200,17 @@ def seconds_since_start() -> float | None:
 
 
 def run(settings: Settings, listener: socket.socket | None = None) -> int:
-    """The agent until it stops; ``listener``: the metrics socket, if the caller opened it
-    already (``httpserver.listen``) so that probes are queued, not refused, meanwhile."""
+    """The agent until it stops; its exit status.
+
+    ``listener`` is the metrics socket when the caller opened it already
+    (``httpserver.listen``, so that probes are queued, not refused, meanwhile). Such a
+    caller is the process's entry point and exits as soon as this returns: the server
+    is then left answering, because the kubelet probes a container until it has exited
+    and closing the socket any earlier fails those probes.
+    """
     setup_logging(settings.log_format, settings.log_level)
     try:
         with contextlib.ExitStack() as stack:
-            if listener is not None:
-                stack.callback(listener.close)  # harmless after the server closed it
             return _run(settings, stack, listener)
     except StartupError as exc:
         print(f"agentpool: {exc}", file=sys.stderr)
@@ -226,6 +235,9 @@ def _run(
     metrics_dir, private = prepare_metrics_dir(settings.multiproc_dir)
     if private:
         stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
+    # The metrics server is stopped after everything but the directories (or not at all,
+    # see run): the kubelet probes a pod until its container exits.
+    serving = stack.enter_context(contextlib.ExitStack())
     files = NodeFiles(metrics_dir, _private_or(settings.state_dir, "agentpool-state-", stack))
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     fork_server = ForkServer()
@@ -294,11 +306,14 @@ def _run(
 
     selector = ApiSelector(api, settings.joulie_api, on_selected)
     readiness.waiting_for = lambda: selector.problem
-    server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack,
-                          elastic, listener)
+    server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity,
+                          serving, elastic, listener)
     supervisor.install_signal_handlers()
     stack.callback(_stop_all, readiness.informers)
-    services: list[_Service] = [server, collector, status, twin_status, hardware, selector]
+    server.start()
+    if listener is None:
+        serving.callback(server.stop)
+    services: list[_Service] = [collector, status, twin_status, hardware, selector]
     if elastic is not None and replicas_watch is not None:
         elastic.wake = supervisor.io.wake
         services += [elastic, replicas_watch]
@@ -307,6 +322,7 @@ def _run(
         stack.callback(component.stop)
     _log_start(settings, server.port, capacity)
     code = supervisor.run()
+    readiness.final = readiness()
     if elastic is not None:
         # After a clean stop every worker is gone: releasing lets the others take over now.
         elastic.release_on_stop = code == 0

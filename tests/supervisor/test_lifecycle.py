@@ -250,3 +250,32 @@ def test_start_up_says_how_long_the_process_took_to_be_ready() -> None:
         took = float(found[1])
         assert 0 < took <= time.monotonic() - launched + 0.02  # /proc counts in 10 ms steps
         assert agent.terminate() == 0
+
+
+def test_probes_are_answered_ok_until_the_process_exits() -> None:
+    # The kubelet probes a terminating pod until its container exits: a refused or 503
+    # probe while the agent stops is a failed probe in every rolling update. Only a probe
+    # caught by the exit itself (the kernel closing the socket) may fail.
+    with SimCluster() as cluster:
+        cluster.add_node("worker-0")
+        agent = cluster.start_agent({"AGENT_MODE": "daemonset", "NODE_NAME": "worker-0"})
+        agent.wait_ready()
+        wait_until(lambda: cluster.status("worker-0").get("result"), 20)
+        failures: list[tuple[float, str]] = []
+        answered = 0
+        agent.process.send_signal(signal.SIGTERM)
+        while agent.process.poll() is None:
+            for path in ("/readyz", "/healthz"):
+                try:
+                    code, body = agent.get(path, timeout=5)
+                    problem = None if code == 200 else f"{path}: {code} {body.strip()}"
+                except OSError as exc:
+                    problem = f"{path}: {exc}"
+                if problem is None:
+                    answered += 1
+                else:
+                    failures.append((time.monotonic(), problem))
+        exited = time.monotonic()
+        assert agent.terminate() == 0
+        assert [problem for at, problem in failures if at < exited - 0.25] == []
+        assert answered > 0
