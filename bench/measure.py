@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
-from agentpool.sim.sysfs import build_nodes, intel_2socket
+from agentpool.sim.sysfs.trees import build_nodes, intel_2socket
 
 MIB = 1024 * 1024
 

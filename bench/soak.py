@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
-from agentpool.sim.sysfs import SysfsTree, build_nodes, read_int
+from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, read_int
 
 MANAGED = "joulie.io/managed"
 

@@ -360,7 +360,7 @@ def test_the_schema_and_the_parser_agree_on_http_timeouts(path: str, timeout: fl
     # The heartbeat is derived from the longest timeout the parser accepts; the CRD
     # must not admit longer ones (nor refuse ones the parser takes).
     from agentpool.errors import ProfileError
-    from agentpool.profiles import parse_telemetry_profile
+    from agentpool.spec.parse import parse_telemetry_profile
 
     sample = changed(GOOD_TP, f"{path}.timeoutSeconds", timeout)
     try:

@@ -10,8 +10,8 @@ import time
 import psutil
 
 from agentpool.sim.cluster import SimCluster, wait_until
-from agentpool.sim.sysfs import read_int
-from agentpool.supervisor.worker_process import EXIT_CRASH
+from agentpool.sim.sysfs.trees import read_int
+from agentpool.worker.main import EXIT_CRASH
 
 from .agents import alive, all_read, host_cluster, pl1_files, restarts, worker_pids
 

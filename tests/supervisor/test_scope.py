@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentpool.config import load_settings
+from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
-from agentpool.sharding import shard_of
+from agentpool.pool.assignment import shard_of
 from agentpool.supervisor.scope import ClusterView
 
 
