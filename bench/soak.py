@@ -35,6 +35,7 @@ import psutil
 
 from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
 from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, read_int
+from agentpool.supervisor.forkclient import SERVER_MODULE
 
 MANAGED = "joulie.io/managed"
 
@@ -70,7 +71,7 @@ def worker_processes(agent: AgentProcess) -> list[psutil.Process]:
     """Workers are the fork server's children; the fork server is the supervisor's child."""
     try:
         supervisor = psutil.Process(agent.pid)
-        servers = [c for c in supervisor.children() if "forkserver" in " ".join(c.cmdline())]
+        servers = [c for c in supervisor.children() if SERVER_MODULE in " ".join(c.cmdline())]
     except psutil.Error:
         return []
     workers: list[psutil.Process] = []
