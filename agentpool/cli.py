@@ -23,9 +23,9 @@ from typing import Any, NoReturn
 import click
 
 from agentpool import __version__
-from agentpool.config import OPTIONS, Settings, duration, load_settings, option
+from agentpool.config.settings import OPTIONS, Settings, duration, load_settings, option
 from agentpool.errors import ConfigError
-from agentpool.sharding import Assignment, member_order, owner_of, shard_of
+from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
 
 CONFIG_EXIT = 2
 
@@ -288,7 +288,7 @@ def demo(
 )
 def inspect(sysfs_root: Path | None, cap: float | None, pct: float | None) -> None:
     """Print what the agent finds on this node and what it would do with a cap; writes nothing."""
-    from agentpool.inspect import report
+    from agentpool.hardware.report import report
 
     if sysfs_root is None:
         configured = os.environ.get("SYSFS_ROOT", "").strip()

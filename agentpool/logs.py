@@ -8,7 +8,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
-from agentpool.config import LogFormat
+from agentpool.config.settings import LogFormat
 
 
 class JsonFormatter(logging.Formatter):

@@ -36,8 +36,8 @@ from pathlib import Path
 from measure import machine
 from plants import CURVES, Curve, Node
 
-from agentpool.config import DvfsControllerKind, DvfsSettings
-from agentpool.controller.throttle import make_controller
+from agentpool.config.settings import DvfsControllerKind, DvfsSettings
+from agentpool.controller.dvfs.throttle import make_controller
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERVAL_S = 20.0

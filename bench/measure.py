@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 
 from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
-from agentpool.sim.sysfs import build_nodes, intel_2socket
+from agentpool.sim.sysfs.trees import build_nodes, intel_2socket
+from agentpool.supervisor.forkclient import SERVER_MODULE
 
 MIB = 1024 * 1024
 
@@ -65,7 +66,7 @@ def process_tree(pid: int) -> Tree:
     fork_server: psutil.Process | None = None
     helpers: list[psutil.Process] = []
     for child in supervisor.children():
-        if "forkserver" in _cmdline(child):
+        if SERVER_MODULE in _cmdline(child):
             fork_server = child
         else:
             helpers.append(child)

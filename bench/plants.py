@@ -9,7 +9,7 @@ maximum frequency::
 fixtures). Three curves, none of them fitted to either controller:
 
 - ``simulator``: the power simulator's own model
-  (:class:`agentpool.sim.powermodel.NodeModel`, documented there), used as is;
+  (:class:`agentpool.sim.power.model.NodeModel`, documented there), used as is;
 - ``steep``: ``P = 40 + load * 210 * f**2.5``. CMOS dynamic power is
   ``C * V**2 * f`` and over the DVFS range V rises roughly linearly with f,
   which gives up to f**3; 2.5 stands for a compute-bound load on a part whose
@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentpool.sim.powermodel import NodeConfig, NodeModel
+from agentpool.sim.power.model import NodeConfig, NodeModel
 
 F_MIN = 1.5 / 3.5
 SUBSTEPS = 20

@@ -291,7 +291,7 @@ def step_scrapes(agent: AgentProcess, run: Run, opts: Options, metrics_dir: str)
 
 
 def _series_keys(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
-    # A NaN gauge is a tombstone (agentpool.metrics): the agent leaves it out, the stock
+    # A NaN gauge is a tombstone (agentpool.controller.metrics): the agent leaves it out, the stock
     # collector prints it as NaN; neither is a series a user sees.
     return {
         (sample.name, tuple(sorted(sample.labels.items())))

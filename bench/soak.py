@@ -34,7 +34,8 @@ from typing import Any
 import psutil
 
 from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
-from agentpool.sim.sysfs import SysfsTree, build_nodes, read_int
+from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, read_int
+from agentpool.supervisor.forkclient import SERVER_MODULE
 
 MANAGED = "joulie.io/managed"
 
@@ -66,11 +67,21 @@ class Report:
         return not (self.lost or self.duplicated or self.drifted) and bounded
 
 
+def limit_is(path: Path, want: int) -> bool:
+    """Whether a simulated PL1 file holds ``want``. The agent writes it as the kernel's
+    sysfs takes it (truncate, then write), which a plain file in the simulated tree
+    shows a reader in between as empty: that is "not yet", not an error."""
+    try:
+        return read_int(path) == want
+    except ValueError:
+        return False
+
+
 def worker_processes(agent: AgentProcess) -> list[psutil.Process]:
     """Workers are the fork server's children; the fork server is the supervisor's child."""
     try:
         supervisor = psutil.Process(agent.pid)
-        servers = [c for c in supervisor.children() if "forkserver" in " ".join(c.cmdline())]
+        servers = [c for c in supervisor.children() if SERVER_MODULE in " ".join(c.cmdline())]
     except psutil.Error:
         return []
     workers: list[psutil.Process] = []
@@ -212,7 +223,7 @@ class Soak:
             if name in self.host_names:
                 tree = self.trees[name]
                 want = int(self.caps[name] / len(tree.packages) * 1_000_000)
-                return all(read_int(z.pl1.limit_file) == want for z in tree.packages if z.pl1)
+                return all(limit_is(z.pl1.limit_file, want) for z in tree.packages if z.pl1)
             requests = cluster.power.requests(node=name, kind="control")
             caps = [r.body.get("capWatts") for r in requests if isinstance(r.body, dict)]
             return bool(caps) and caps[-1] == self.caps[name]

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, values
 
-from agentpool.config import DvfsSettings, Settings
+from agentpool.config.settings import DvfsSettings, Settings
+from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
-from agentpool.metrics import NodeMetrics
-from agentpool.sim.sysfs import build_nodes, intel_2socket
-from agentpool.supervisor.warmup import canned_server, node_inputs
+from agentpool.sim.sysfs.trees import build_nodes, intel_2socket
+from agentpool.worker.forking.warmup import canned_server, node_inputs
 
 
 def measure(backend: str, ticks: int, warm: int, top: int) -> str:

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentpool.backends.http import close_connections
+from agentpool.backends.httpclient import close_connections
 from tests.sim.fixtures import api_emulator, backend, envtest_server, kube_api
 
 __all__ = ["api_emulator", "backend", "envtest_server", "kube_api"]

@@ -2,7 +2,7 @@
 
 The expectations are written out by hand, from the Kubernetes selector
 semantics, so neither implementation is the oracle of the other:
-``tests/test_labels.py`` runs them against :mod:`agentpool.labels`, and
+``tests/spec/test_selectors.py`` runs them against :mod:`agentpool.spec.selectors`, and
 ``tests/sim/test_selectors.py`` against the emulator through the real
 kubernetes client (``list_node(label_selector=...)``).
 """

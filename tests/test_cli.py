@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentpool.cli import cli
-from agentpool.config import OPTIONS
-from tests.test_config import ERRORS
+from agentpool.config.settings import OPTIONS
+from tests.config.test_settings import ERRORS
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ Control: ``POST`` ``{"node", "action": "gpu.set_power_cap_watts",
 ``message`` and ``state`` (``gpuCapWattsPerGpuApplied``,
 ``gpuCapWattsPerGpuTarget``), honoured like the CPU answers. Telemetry: the
 ``gpu`` object of the telemetry document. Transport, size limits and error
-wrapping are those of :mod:`agentpool.backends.http`.
+wrapping are those of :mod:`agentpool.backends.httpclient`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from agentpool.backends.http import (
+from agentpool.backends.httpclient import (
     _GET_HEADERS,
     _POST_HEADERS,
     DEFAULT_USER_AGENT,
@@ -26,7 +26,7 @@ from agentpool.backends.http import (
     parse_answer,
 )
 from agentpool.errors import HttpBackendError
-from agentpool.model import HttpEndpoint
+from agentpool.spec.values import HttpEndpoint
 
 GPU_ACTION = "gpu.set_power_cap_watts"
 

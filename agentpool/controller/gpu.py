@@ -20,22 +20,22 @@ import socket
 from typing import Any
 
 from agentpool.backends import gpu_http
-from agentpool.backends.amdsmi import AmdSmiGpus
-from agentpool.backends.gpu_host import (
+from agentpool.backends.gpu.amdsmi import AmdSmiGpus
+from agentpool.backends.gpu.host import (
     DeviceOutcome,
     HostGpus,
     journal_key,
     journal_owner,
     journaled,
 )
-from agentpool.backends.http import user_agent
-from agentpool.backends.nvml import NvmlGpus
-from agentpool.backends.sysfsio import Originals
-from agentpool.config import AgentMode, Settings
+from agentpool.backends.gpu.nvml import NvmlGpus
+from agentpool.backends.httpclient import user_agent
+from agentpool.backends.sysfs.files import Originals
+from agentpool.config.settings import AgentMode, Settings
+from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
-from agentpool.gpu_discovery import GpuFacts, discover_gpus
-from agentpool.gpu_metrics import ALL_DEVICES, GpuMetrics
-from agentpool.gpu_model import (
+from agentpool.hardware.gpus import GpuFacts, discover_gpus
+from agentpool.spec.gpu import (
     DeviceLimits,
     GpuBackend,
     GpuCap,
@@ -43,9 +43,16 @@ from agentpool.gpu_model import (
     parse_gpu_cap,
     resolve_cap,
 )
-from agentpool.gpu_profiles import GpuControlMode, GpuRouting, parse_gpu_routing
-from agentpool.model import ControlType, Hardware, HttpEndpoint, NodeInputs, Result, SourceType
-from agentpool.profiles import NT, object_name, parse_power_profile
+from agentpool.spec.gpu_parse import GpuControlMode, GpuRouting, parse_gpu_routing
+from agentpool.spec.parse import NT, object_name, parse_power_profile
+from agentpool.spec.values import (
+    ControlType,
+    Hardware,
+    HttpEndpoint,
+    NodeInputs,
+    Result,
+    SourceType,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +108,7 @@ class GpuController:
         self, cap: GpuCap | None, routing: GpuRouting, inputs: NodeInputs, hardware: Hardware
     ) -> GpuTickResult | None:
         """Enforce an already parsed cap: the part both APIs share (a NodeTwin's
-        ``spec.gpu.powerCap`` parses with :func:`~agentpool.gpu_model.parse_gpu_cap`)."""
+        ``spec.gpu.powerCap`` parses with :func:`~agentpool.spec.gpu.parse_gpu_cap`)."""
         if cap is None:
             if not self._active:
                 self.metrics.set_backend(None)

@@ -8,8 +8,8 @@ live in one place.
 
 from __future__ import annotations
 
-from agentpool.model import NodeInputs, PowerPolicy, Routing
-from agentpool.profiles import NT
+from agentpool.spec.parse import NT
+from agentpool.spec.values import NodeInputs, PowerPolicy, Routing
 
 
 def control_setting(routing: Routing) -> str:

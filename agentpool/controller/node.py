@@ -16,22 +16,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentpool.backends import http
-from agentpool.backends.cpufreq import CpufreqHost
-from agentpool.backends.http import ControlAnswer
-from agentpool.backends.rapl import EnergyMeter, EnergySample, PackageZones, RaplHost
-from agentpool.backends.sysfsio import Originals
-from agentpool.config import Settings, StaleAction
+from agentpool.backends import httpclient
+from agentpool.backends.httpclient import ControlAnswer
+from agentpool.backends.sysfs.cpufreq import CpufreqHost
+from agentpool.backends.sysfs.files import Originals
+from agentpool.backends.sysfs.rapl import EnergyMeter, EnergySample, PackageZones, RaplHost
+from agentpool.config.settings import Settings, StaleAction
 from agentpool.controller import percent, stale
+from agentpool.controller.dvfs.throttle import make_controller
 from agentpool.controller.gpu import GpuController
+from agentpool.controller.gpu_metrics import GpuMetrics
 from agentpool.controller.messages import control_setting, no_control, why_none
-from agentpool.controller.throttle import make_controller
+from agentpool.controller.metrics import NodeMetrics
 from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
-from agentpool.gpu_metrics import GpuMetrics
-from agentpool.gpu_model import GpuBackend, GpuTickResult
-from agentpool.hardware import discover
-from agentpool.metrics import NodeMetrics
-from agentpool.model import (
+from agentpool.hardware.labels import discover
+from agentpool.spec.gpu import GpuBackend, GpuTickResult
+from agentpool.spec.parse import NT, parse_power_profile, parse_telemetry_profile
+from agentpool.spec.values import (
     Backend,
     ControlMode,
     ControlType,
@@ -44,7 +45,6 @@ from agentpool.model import (
     SourceType,
     TickResult,
 )
-from agentpool.profiles import NT, parse_power_profile, parse_telemetry_profile
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class NodeController:
         self.settings = settings
         self.node = node
         self.metrics = metrics
-        http.configure(settings.http_auth)
+        httpclient.configure(settings.http_auth)
         self.clock = clock
         root = Path(settings.sysfs_root_for(node))
         self.originals = originals or Originals()
@@ -77,7 +77,7 @@ class NodeController:
         self.inputs = NodeInputs(node)
         self.hardware: Hardware | None = None
         # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
-        self.user_agent = http.user_agent(
+        self.user_agent = httpclient.user_agent(
             settings.pod_name or socket.gethostname(), settings.pool_shard_id
         )
         self._http_throttle: tuple[str, int] | None = None
@@ -274,8 +274,8 @@ class NodeController:
         self.metrics.set_dvfs(None, None, throttle, 0, 0)
         if routing.control is ControlType.HTTP:
             assert routing.control_http is not None
-            answer = http.post_control(
-                routing.control_http, self.node, http.DVFS_ACTION, 0.0, throttle
+            answer = httpclient.post_control(
+                routing.control_http, self.node, httpclient.DVFS_ACTION, 0.0, throttle
             )
             self._http_throttle = (routing.control_http.url(self.node), throttle)
             if answer.result is not Result.APPLIED:
@@ -326,7 +326,7 @@ class NodeController:
         assert endpoint is not None
         reason = "HTTP control mode is dvfs"
         if routing.mode is not ControlMode.DVFS:
-            answer = self._post_control(endpoint, http.RAPL_ACTION, cap, -1, observed)
+            answer = self._post_control(endpoint, httpclient.RAPL_ACTION, cap, -1, observed)
             if answer.result is Result.APPLIED:
                 self._release_http_throttle(cap)
                 self.dvfs.reset()
@@ -346,7 +346,7 @@ class NodeController:
         throttle_pct: int,
         observed: dict[str, Any],
     ) -> ControlAnswer:
-        answer = http.post_control(
+        answer = httpclient.post_control(
             endpoint, self.node, action, cap, throttle_pct, self.user_agent
         )
         if answer.state:
@@ -360,8 +360,8 @@ class NodeController:
         endpoint_url = self._http_throttle[0]
         routing = self._routing()
         if routing.control_http is not None and routing.control_http.url(self.node) == endpoint_url:
-            http.post_control(
-                routing.control_http, self.node, http.DVFS_ACTION, cap, 0, self.user_agent
+            httpclient.post_control(
+                routing.control_http, self.node, httpclient.DVFS_ACTION, cap, 0, self.user_agent
             )
         self._http_throttle = None
 
@@ -411,7 +411,7 @@ class NodeController:
     def _read_power(self, routing: Routing, sample: EnergySample | None) -> float | None:
         if routing.source is SourceType.HTTP:
             assert routing.source_http is not None
-            return http.read_package_power(routing.source_http, self.node, self.user_agent)
+            return httpclient.read_package_power(routing.source_http, self.node, self.user_agent)
         if routing.source is SourceType.HOST:
             if sample is None:
                 sample = self.meter.sample(self.clock())
@@ -452,7 +452,7 @@ class NodeController:
         if routing.control is ControlType.HTTP:
             assert routing.control_http is not None
             answer = self._post_control(
-                routing.control_http, http.DVFS_ACTION, cap, state.throttle_pct, observed
+                routing.control_http, httpclient.DVFS_ACTION, cap, state.throttle_pct, observed
             )
             self._http_throttle = (routing.control_http.url(self.node), state.throttle_pct)
             result, message = answer.result, answer.message
@@ -532,7 +532,9 @@ class NodeController:
         if endpoint is None or endpoint.url(self.node) != url:
             return [f"releasing the HTTP throttle at {url}: the TelemetryProfile routes elsewhere"]
         try:
-            http.post_control(endpoint, self.node, http.DVFS_ACTION, 0, 0, self.user_agent)
+            httpclient.post_control(
+                endpoint, self.node, httpclient.DVFS_ACTION, 0, 0, self.user_agent
+            )
         except HttpBackendError as exc:
             return [f"releasing the HTTP throttle at {url}: {exc}"]
         self._http_throttle = None

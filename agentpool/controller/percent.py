@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from agentpool.backends import http
-from agentpool.backends.rapl import PackageZone
-from agentpool.backends.sysfsio import try_read_int
+from agentpool.backends import httpclient
+from agentpool.backends.sysfs.files import try_read_int
+from agentpool.backends.sysfs.rapl import PackageZone
 from agentpool.errors import HttpBackendError
-from agentpool.model import HttpEndpoint
+from agentpool.spec.values import HttpEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def describe(pct: float, maximum: Maximum) -> tuple[float | None, str]:
 class TelemetryMaximum:
     """The CPU maximum a node's telemetry reports, asked until known (it does not change)."""
 
-    def __init__(self, node: str, agent: str = http.DEFAULT_USER_AGENT) -> None:
+    def __init__(self, node: str, agent: str = httpclient.DEFAULT_USER_AGENT) -> None:
         self._node = node
         self._agent = agent
         self._watts: float | None = None
@@ -101,7 +101,7 @@ class TelemetryMaximum:
     def from_telemetry(self, endpoint: HttpEndpoint | None) -> float | None:
         if self._watts is None and endpoint is not None:
             try:
-                self._watts = http.read_cpu_maximum(endpoint, self._node, self._agent)
+                self._watts = httpclient.read_cpu_maximum(endpoint, self._node, self._agent)
             except HttpBackendError as exc:
                 log.debug("node %s: no CPU maximum from telemetry: %s", self._node, exc)
         return self._watts

@@ -9,12 +9,12 @@ says so again once when the API confirms the desired state.
 
 from __future__ import annotations
 
-from agentpool.backends import http
-from agentpool.backends.cpufreq import CpufreqHost
-from agentpool.backends.rapl import RaplHost
+from agentpool.backends import httpclient
+from agentpool.backends.sysfs.cpufreq import CpufreqHost
+from agentpool.backends.sysfs.rapl import RaplHost
 from agentpool.durations import format_duration
 from agentpool.errors import HttpBackendError
-from agentpool.model import Backend, HttpEndpoint, Result, TickResult
+from agentpool.spec.values import Backend, HttpEndpoint, Result, TickResult
 
 
 def why(timeout_s: float) -> str:
@@ -52,7 +52,7 @@ def relax(
     problems = cpufreq.restore() + rapl.restore()
     if throttled_endpoint is not None:
         try:
-            http.post_control(throttled_endpoint, node, http.DVFS_ACTION, 0, 0)
+            httpclient.post_control(throttled_endpoint, node, httpclient.DVFS_ACTION, 0, 0)
         except HttpBackendError as exc:
             problems.append(f"releasing the HTTP throttle: {exc}")
     if problems:

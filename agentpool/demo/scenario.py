@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from agentpool.durations import format_duration
 from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.gpumodel import GpuConfig
-from agentpool.sim.powermodel import RAPL_ACTION
+from agentpool.sim.power.gpu import GpuConfig
+from agentpool.sim.power.model import RAPL_ACTION
 
 MANAGED_PREFIX = "kwok-node-"
 UNMANAGED_PREFIX = "kwok-spare-"

@@ -1,6 +1,6 @@
 """The elastic pool's Kubernetes I/O: this pod's Lease, the pool's Leases, the StatefulSet.
 
-Owns the wire format of what :mod:`agentpool.membership` means (README:
+Owns the wire format of what :mod:`agentpool.pool.membership` means (README:
 elastic pool): each pool pod holds a ``coordination.k8s.io/v1`` Lease named
 after itself in its namespace, labelled ``agentpool.joulie.io/pool=<pool>``,
 with ``spec.holderIdentity`` = the pod, ``spec.leaseDurationSeconds``,
@@ -24,7 +24,7 @@ from typing import Any
 
 from agentpool.errors import KubeError
 from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, json_body
-from agentpool.membership import (
+from agentpool.pool.membership import (
     ANNOTATION_CLAIMS,
     ANNOTATION_VIEW,
     LABEL_POOL,

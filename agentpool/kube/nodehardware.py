@@ -6,7 +6,7 @@ change. Here the supervisor *offers* a node's inputs (labels, capacity,
 allocatable, whether it is under host control) whenever they may have
 changed, and a thread (1) creates the object if this process has not seen it
 (an existing one, 409, is fine), (2) discovers the content (sysfs reads for
-host-controlled nodes, see :mod:`agentpool.hardware_discovery`), and (3)
+host-controlled nodes, see :mod:`agentpool.hardware.host`), and (3)
 merge-patches ``status`` through the subresource only when the content
 differs from what it last wrote. Keys that disappeared are nulled in the
 patch so they go away. A rediscovery pass every :data:`REDISCOVER_S` picks up
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentpool.errors import KubeError
-from agentpool.hardware_discovery import discover_host, nodehardware_status
+from agentpool.hardware.host import discover_host, nodehardware_status
 from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.nodetwin import object_name
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from agentpool.model import TickResult
+from agentpool.spec.values import TickResult
 
 CONTROL_KEYS = ("backend", "result", "message", "updatedAt")
 

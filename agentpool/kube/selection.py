@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentpool.config import JoulieApi
+from agentpool.config.settings import JoulieApi
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource
 

@@ -34,10 +34,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentpool.errors import KubeError, KubeTemporaryError
-from agentpool.gpu_model import gpu_status
 from agentpool.kube.api import KubeApi, Resource
-from agentpool.model import TickResult
 from agentpool.retrying import exponential_delay
+from agentpool.spec.gpu import gpu_status
+from agentpool.spec.values import TickResult
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.model import DEFAULT_HTTP_TIMEOUT_S
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import ADMIN, EnvtestServer
 from agentpool.sim.polling import wait_until
-from agentpool.sim.powersim import PowerSim
+from agentpool.sim.power.server import PowerSim
+from agentpool.spec.values import DEFAULT_HTTP_TIMEOUT_S
 
 MANAGED = "joulie.io/managed"
 KINDS = ("telemetryprofiles", "nodepowerprofiles", "nodetwins", "nodehardwares", "nodes")

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.sharding import Assignment, owner_of
+from agentpool.pool.assignment import Assignment, owner_of
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import AgentProcess, SimCluster
-from agentpool.sim.powermodel import RecordedRequest
+from agentpool.sim.power.model import RecordedRequest
 
 _AGENT = re.compile(r"^agentpool/\S+ \((?P<pod>[^,]+), shard \d+\)$")
 

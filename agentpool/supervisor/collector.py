@@ -14,7 +14,7 @@ cached across scrapes:
   ``mark_process_dead``) has a new inode and is reopened; a deleted one is
   closed.
 
-A gauge sample whose value is NaN is a tombstone (see :mod:`agentpool.metrics`)
+A gauge sample whose value is NaN is a tombstone (see :mod:`agentpool.controller.metrics`)
 and is dropped. The files are read without locks, like the stock collector:
 a writer appends the entry before bumping ``used``, so a reader sees either
 the old or the new length.

@@ -1,6 +1,6 @@
 """The supervisor's side of the lean fork server: start it, ask it for workers, stop it.
 
-The server (:mod:`agentpool.supervisor.forkserver`) is a separate, fresh
+The server (:mod:`agentpool.worker.forking.server`) is a separate, fresh
 interpreter started with ``subprocess``, so it inherits none of the
 supervisor's threads, sockets, locks or imported modules. It is started
 again, lazily, at the next spawn after it died; the workers it had exit on
@@ -18,12 +18,12 @@ import subprocess
 import sys
 import threading
 
-from agentpool.config import Settings
-from agentpool.model import NodeInputs
-from agentpool.supervisor.forkwire import HEADER, REPLY, STATUS, recv_exact
+from agentpool.config.settings import Settings
+from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.orphans import spare_pids
+from agentpool.worker.forking.wire import HEADER, REPLY, STATUS, recv_exact
 
-SERVER_MODULE = "agentpool.supervisor.forkserver"
+SERVER_MODULE = "agentpool.worker.forking.server"
 LOST_EXIT_CODE = 255
 """The exit code reported for a worker whose fork server died before it did (as
 multiprocessing's fork server reports it)."""

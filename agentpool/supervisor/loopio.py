@@ -21,8 +21,8 @@ import os
 import selectors
 import signal
 
-from agentpool.supervisor.protocol import frame, send_nowait
-from agentpool.supervisor.worker_handles import WorkerHandle
+from agentpool.supervisor.handles import WorkerHandle
+from agentpool.worker.protocol import frame, send_nowait
 
 READ = selectors.EVENT_READ
 READ_WRITE = selectors.EVENT_READ | selectors.EVENT_WRITE

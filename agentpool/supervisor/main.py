@@ -25,8 +25,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from agentpool.config import AgentMode, Settings
-from agentpool.elastic import ElasticPool, grace_for
+from agentpool.config.settings import AgentMode, Settings
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Informer
@@ -37,14 +36,15 @@ from agentpool.kube.selection import ApiSelector, Selection
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
+from agentpool.supervisor.elastic import ElasticPool, grace_for
 from agentpool.supervisor.forkclient import ForkServer
+from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
-from agentpool.supervisor.nodefiles import NodeFiles
+from agentpool.supervisor.loop import Supervisor
 from agentpool.supervisor.orphans import stop_helpers
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
-from agentpool.supervisor.supervisor import Supervisor
-from agentpool.supervisor.worker_handles import ForkServerLauncher
+from agentpool.worker.nodefiles import NodeFiles
 
 log = logging.getLogger(__name__)
 

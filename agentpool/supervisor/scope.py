@@ -19,14 +19,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from agentpool.config import AgentMode, JoulieApi, Settings
-from agentpool.gpu_discovery import gpu_allocatable
+from agentpool.config.settings import AgentMode, JoulieApi, Settings
+from agentpool.hardware.gpus import gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
-from agentpool.labels import parse_selector
-from agentpool.model import DEFAULT_HTTP_TIMEOUT_S, NodeInputs
-from agentpool.profiles import MAX_TIMEOUT_S, object_name, target_of, target_problem
-from agentpool.sharding import owns
+from agentpool.pool.assignment import owns
+from agentpool.spec.parse import MAX_TIMEOUT_S, object_name, target_of, target_problem
+from agentpool.spec.selectors import parse_selector
+from agentpool.spec.values import DEFAULT_HTTP_TIMEOUT_S, NodeInputs
 from agentpool.supervisor import twinview
 
 log = logging.getLogger(__name__)

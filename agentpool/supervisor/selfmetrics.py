@@ -21,7 +21,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from agentpool.supervisor.worker_handles import WorkerState
+from agentpool.supervisor.handles import WorkerState
 
 
 @dataclass(frozen=True)

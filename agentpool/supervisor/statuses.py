@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from agentpool.config import Settings
-from agentpool.gpu_model import GpuBackend, GpuTickResult
-from agentpool.model import Backend, Result, TickResult
+from agentpool.config.settings import Settings
+from agentpool.spec.gpu import GpuBackend, GpuTickResult
+from agentpool.spec.values import Backend, Result, TickResult
 
 
 class StatusSink(Protocol):

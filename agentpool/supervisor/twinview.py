@@ -18,13 +18,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from agentpool.config import Settings
+from agentpool.config.settings import Settings
 from agentpool.errors import ProfileError
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
-from agentpool.model import ControlType, SourceType
-from agentpool.profiles import parse_telemetry_profile
+from agentpool.spec.parse import parse_telemetry_profile
+from agentpool.spec.values import ControlType, SourceType
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agentpool.sim import sysfs as simfs
+from agentpool.sim.sysfs import trees as simfs
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -44,7 +44,7 @@ def lock(tree: simfs.SysfsTree, path: Path) -> None:
     """Make ``path`` refuse writes (EPERM, even for root) while reading its current value.
 
     The same sealed-memfd mechanism the sim uses for BIOS-locked RAPL
-    (:class:`agentpool.sim.sysfs.LockMode`), applied to one file of a writable tree.
+    (:class:`agentpool.sim.sysfs.trees.LockMode`), applied to one file of a writable tree.
     """
     value = simfs.read_int(path)
     path.unlink()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from agentpool.backends import http
+from agentpool.backends import httpclient
 from agentpool.backends.httpauth import HttpAuth, HttpAuthSettings
-from agentpool.config import load_settings
+from agentpool.config.settings import load_settings
 from agentpool.errors import ConfigError, HttpBackendError
-from agentpool.model import HttpEndpoint, Result
+from agentpool.spec.values import HttpEndpoint, Result
 
 from .tls_helpers import Pki, https_gateway, make_pki
 
@@ -39,24 +39,25 @@ def token_file(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def no_credentials_afterwards() -> Iterator[None]:
     yield
-    http.configure(HttpAuthSettings())
+    httpclient.configure(HttpAuthSettings())
 
 
-def post(gateway_control: str) -> http.ControlAnswer:
-    return http.post_control(HttpEndpoint(gateway_control, 5), NODE, http.RAPL_ACTION, 150, -1)
+def post(gateway_control: str) -> httpclient.ControlAnswer:
+    endpoint = HttpEndpoint(gateway_control, 5)
+    return httpclient.post_control(endpoint, NODE, httpclient.RAPL_ACTION, 150, -1)
 
 
 def test_ca_bundle_and_token_reach_the_gateway(pki: Pki, token_file: Path) -> None:
-    http.configure(HttpAuthSettings(ca_bundle=str(pki.ca), token_file=str(token_file)))
+    httpclient.configure(HttpAuthSettings(ca_bundle=str(pki.ca), token_file=str(token_file)))
     with https_gateway(pki, TOKEN) as gw:
         answer = post(gw.control)
         assert (answer.result, answer.message) == (Result.APPLIED, "gateway applied the cap")
-        assert http.read_package_power(HttpEndpoint(gw.telemetry, 5), NODE) == 180.0
+        assert httpclient.read_package_power(HttpEndpoint(gw.telemetry, 5), NODE) == 180.0
         assert [s["auth"] for s in gw.seen] == [f"Bearer {TOKEN}"] * 2
 
 
 def test_a_rotated_token_file_is_used_at_the_next_request(pki: Pki, token_file: Path) -> None:
-    http.configure(HttpAuthSettings(ca_bundle=str(pki.ca), token_file=str(token_file)))
+    httpclient.configure(HttpAuthSettings(ca_bundle=str(pki.ca), token_file=str(token_file)))
     with https_gateway(pki, TOKEN) as gw:
         assert post(gw.control).result is Result.APPLIED
         # Rotate as a mounted Secret does: a new file swapped in under the same path.
@@ -76,7 +77,7 @@ def test_refusal_is_an_error_naming_the_endpoint_without_the_token(
     if token is not None:
         (tmp_path / "t").write_text(token)
         settings = HttpAuthSettings(ca_bundle=str(pki.ca), token_file=str(tmp_path / "t"))
-    http.configure(settings)
+    httpclient.configure(settings)
     with https_gateway(pki, TOKEN) as gw, pytest.raises(HttpBackendError) as caught:
         post(gw.control)
     message = str(caught.value)
@@ -88,7 +89,7 @@ def test_refusal_is_an_error_naming_the_endpoint_without_the_token(
 
 
 def test_an_unknown_ca_fails_verification(pki: Pki, token_file: Path) -> None:
-    http.configure(HttpAuthSettings(ca_bundle=str(pki.other_ca), token_file=str(token_file)))
+    httpclient.configure(HttpAuthSettings(ca_bundle=str(pki.other_ca), token_file=str(token_file)))
     with https_gateway(pki, TOKEN) as gw, pytest.raises(HttpBackendError) as caught:
         post(gw.control)
     assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
@@ -97,10 +98,10 @@ def test_an_unknown_ca_fails_verification(pki: Pki, token_file: Path) -> None:
 
 def test_client_certificate_when_the_gateway_requires_one(pki: Pki, token_file: Path) -> None:
     with https_gateway(pki, TOKEN, client_cert=True) as gw:
-        http.configure(HttpAuthSettings(ca_bundle=str(pki.ca), token_file=str(token_file)))
+        httpclient.configure(HttpAuthSettings(ca_bundle=str(pki.ca), token_file=str(token_file)))
         with pytest.raises(HttpBackendError):
             post(gw.control)
-        http.configure(
+        httpclient.configure(
             HttpAuthSettings(
                 ca_bundle=str(pki.ca),
                 token_file=str(token_file),

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agentpool.backends.sysfsio import Originals
-from agentpool.config import AgentMode, Settings
+from agentpool.backends.sysfs.files import Originals
+from agentpool.config.settings import AgentMode, Settings
+from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
-from agentpool.gpu_model import GpuBackend, GpuTickResult
 from agentpool.kube.status import status_body
-from agentpool.metrics import NodeMetrics
-from agentpool.model import NodeInputs, Result
 from agentpool.sim.cluster import power_profile, telemetry_profile
-from agentpool.sim.gpumodel import GPU_ACTION, GpuConfig
-from agentpool.sim.powermodel import NodeConfig, RequestKind
-from agentpool.sim.powersim import PowerSim
+from agentpool.sim.power.gpu import GPU_ACTION, GpuConfig
+from agentpool.sim.power.model import NodeConfig, RequestKind
+from agentpool.sim.power.server import PowerSim
+from agentpool.spec.gpu import GpuBackend, GpuTickResult
+from agentpool.spec.values import NodeInputs, Result
 from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)
@@ -360,10 +360,10 @@ def test_pool_mode_never_caps_the_pods_own_gpus(nvml: FakeNvml, tmp_path: Path) 
 def test_nodetwin_gpu_cap_routed_by_environment_with_its_control_status(
     sim: PowerSim, tmp_path: Path
 ) -> None:
+    from agentpool.config.env_routing import GpuRouting
     from agentpool.kube.nodetwin import twin_status_body
-    from agentpool.model import ControlType, HttpEndpoint, Routing, SourceType
-    from agentpool.routing import GpuRouting
     from agentpool.sim.cluster import node_twin
+    from agentpool.spec.values import ControlType, HttpEndpoint, Routing, SourceType
 
     node = Node(
         "gpu-0", tmp_path,

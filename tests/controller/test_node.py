@@ -1,6 +1,6 @@
 """NodeController end to end (README "Modes"): raw CR JSON in, TickResult and host files out.
 
-Real sysfs-shaped trees (agentpool.sim.sysfs), energy counters moved by
+Real sysfs-shaped trees (agentpool.sim.sysfs.trees), energy counters moved by
 LiveSysfs, and the PowerSim HTTP server on 127.0.0.1. The only stand-in is the
 clock: the controller takes ``clock=`` so simulated seconds pass between ticks
 without sleeping.
@@ -17,18 +17,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agentpool import __version__
-from agentpool.config import DvfsControllerKind, DvfsSettings, Settings
+from agentpool.config.settings import DvfsControllerKind, DvfsSettings, Settings
+from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NO_BACKEND, NodeController
-from agentpool.metrics import NodeMetrics
-from agentpool.model import Backend, NodeInputs, Result, TickResult
-from agentpool.sim.powermodel import DVFS_ACTION, RAPL_ACTION, FaultKind, NodeConfig, RequestKind
-from agentpool.sim.powersim import PowerSim
-from agentpool.sim.sysfs import (
+from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, FaultKind, NodeConfig, RequestKind
+from agentpool.sim.power.server import PowerSim
+from agentpool.sim.sysfs.dynamics import LiveModel, LiveSysfs
+from agentpool.sim.sysfs.trees import (
     intel_2socket,
     no_rapl,
     read_only_rapl,
 )
-from agentpool.sim.sysfs_live import LiveModel, LiveSysfs
+from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
 from tests.backends.sysfs_helpers import changes, settings_of, snapshot
 
 NODE = "worker-0"
@@ -88,7 +88,7 @@ class Harness:
     def __init__(self, tmp: Path, **settings: Any) -> None:
         self.registry = CollectorRegistry()
         self.clock = Clock()
-        # These tests script Joulie's controller (controller/dvfs.py) unless told otherwise.
+        # These tests script Joulie's controller (controller/dvfs/joulie.py) unless told otherwise.
         settings.setdefault("dvfs", JOULIE)
         self.settings = Settings(node_name=NODE, sysfs_root=str(tmp / "{node}"), **settings)
         self.root = tmp / NODE

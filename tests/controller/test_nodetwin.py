@@ -14,7 +14,11 @@ from typing import Any
 
 import pytest
 
-from agentpool.model import (
+from agentpool.sim.cluster import node_twin
+from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
+from agentpool.sim.power.server import PowerSim
+from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
+from agentpool.spec.values import (
     Backend,
     ControlMode,
     ControlType,
@@ -23,10 +27,6 @@ from agentpool.model import (
     Routing,
     SourceType,
 )
-from agentpool.sim.cluster import node_twin
-from agentpool.sim.powermodel import DVFS_ACTION, RAPL_ACTION, RequestKind
-from agentpool.sim.powersim import PowerSim
-from agentpool.sim.sysfs import intel_2socket, read_only_rapl
 from tests.backends.sysfs_helpers import changes, settings_of
 
 from .test_node import NODE, PL1, SMAX, Harness
@@ -230,7 +230,7 @@ def test_stale_desired_state_relaxes_then_recovers(tmp_path: Path) -> None:
 
 
 def test_stale_desired_state_kept_when_asked(tmp_path: Path) -> None:
-    from agentpool.config import StaleAction
+    from agentpool.config.settings import StaleAction
 
     h = Harness(tmp_path, spec_stale_action=StaleAction.KEEP)
     with intel_2socket(h.root):

@@ -74,7 +74,7 @@ def test_multi_stage_on_slim_python() -> None:
     assert len(bases) == 2
     assert bases[0].endswith(" AS builder")
     for base in bases:
-        # 3.12: the fork server's heap can be made immortal there (supervisor/immortal.py).
+        # 3.12: the fork server's heap can be made immortal there (worker/forking/immortal.py).
         assert base.split()[0].startswith("python:3.12-slim")
 
 

@@ -18,7 +18,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.sim.poolwatch import pod_of, request_overlaps
-from agentpool.sim.powermodel import RequestKind
+from agentpool.sim.power.model import RequestKind
 
 from . import timing
 from .cluster import NAMESPACE, RELEASE, Cluster, wait_until

@@ -19,7 +19,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.sim.poolwatch import pod_of
-from agentpool.sim.powermodel import RecordedRequest, RequestKind
+from agentpool.sim.power.model import RecordedRequest, RequestKind
 
 from . import timing
 from .cluster import NAMESPACE, RELEASE, Cluster, is_ready, restarts, wait_until

@@ -1,6 +1,6 @@
 """The two workloads the suite runs beside the agent: the power simulator and a node helper.
 
-The simulator is the repository's own (``python -m agentpool.sim.powersim``), run as
+The simulator is the repository's own (``python -m agentpool.sim.power.server``), run as
 docs/deploy.md runs it: a Deployment and a Service, from the image built with
 ``EXTRAS=[sim]``. It stands in for the hardware of the fake nodes (their telemetry
 and control endpoints); its request record (``GET /requests``, through the API
@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from agentpool.sim.powermodel import RecordedRequest, RequestKind
+from agentpool.sim.power.model import RecordedRequest, RequestKind
 
 from .cluster import HELPER_LABEL, NAMESPACE, Cluster, is_ready, split_image, wait_until
 
@@ -46,7 +46,7 @@ class Simulator:
             name=SIM_NAME,
             image=f"{repository}:{tag}",
             image_pull_policy=self.cluster.settings.pull_policy,
-            command=["python", "-m", "agentpool.sim.powersim", "--host", "0.0.0.0",
+            command=["python", "-m", "agentpool.sim.power.server", "--host", "0.0.0.0",
                      "--port", str(SIM_PORT)],
             ports=[client.V1ContainerPort(container_port=SIM_PORT, name="http")],
             readiness_probe=client.V1Probe(
@@ -117,7 +117,7 @@ class Simulator:
 _MAKE_TREE = """
 import json, sys
 from pathlib import Path
-from agentpool.sim.sysfs import intel_2socket, read_int
+from agentpool.sim.sysfs.trees import intel_2socket, read_int
 tree = intel_2socket(Path(sys.argv[1]))
 print(json.dumps({str(z.pl1.limit_file.relative_to(tree.root)): read_int(z.pl1.limit_file)
                   for z in tree.packages}))

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from agentpool.sharding import shard_of
+from agentpool.pool.assignment import shard_of
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import SimCluster, wait_until
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
-from agentpool.sim.sysfs import read_int
+from agentpool.sim.sysfs.trees import read_int
 from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 from tests.supervisor.agents import host_cluster, joulie_nodes, pl1_files, worker_pids
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from agentpool.hardware_discovery import discover_host, nodehardware_status
+from agentpool.hardware.host import discover_host, nodehardware_status
 from agentpool.kube.nodetwin import object_name
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import SimCluster, node_twin, operator_status, wait_until
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
-from agentpool.sim.sysfs import intel_2socket
+from agentpool.sim.sysfs.trees import intel_2socket
 from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
 from .test_agent import RBAC_KINDS, as_agent

@@ -11,7 +11,7 @@ from kubernetes import client
 from agentpool.errors import KubeTemporaryError
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.leases import LeaseClient, ReplicasWatch, lease_record
-from agentpool.membership import ANNOTATION_CLAIMS, LABEL_POOL, encode_claims
+from agentpool.pool.membership import ANNOTATION_CLAIMS, LABEL_POOL, encode_claims
 from agentpool.sim.polling import wait_until
 from tests.sim.fixtures import Backend
 

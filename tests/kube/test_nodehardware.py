@@ -16,10 +16,10 @@ from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.nodehardware import HardwareInputs, HardwarePublisher, merge_diff
 from agentpool.kube.nodetwin import object_name, twin_status_body
 from agentpool.kube.status import StatusWriter
-from agentpool.model import Backend, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.cluster import node_twin, operator_status, wait_until
-from agentpool.sim.sysfs import intel_2socket
+from agentpool.sim.sysfs.trees import intel_2socket
+from agentpool.spec.values import Backend, Result, TickResult
 
 CREATES = ("create", "nodehardwares")
 PATCHES = ("patch", "nodehardwares/status")

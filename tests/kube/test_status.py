@@ -10,9 +10,9 @@ import pytest
 
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.status import StatusWriter
-from agentpool.model import Backend, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.cluster import telemetry_profile, wait_until
+from agentpool.spec.values import Backend, Result, TickResult
 
 PATCHES = ("patch", "telemetryprofiles/status")
 

@@ -1,6 +1,6 @@
 """A model of a pool for checking the handoff rules: pods, one lease store, a fake clock.
 
-Each pod is the production :class:`~agentpool.poolstate.PoolState`; what is
+Each pod is the production :class:`~agentpool.pool.state.PoolState`; what is
 modelled is only the world around it. The lease store is linearizable (as
 etcd behind the apiserver is), but requests take time: a write is sent,
 committed and acknowledged in three steps (the acknowledgement may be lost),
@@ -17,10 +17,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from agentpool.handoff import Actions
-from agentpool.membership import LeaseRecord
-from agentpool.poolstate import LeaseWrite, PoolState
-from agentpool.sharding import Assignment
+from agentpool.pool.assignment import Assignment
+from agentpool.pool.handoff import Actions
+from agentpool.pool.membership import LeaseRecord
+from agentpool.pool.state import LeaseWrite, PoolState
 
 DURATION_S = 10.0
 RENEW_S = 2.0

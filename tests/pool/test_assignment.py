@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from agentpool.sharding import (
+from agentpool.pool.assignment import (
     Assignment,
     fnv32a,
     member_order,

@@ -1,8 +1,8 @@
 """The handoff rules (README: elastic pool), one by one and then model-checked.
 
-The first part drives :class:`~agentpool.handoff.Handoff` by hand with a fake
+The first part drives :class:`~agentpool.pool.handoff.Handoff` by hand with a fake
 clock. The second runs whole pools of production
-:class:`~agentpool.poolstate.PoolState` objects in :mod:`.model` through
+:class:`~agentpool.pool.state.PoolState` objects in :mod:`.model` through
 random schedules of renewals, reads, stops, crashes, restarts, partitions,
 graceful exits and rescaling, checking after every step that no node is
 controlled by two pods, and that a pool left alone converges to exactly
@@ -15,8 +15,8 @@ import random
 
 import pytest
 
-from agentpool.handoff import Actions, Handoff, NodePhase
-from agentpool.sharding import Assignment, owner_of
+from agentpool.pool.assignment import Assignment, owner_of
+from agentpool.pool.handoff import Actions, Handoff, NodePhase
 
 from .model import DURATION_S, GRACE_S, RENEW_S, World
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentpool.membership import (
+from agentpool.pool.assignment import Assignment
+from agentpool.pool.membership import (
     LeaseRecord,
     MemberTracker,
     assignment_members,
@@ -13,7 +14,6 @@ from agentpool.membership import (
     encode_claims,
     view_digest,
 )
-from agentpool.sharding import Assignment
 
 
 def rec(name: str, renewal: str = "r1", claims: frozenset[str] = frozenset(),
@@ -93,9 +93,9 @@ def test_desired_nodes_and_view_digest() -> None:
 def test_pool_metrics_describe_this_pods_view() -> None:
     from prometheus_client.registry import CollectorRegistry
 
-    from agentpool.elastic import pool_metrics
-    from agentpool.handoff import NodePhase
-    from agentpool.poolstate import PoolNumbers
+    from agentpool.pool.handoff import NodePhase
+    from agentpool.pool.state import PoolNumbers
+    from agentpool.supervisor.elastic import pool_metrics
 
     numbers = PoolNumbers(members_seen=3, members=("p-0", "p-1"), view="0badcafe",
                           to_acquire=2, to_release=1, disagreeing=1, fenced=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentpool.sim.cluster import SimCluster, wait_until
-from agentpool.sim.sysfs import no_rapl, read_int, read_only_rapl
+from agentpool.sim.sysfs.trees import no_rapl, read_int, read_only_rapl
 from tests.supervisor.agents import (
     all_read,
     host_cluster,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentpool.sim.poolwatch import pod_of, request_overlaps, worker_nodes
-from agentpool.sim.powermodel import RecordedRequest, RequestKind
+from agentpool.sim.power.model import RecordedRequest, RequestKind
 
 
 def req(t: float, pod: str, node: str = "n") -> RecordedRequest:

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from agentpool.config import AgentMode, Settings
+from agentpool.config.settings import AgentMode, Settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
-from agentpool.model import Backend, NodeInputs, Result, TickResult
-from agentpool.supervisor.nodefiles import NodeFiles
-from agentpool.supervisor.protocol import TickReport
+from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
+from agentpool.supervisor.handles import WorkerProcess
+from agentpool.supervisor.loop import Supervisor
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
-from agentpool.supervisor.supervisor import Supervisor
-from agentpool.supervisor.worker_handles import WorkerProcess
+from agentpool.worker.nodefiles import NodeFiles
+from agentpool.worker.protocol import TickReport
 
 MANAGED = {"joulie.io/managed": "true"}
 # Above the kernel's largest pid_max (2**22): no process ever has these pids.

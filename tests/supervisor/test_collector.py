@@ -27,11 +27,11 @@ WRITER = textwrap.dedent(
     """
     import sys
     from prometheus_client import values
-    from agentpool.supervisor.nodefiles import metrics_id
+    from agentpool.worker.nodefiles import metrics_id
     node, errors, policy, extra = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: metrics_id(node))
-    from agentpool.metrics import NodeMetrics
-    from agentpool.model import Backend
+    from agentpool.controller.metrics import NodeMetrics
+    from agentpool.spec.values import Backend
     m = NodeMetrics(node)
     m.set_backend(Backend.DVFS)
     m.set_cap("eco", 120.0)

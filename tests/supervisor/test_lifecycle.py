@@ -11,8 +11,9 @@ import time
 import psutil
 
 from agentpool.sim.cluster import SimCluster, wait_until
-from agentpool.sim.sysfs import read_int
-from agentpool.supervisor.worker_process import EXIT_CRASH
+from agentpool.sim.sysfs.trees import read_int
+from agentpool.supervisor.forkclient import SERVER_MODULE
+from agentpool.worker.main import EXIT_CRASH
 
 from .agents import alive, all_read, host_cluster, pl1_files, restarts, worker_pids
 
@@ -154,9 +155,8 @@ def test_a_dead_fork_server_is_replaced_and_every_worker_restarted() -> None:
         agent = cluster.start_agent()
         agent.wait_ready()
         before = wait_until(lambda: p if len(p := worker_pids(agent)) == 2 else None, 20)
-        server = next(
-            c for c in psutil.Process(agent.pid).children() if "forkserver" in " ".join(c.cmdline())
-        )
+        children = psutil.Process(agent.pid).children()
+        server = next(c for c in children if SERVER_MODULE in " ".join(c.cmdline()))
         server.kill()
         # Its workers exit on the parent-death signal; new ones come from a new fork server.
         after = wait_until(

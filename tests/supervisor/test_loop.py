@@ -17,11 +17,11 @@ import threading
 import pytest
 
 from agentpool.kube.api import Resource
-from agentpool.model import Result
-from agentpool.supervisor.nodefiles import metrics_id
+from agentpool.spec.values import Result
+from agentpool.supervisor.handles import StopReason, WorkerState
+from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
 from agentpool.supervisor.scope import heartbeat_limit
-from agentpool.supervisor.supervisor import EXIT_FATAL, KILL_GRACE_S
-from agentpool.supervisor.worker_handles import StopReason, WorkerState
+from agentpool.worker.nodefiles import metrics_id
 
 from .fakeworkers import FakeLauncher, Loop, power, telemetry
 

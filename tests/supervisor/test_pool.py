@@ -6,7 +6,7 @@ import json
 import time
 from collections import Counter
 
-from agentpool.sharding import shard_of
+from agentpool.pool.assignment import shard_of
 from agentpool.sim.cluster import SimCluster, wait_until
 
 from .agents import joulie_nodes, series, worker_pids

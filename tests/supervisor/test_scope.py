@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from agentpool.config import load_settings
+from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
-from agentpool.sharding import shard_of
+from agentpool.pool.assignment import shard_of
 from agentpool.supervisor.scope import ClusterView
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentpool.config import load_settings
-from agentpool.model import Backend, Result
+from agentpool.config.settings import load_settings
+from agentpool.spec.values import Backend, Result
 from agentpool.supervisor import statuses
 
 POOL = {"AGENT_MODE": "pool"}

@@ -1,0 +1,177 @@
+"""AMD GPU power caps through AMD SMI, with AMD's own binding (``amdsmi``).
+
+The same semantics as :mod:`agentpool.backends.gpu.nvml`: per device read the
+power-cap constraints (``amdsmi_get_power_cap_info``: min, max, default and
+current cap, in microwatts on bare metal), resolve and clamp the cap, journal
+the original, set it (``amdsmi_set_power_cap``, sensor 0) and read it back.
+``NOT_SUPPORTED`` and ``NO_PERM`` make a device ``blocked``; a cap that
+reads back different or another failure makes it ``error``; others go on.
+
+The binding is an optional extra (``agentpool[amd]``). It loads
+``libamd_smi.so`` when imported, printing to stdout and failing with a
+``KeyError`` when it cannot; either way :meth:`AmdSmiGpus.apply` raises
+:class:`GpuUnavailableError` saying the library is missing (status
+``blocked``). The binding can be passed in (``binding=``): the tests hand
+it a stand-in of the module, because a fake ``libamd_smi.so`` would have to
+export every one of the hundreds of symbols the binding resolves at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+from types import ModuleType
+from typing import Any
+
+from agentpool.backends.gpu.host import DeviceOutcome, journal_key, journal_owner, journaled
+from agentpool.backends.sysfs.files import Originals
+from agentpool.errors import GpuUnavailableError
+from agentpool.spec.gpu import DeviceLimits, GpuBackend, GpuCap, resolve_cap
+from agentpool.spec.values import Result
+
+log = logging.getLogger(__name__)
+
+JOURNAL = "amdsmi"
+READBACK_TOLERANCE_UW = 1_000_000
+SENSOR = 0
+_BLOCKING = ("AMDSMI_STATUS_NOT_SUPPORTED", "AMDSMI_STATUS_NO_PERM")
+
+
+def _load_binding() -> ModuleType:
+    chatter = io.StringIO()
+    try:
+        # The binding prints its own loader error to stdout; keep it for our message instead.
+        with contextlib.redirect_stdout(chatter):
+            return importlib.import_module("amdsmi")
+    except ImportError as exc:
+        raise GpuUnavailableError(
+            "AMD SMI binding not installed (install agentpool[amd], i.e. amdsmi)"
+        ) from exc
+    except (OSError, KeyError, AttributeError) as exc:
+        said = " ".join(chatter.getvalue().split()) or str(exc)
+        raise GpuUnavailableError(f"AMD SMI library missing: {said}") from exc
+
+
+def _watts(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+class AmdSmiGpus:
+    """The AMD GPUs of this host. Not thread safe; one per worker."""
+
+    kind = GpuBackend.HOST_AMD
+
+    def __init__(self, originals: Originals, binding: ModuleType | None = None) -> None:
+        self._originals = originals
+        self._binding = binding
+        self._ready = False
+
+    def _session(self) -> ModuleType:
+        smi = self._binding or _load_binding()
+        self._binding = smi
+        if not self._ready:
+            try:
+                smi.amdsmi_init()
+            except smi.AmdSmiException as exc:
+                raise GpuUnavailableError(f"AMD SMI unavailable: {exc}") from exc
+            self._ready = True
+        return smi
+
+    def _handles(self, smi: ModuleType) -> list[Any]:
+        try:
+            return list(smi.amdsmi_get_processor_handles())
+        except smi.AmdSmiException as exc:
+            self._ready = False
+            raise GpuUnavailableError(f"AMD SMI unavailable: {exc}") from exc
+
+    def models(self) -> list[str]:
+        smi = self._session()
+        names = []
+        for handle in self._handles(smi):
+            try:
+                names.append(str(smi.amdsmi_get_gpu_asic_info(handle)["market_name"]))
+            except (smi.AmdSmiException, KeyError) as exc:
+                names.append(f"unknown ({exc})")
+        return names
+
+    def apply(self, cap: GpuCap) -> list[DeviceOutcome]:
+        smi = self._session()
+        return [self._apply_one(smi, i, h, cap) for i, h in enumerate(self._handles(smi))]
+
+    def _apply_one(self, smi: ModuleType, index: int, handle: Any, cap: GpuCap) -> DeviceOutcome:
+        ident, name, limits, target = f"index-{index}", "?", None, None
+        try:
+            ident = str(smi.amdsmi_get_gpu_device_uuid(handle))
+            name = str(smi.amdsmi_get_gpu_asic_info(handle).get("market_name", "?"))
+            info = smi.amdsmi_get_power_cap_info(handle)
+            limits = DeviceLimits(
+                info["min_power_cap"] / 1e6,
+                info["max_power_cap"] / 1e6,
+                info["default_power_cap"] / 1e6,
+            )
+            target, clamped = resolve_cap(cap, limits)
+            wanted = round(clamped * 1e6)
+            if info["power_cap"] != wanted:
+                key = journal_key(JOURNAL, ident)
+                fresh = self._originals.remember(
+                    key, int(info["power_cap"]), journal_owner(JOURNAL)
+                )
+                try:
+                    smi.amdsmi_set_power_cap(handle, SENSOR, wanted)
+                except smi.AmdSmiException:
+                    if fresh:
+                        self._originals.forget(key)
+                    raise
+            back = int(smi.amdsmi_get_power_cap_info(handle)["power_cap"])
+        except smi.AmdSmiException as exc:
+            code = getattr(exc, "err_code", None)
+            blocking = code in {getattr(smi, n, object()) for n in _BLOCKING}
+            result = Result.BLOCKED if blocking else Result.ERROR
+            reason = f"AMD SMI: {' '.join(str(exc).split())}"
+            return DeviceOutcome(index, ident, name, limits, target, None, None, result, reason)
+        power = self._power(smi, handle)
+        applied = back / 1e6
+        if abs(back - wanted) > READBACK_TOLERANCE_UW:
+            reason = f"cap reads back {applied:g} W after setting {wanted / 1e6:g} W"
+            return DeviceOutcome(
+                index, ident, name, limits, target, applied, power, Result.ERROR, reason
+            )
+        return DeviceOutcome(index, ident, name, limits, target, applied, power, Result.APPLIED)
+
+    def _power(self, smi: ModuleType, handle: Any) -> float | None:
+        try:
+            info = smi.amdsmi_get_power_info(handle)
+        except smi.AmdSmiException:
+            return None
+        # "N/A" is what the binding reports for a missing sensor: no reading, never 0 W.
+        return _watts(info.get("current_socket_power")) or _watts(info.get("average_socket_power"))
+
+    def restore(self) -> list[str]:
+        owned = self._originals.items(journal_owner(JOURNAL))
+        todo = [(p, journaled(p, JOURNAL), v) for p, v in owned]
+        todo = [(p, uuid, v) for p, uuid, v in todo if uuid is not None]
+        if not todo:
+            return []
+        try:
+            smi = self._session()
+        except GpuUnavailableError as exc:
+            return [f"GPU {uuid}: {exc}" for _, uuid, _ in todo]
+        try:
+            handles = {str(smi.amdsmi_get_gpu_device_uuid(h)): h for h in self._handles(smi)}
+        except (GpuUnavailableError, smi.AmdSmiException) as exc:
+            return [f"GPU {uuid}: {exc}" for _, uuid, _ in todo]
+        problems: list[str] = []
+        for path, uuid, microwatts in todo:
+            handle = handles.get(str(uuid))
+            if handle is None:
+                problems.append(f"GPU {uuid}: not found to restore {microwatts / 1e6:g} W")
+                continue
+            try:
+                smi.amdsmi_set_power_cap(handle, SENSOR, microwatts)
+            except smi.AmdSmiException as exc:
+                problems.append(f"GPU {uuid}: restoring {microwatts / 1e6:g} W: AMD SMI: {exc}")
+                continue
+            self._originals.forget(path)
+        return problems

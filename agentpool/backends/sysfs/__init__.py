@@ -1,0 +1,1 @@
+"""Host control through sysfs: RAPL powercap zones and cpufreq policies."""

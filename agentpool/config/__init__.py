@@ -1,0 +1,1 @@
+"""Configuration: the options table, their parsers, and the frozen settings built from them."""

@@ -1,0 +1,152 @@
+"""Routing by environment: Joulie's ``TELEMETRY_*`` variables, validated into a :class:`Routing`.
+
+Joulie's current operator has no TelemetryProfile CRD: where a node's CPU
+telemetry comes from and where its controls go is configured once per agent
+by environment variables, the same for every node (``{node}`` in an endpoint
+is replaced per node). This module owns reading and validating them; a bad
+value is a :class:`ConfigError` naming the variable, so the process exits 2
+before starting anything. Nothing set means host sources and host controls.
+
+A TelemetryProfile that targets a node, where that CRD exists, still wins
+over these variables for that node (see :meth:`NodeController._routing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from agentpool.errors import ConfigError
+from agentpool.spec.parse import MAX_TIMEOUT_S
+from agentpool.spec.values import ControlMode, ControlType, HttpEndpoint, Routing, SourceType
+
+E = TypeVar("E", SourceType, ControlType, ControlMode)
+
+ENV_VARIABLES = (
+    "TELEMETRY_CPU_SOURCE",
+    "TELEMETRY_CPU_HTTP_ENDPOINT",
+    "TELEMETRY_CPU_CONTROL",
+    "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT",
+    "TELEMETRY_CPU_CONTROL_MODE",
+    "TELEMETRY_GPU_CONTROL",
+    "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
+    "TELEMETRY_HTTP_TIMEOUT_SECONDS",
+)
+DEFAULT_TIMEOUT_S = 2
+
+_SOURCES = (SourceType.HOST, SourceType.HTTP, SourceType.NONE)
+"""Joulie's variables accept these three (no ``prometheus``, unlike the CRD)."""
+
+
+@dataclass(frozen=True)
+class GpuRouting:
+    """Where GPU controls go. Validated here; GPU caps are enforced elsewhere (or not yet)."""
+
+    control: ControlType = ControlType.HOST
+    control_http: HttpEndpoint | None = None
+
+
+def _choice(env: str, raw: str | None, default: E, accepted: tuple[E, ...]) -> E:
+    value = (raw or "").strip().lower()
+    if not value:
+        return default
+    for member in accepted:
+        if member.value == value:
+            return member
+    names = ", ".join(m.value for m in accepted)
+    raise ConfigError(env, raw, f"expected one of {names}")
+
+
+def _endpoint(env: str, raw: str | None, needed_by: str, timeout_s: float) -> HttpEndpoint:
+    value = (raw or "").strip()
+    if not value:
+        raise ConfigError(env, raw or "", f"required when {needed_by} is http")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(env, raw, "expected an http:// or https:// URL ('{node}' allowed)")
+    return HttpEndpoint(value, timeout_s)
+
+
+def _timeout(raw: str | None) -> float:
+    env = "TELEMETRY_HTTP_TIMEOUT_SECONDS"
+    value = (raw or "").strip()
+    if not value:
+        return float(DEFAULT_TIMEOUT_S)
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise ConfigError(env, raw, "expected a whole number of seconds") from None
+    if not 1 <= seconds <= MAX_TIMEOUT_S:
+        raise ConfigError(env, raw, f"expected seconds from 1 to {MAX_TIMEOUT_S:g}")
+    return float(seconds)
+
+
+def routing_from_env(values: Mapping[str, str | None]) -> tuple[Routing, GpuRouting]:
+    """The CPU routing and the GPU routing the ``TELEMETRY_*`` values describe."""
+    timeout = _timeout(values.get("TELEMETRY_HTTP_TIMEOUT_SECONDS"))
+    source = _choice(
+        "TELEMETRY_CPU_SOURCE", values.get("TELEMETRY_CPU_SOURCE"), SourceType.HOST, _SOURCES
+    )
+    control_types = tuple(ControlType)
+    control = _choice(
+        "TELEMETRY_CPU_CONTROL",
+        values.get("TELEMETRY_CPU_CONTROL"),
+        ControlType.HOST,
+        control_types,
+    )
+    mode = _choice(
+        "TELEMETRY_CPU_CONTROL_MODE",
+        values.get("TELEMETRY_CPU_CONTROL_MODE"),
+        ControlMode.AUTO,
+        tuple(ControlMode),
+    )
+    source_http = control_http = None
+    if source is SourceType.HTTP:
+        source_http = _endpoint(
+            "TELEMETRY_CPU_HTTP_ENDPOINT",
+            values.get("TELEMETRY_CPU_HTTP_ENDPOINT"),
+            "TELEMETRY_CPU_SOURCE",
+            timeout,
+        )
+    if control is ControlType.HTTP:
+        control_http = _endpoint(
+            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT",
+            values.get("TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT"),
+            "TELEMETRY_CPU_CONTROL",
+            timeout,
+        )
+    gpu = _choice(
+        "TELEMETRY_GPU_CONTROL",
+        values.get("TELEMETRY_GPU_CONTROL"),
+        ControlType.HOST,
+        control_types,
+    )
+    gpu_http = None
+    if gpu is ControlType.HTTP:
+        gpu_http = _endpoint(
+            "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
+            values.get("TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT"),
+            "TELEMETRY_GPU_CONTROL",
+            timeout,
+        )
+    routing = Routing(
+        source=source,
+        source_http=source_http,
+        control=control,
+        control_http=control_http,
+        mode=mode,
+    )
+    return routing, GpuRouting(gpu, gpu_http)
+
+
+def describe(routing: Routing) -> str:
+    """One line for the start-up log: where CPU telemetry and control go by default."""
+    parts = [f"cpu source {routing.source.value}"]
+    if routing.source_http is not None:
+        parts[-1] += f" ({routing.source_http.template})"
+    parts.append(f"cpu control {routing.control.value}")
+    if routing.control_http is not None:
+        parts[-1] += f" ({routing.control_http.template}, mode {routing.mode.value})"
+    return ", ".join(parts)

@@ -1,0 +1,1 @@
+"""Which pod owns which node: static sharding, elastic membership, handoff; pure logic."""

@@ -1,0 +1,1 @@
+"""sysfs-shaped RAPL/cpufreq trees for tests and the simulator, and their dynamics."""

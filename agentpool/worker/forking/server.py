@@ -1,0 +1,140 @@
+"""The lean fork server (zygote): the process every worker is forked from, and its loop.
+
+Run as ``python -m agentpool.worker.forking.server FD`` by
+:class:`agentpool.supervisor.forkclient.ForkServer`, with one end of a
+socket pair as ``FD``. It imports only what a worker runs (and warms and
+freezes it: :mod:`agentpool.worker.forking.preload`), never the Kubernetes
+client, click or multiprocessing's start-up machinery. Each request names a
+node and carries the worker's arguments and two descriptors (the worker's
+end of its pipe and the write end of an exit-status pipe); the server forks,
+and the child goes straight into :func:`run_worker` with its arguments
+already in memory, so a worker copies only the pages it writes itself.
+
+The server reaps its children: when one exits it writes the exit code
+(negative: killed by that signal) to the child's status pipe and closes it,
+so the supervisor's end of that pipe is the worker's exit sentinel. When
+the supervisor goes away (EOF on the socket) the server exits, and the
+workers follow on their parent-death signal, restoring their hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import selectors
+import signal
+import socket
+import sys
+from multiprocessing.connection import Connection
+
+from agentpool.config.settings import Settings
+from agentpool.spec.values import NodeInputs
+from agentpool.worker.forking import preload  # noqa: F401 - imports, warms and freezes the heap
+from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, REPLY, STATUS, recv_exact
+from agentpool.worker.main import EXIT_CRASH, probe, run_worker
+
+
+def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
+    """One request: the worker's arguments, and its pipe and status descriptors."""
+    header, fds, _, _ = socket.recv_fds(sock, HEADER.size, 2)
+    if not header:
+        raise EOFError
+    header += recv_exact(sock, HEADER.size - len(header))
+    (size,) = HEADER.unpack(header)
+    if size > MAX_REQUEST or len(fds) != 2:
+        raise EOFError  # not our supervisor talking: stop rather than guess
+    args = pickle.loads(recv_exact(sock, size))
+    return tuple(args), fds
+
+
+def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None:
+    """In the forked worker: drop the server's descriptors and handlers, then run."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        node, settings, journal, inputs = args
+        assert isinstance(node, str)
+        assert isinstance(settings, Settings)
+        assert journal is None or isinstance(journal, str)
+        assert inputs is None or isinstance(inputs, NodeInputs)
+        probe(node, "fork")
+        run_worker(node, settings, Connection(conn_fd), journal, inputs)
+    finally:
+        os._exit(EXIT_CRASH)  # run_worker never returns; anything else is a crash
+
+
+class _Server:
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.children: dict[int, int] = {}
+        """pid -> write end of its status pipe."""
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # only wakes the selector
+        selector = selectors.DefaultSelector()
+        selector.register(self.control, selectors.EVENT_READ)
+        selector.register(self.wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is self.control:
+                    try:
+                        args, (conn_fd, status_fd) = _receive(self.control)
+                    except (EOFError, OSError, pickle.UnpicklingError):
+                        return
+                    try:
+                        self.control.sendall(REPLY.pack(self._fork(args, conn_fd, status_fd)))
+                    except OSError:  # the supervisor is gone
+                        return
+                else:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_r, 512):
+                            pass
+            self._reap()
+
+    def _fork(self, args: tuple[object, ...], conn_fd: int, status_fd: int) -> int:
+        inherited = [self.control.fileno(), self.wake_r, self.wake_w, status_fd,
+                     *self.children.values()]
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(status_fd)
+            os.close(conn_fd)
+            return -(exc.errno or 1)
+        if pid == 0:
+            _child(args, conn_fd, inherited)
+        os.close(conn_fd)  # the worker's now; the server keeps only its status pipe
+        self.children[pid] = status_fd
+        return pid
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = self.children.pop(pid, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(fd, STATUS.pack(os.waitstatus_to_exitcode(status)))
+                os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    control = socket.socket(fileno=int(argv[1]))
+    _Server(control).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,208 @@
+"""Run every tick path of a worker once in the fork server, before its heap is frozen.
+
+A worker's first ticks specialise bytecode in place, fill lazily built
+caches (``re``, ``json``, ``datetime``, ``http.client``, ``logging``,
+prometheus_client's multiprocess values) and intern strings; done in each
+worker that copies those pages once per worker. Done here, once, the
+workers fork with it already done. The paths exercised: RAPL on a writable
+sysfs tree, DVFS over cpufreq where RAPL is locked, HTTP telemetry and
+control against an in-process canned server (RAPL applied; RAPL
+``blocked``, then DVFS; DVFS only), restoring the host, logging a line, pickling a tick
+report, writing metrics. Everything is throwaway: a private temporary sysfs
+tree and metrics directory, a private metrics registry, a log handler
+writing to memory; nothing of it is left in the fork server but the warmed
+code and caches. Best effort: the caller ignores any failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import io
+import json
+import logging
+import os
+import pickle
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, values
+
+from agentpool.backends.httpclient import close_connections
+from agentpool.config.settings import DvfsSettings, Settings
+from agentpool.controller.metrics import NodeMetrics
+from agentpool.controller.node import NodeController
+from agentpool.spec.values import NodeInputs
+from agentpool.worker.protocol import TickReport
+
+TICKS = 12
+"""Ticks per path: more than CPython's specialisation warm-up (8 executions)."""
+
+
+def _answer(request: bytes) -> bytes:
+    if request.startswith(b"GET"):
+        body = {"packagePowerWatts": 250.0, "cpu": {"packagePowerWatts": 250.0}}
+    elif b"-rapl " in request.split(b"\r\n", 1)[0]:  # the node that may use RAPL
+        body = {"result": "applied", "message": "ok", "state": {"capWatts": 120}}
+    elif b"rapl" in request.split(b"\r\n\r\n", 1)[-1]:
+        body = {"result": "blocked", "message": "rapl locked", "state": {"capWatts": 0}}
+    else:
+        body = {"result": "applied", "message": "ok", "state": {"throttlePct": 10}}
+    raw = json.dumps(body).encode()
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        b"Content-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw
+    )
+
+
+@contextlib.contextmanager
+def canned_server() -> Iterator[str]:
+    """An HTTP endpoint on 127.0.0.1 that answers each request with canned JSON."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2.0)
+                data = b""
+                with contextlib.suppress(OSError):
+                    while b"\r\n\r\n" not in data:
+                        data += conn.recv(4096) or b"\r\n\r\n"
+                    head, _, body = data.partition(b"\r\n\r\n")
+                    length = next(
+                        (
+                            int(line.split(b":")[1])
+                            for line in head.split(b"\r\n")
+                            if line.lower().startswith(b"content-length:")
+                        ),
+                        0,
+                    )
+                    while len(body) < length:
+                        body += conn.recv(4096) or b" " * length
+                    conn.sendall(_answer(head + b"\r\n\r\n" + body))
+
+    thread = threading.Thread(target=serve, name="warm-up-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/{{node}}"
+    finally:
+        done.set()
+        thread.join(5)
+        listener.close()
+
+
+def node_inputs(node: str, endpoint: str | None, mode: str) -> NodeInputs:
+    if endpoint is None:
+        routing: dict[str, Any] = {
+            "sources": {"cpu": {"type": "host"}},
+            "controls": {"cpu": {"type": "host"}},
+        }
+    else:
+        http = {"endpoint": endpoint, "timeoutSeconds": 2}
+        routing = {
+            "sources": {"cpu": {"type": "http", "http": http}},
+            "controls": {"cpu": {"type": "http", "http": {**http, "mode": mode}}},
+        }
+    power = {
+        "apiVersion": "joulie.io/v1alpha1",
+        "kind": "NodePowerProfile",
+        "metadata": {"name": node},
+        "spec": {
+            "nodeName": node,
+            "profile": "eco",
+            "policy": {"name": "warm"},
+            "cpu": {"packagePowerCapWatts": 120},
+        },
+    }
+    telemetry = {
+        "apiVersion": "joulie.io/v1alpha1",
+        "kind": "TelemetryProfile",
+        "metadata": {"name": node},
+        "spec": {"target": {"scope": "node", "nodeName": node}, **routing},
+    }
+    return NodeInputs(node, {}, power, telemetry)
+
+
+def _drive(settings: Settings, node: str, inputs: NodeInputs) -> None:
+    controller = NodeController(settings, node, NodeMetrics(node, CollectorRegistry()))
+    controller.update(inputs)
+    for _ in range(TICKS):
+        result = controller.tick()
+        pickle.dumps(TickReport(node, result, 0.001))
+    controller.restore()
+
+
+def _close_metrics_files(under: str) -> None:
+    """Close the warm-up's mmapped metrics files, or every worker would inherit them.
+
+    prometheus_client keeps them in its value class's closure, which something
+    in the library still reaches after the warm-up; they are found by name.
+    """
+    from prometheus_client.mmap_dict import MmapedDict
+
+    gc.collect()
+    for obj in gc.get_objects():
+        if isinstance(obj, MmapedDict) and str(getattr(obj, "_fname", "")).startswith(under):
+            obj.close()  # type: ignore[no-untyped-call]
+
+
+def warm_up() -> None:
+    """Drive throwaway controllers through every path (see the module docstring)."""
+    from agentpool.sim.sysfs.trees import build_nodes, intel_2socket, read_only_rapl
+
+    saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    saved_value_class = values.ValueClass
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(  # the shape of a worker's text lines (agentpool.logs)
+        logging.Formatter("%(asctime)s %(levelname)-7s w[1] %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    saved_level, root.level = root.level, logging.INFO
+    root.addHandler(handler)
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="agentpool-warm-") as tmp,
+            canned_server() as endpoint,
+        ):
+            os.makedirs(os.path.join(tmp, "metrics"))
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(tmp, "metrics")
+            values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
+                process_identifier=lambda: "warm-up"
+            )
+            template = os.path.join(tmp, "sys", "{node}")
+            trees = [
+                *build_nodes(template, ["warm-rapl"], intel_2socket).values(),
+                *build_nodes(template, ["warm-dvfs"], read_only_rapl).values(),
+            ]
+            settings = Settings(
+                reconcile_interval_s=1.0,
+                sysfs_root=template,
+                dvfs=dataclasses.replace(DvfsSettings(), cooldown_s=0.0),
+            )
+            _drive(settings, "warm-rapl", node_inputs("warm-rapl", None, "auto"))
+            _drive(settings, "warm-dvfs", node_inputs("warm-dvfs", None, "auto"))
+            _drive(settings, "warm-http", node_inputs("warm-http", endpoint, "auto"))
+            _drive(settings, "warm-http-rapl", node_inputs("warm-http-rapl", endpoint, "auto"))
+            _drive(settings, "warm-http-dvfs", node_inputs("warm-http-dvfs", endpoint, "dvfs"))
+            for tree in trees:
+                tree.close()
+            _close_metrics_files(tmp)
+    finally:
+        close_connections()  # no worker may inherit a socket to the canned server
+        root.removeHandler(handler)
+        root.level = saved_level
+        values.ValueClass = saved_value_class
+        if saved_env is None:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved_env

@@ -1,0 +1,161 @@
+"""The AMD SMI backend, tested at the binding's boundary.
+
+AMD's binding (``amdsmi``) resolves hundreds of symbols of ``libamd_smi.so``
+when it is imported, so a small fake library (as for NVML) cannot stand in
+for it. These tests hand the backend a stand-in of the binding module
+instead, with the binding's function names, dictionaries, units
+(microwatts) and exception shape (``AmdSmiLibraryException.err_code``), and
+check the real binding's own failure when the library is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentpool.backends.gpu.amdsmi import AmdSmiGpus
+from agentpool.backends.sysfs.files import Originals
+from agentpool.errors import GpuUnavailableError
+from agentpool.spec.gpu import GpuCap
+from agentpool.spec.values import Result
+
+NOT_SUPPORTED, NO_PERM = 2, 10
+
+
+class AmdSmiException(Exception):  # noqa: N818 - the binding's own name
+    pass
+
+
+class AmdSmiLibraryException(AmdSmiException):
+    def __init__(self, err_code: int) -> None:
+        super().__init__(err_code)
+        self.err_code = err_code
+
+    def __str__(self) -> str:
+        return f"Error code:\n\t{self.err_code} | AMDSMI_STATUS_{self.err_code}"
+
+
+class Device:
+    def __init__(self, uuid: str, lo: float, hi: float, cap: float, fail: int | None = None):
+        self.uuid, self.fail = uuid, fail
+        self.info = {
+            "power_cap": int(cap * 1e6),
+            "default_power_cap": int(cap * 1e6),
+            "dpm_cap": 0,
+            "min_power_cap": int(lo * 1e6),
+            "max_power_cap": int(hi * 1e6),
+        }
+
+
+def binding(devices: list[Device]) -> types.ModuleType:
+    """A stand-in of the ``amdsmi`` module: the calls the backend makes, nothing else."""
+    smi = types.ModuleType("amdsmi")
+    calls: list[str] = []
+
+    def set_power_cap(handle: Device, sensor: int, cap: int) -> None:
+        assert sensor == 0
+        assert isinstance(cap, int)  # the binding refuses anything else
+        calls.append(f"set {handle.uuid} {cap}")
+        if handle.fail is not None:
+            raise AmdSmiLibraryException(handle.fail)
+        handle.info["power_cap"] = cap
+
+    attrs: dict[str, Any] = {
+        "AmdSmiException": AmdSmiException,
+        "AMDSMI_STATUS_NOT_SUPPORTED": NOT_SUPPORTED,
+        "AMDSMI_STATUS_NO_PERM": NO_PERM,
+        "amdsmi_init": lambda: calls.append("init"),
+        "amdsmi_get_processor_handles": lambda: list(devices),
+        "amdsmi_get_gpu_device_uuid": lambda h: h.uuid,
+        "amdsmi_get_gpu_asic_info": lambda h: {"market_name": "Fake MI300X"},
+        "amdsmi_get_power_cap_info": lambda h: dict(h.info),
+        "amdsmi_get_power_info": lambda h: {
+            "current_socket_power": "N/A",
+            "average_socket_power": 321,
+        },
+        "amdsmi_set_power_cap": set_power_cap,
+        "calls": calls,
+    }
+    for name, value in attrs.items():
+        setattr(smi, name, value)
+    return smi
+
+
+def test_caps_clamped_journaled_and_restored(tmp_path: Path) -> None:
+    devices = [Device("amd-0", 300, 750, 750), Device("amd-1", 300, 600, 550)]
+    gpus = AmdSmiGpus(Originals(tmp_path / "j.json"), binding(devices))
+    outcomes = gpus.apply(GpuCap(pct_of_max=40))  # 300 W and 240 -> 300 W
+    assert [o.result for o in outcomes] == [Result.APPLIED, Result.APPLIED]
+    assert [o.applied_watts for o in outcomes] == [300, 300]
+    assert [o.target_watts for o in outcomes] == [300, 240]
+    assert outcomes[0].power_watts == 321  # "N/A" current power is not 0 W: the average is used
+    assert gpus.restore() == []
+    assert [d.info["power_cap"] for d in devices] == [750_000_000, 550_000_000]
+
+
+@pytest.mark.parametrize(
+    ("code", "result"),
+    [(NO_PERM, Result.BLOCKED), (NOT_SUPPORTED, Result.BLOCKED), (5, Result.ERROR)],
+)
+def test_refusing_device_leaves_the_other_capped(code: int, result: Result) -> None:
+    devices = [Device("amd-0", 300, 750, 750, fail=code), Device("amd-1", 300, 600, 600)]
+    gpus = AmdSmiGpus(Originals(), binding(devices))
+    outcomes = gpus.apply(GpuCap(watts_per_gpu=400))
+    assert outcomes[0].result is result
+    assert outcomes[0].reason.startswith("AMD SMI: Error code:")
+    assert outcomes[1].result is Result.APPLIED
+    assert devices[1].info["power_cap"] == 400_000_000
+    assert gpus.restore() == []  # the refused device left no journal entry behind
+
+
+def test_cap_that_reads_back_different_is_an_error() -> None:
+    device = Device("amd-0", 300, 750, 750)
+    smi = binding([device])
+    smi.amdsmi_set_power_cap = lambda h, s, c: None  # accepted, changes nothing
+    outcome = AmdSmiGpus(Originals(), smi).apply(GpuCap(watts_per_gpu=400))[0]
+    assert outcome.result is Result.ERROR
+    assert outcome.reason == "cap reads back 750 W after setting 400 W"
+
+
+def test_real_binding_without_its_library_is_blocked_saying_so() -> None:
+    # Not imported here: without its library the binding fails at import (KeyError).
+    if importlib.util.find_spec("amdsmi") is None:
+        pytest.skip("amdsmi (agentpool[amd]) is not installed")
+    # A fresh interpreter: the real binding looks for libamd_smi.so, which is not here.
+    script = (
+        "from agentpool.backends.gpu.amdsmi import AmdSmiGpus\n"
+        "from agentpool.backends.sysfs.files import Originals\n"
+        "from agentpool.errors import GpuUnavailableError\n"
+        "from agentpool.spec.gpu import GpuCap\n"
+        "try:\n"
+        "    AmdSmiGpus(Originals()).apply(GpuCap(watts_per_gpu=300))\n"
+        "except GpuUnavailableError as exc:\n"
+        "    print('unavailable:', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("ROCM_PATH", "ROCM_HOME")}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("unavailable: AMD SMI library missing:"), out
+    assert "libamd_smi.so" in out
+    assert out.count("\n") == 1  # the binding's own print to stdout was swallowed
+
+
+def test_no_device_and_driver_not_loaded(tmp_path: Path) -> None:
+    gpus = AmdSmiGpus(Originals(), binding([]))
+    assert gpus.apply(GpuCap(watts_per_gpu=300)) == []  # no device: the controller says blocked
+    smi = binding([])
+
+    def refuse() -> None:
+        raise AmdSmiLibraryException(34)  # AMDSMI_STATUS_DRIVER_NOT_LOADED
+
+    smi.amdsmi_init = refuse
+    with pytest.raises(GpuUnavailableError, match="AMD SMI unavailable"):
+        AmdSmiGpus(Originals(), smi).apply(GpuCap(watts_per_gpu=300))

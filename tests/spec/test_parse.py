@@ -1,0 +1,211 @@
+"""NodePowerProfile and TelemetryProfile JSON into typed values; errors name the field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentpool.errors import ProfileError
+from agentpool.spec.parse import parse_power_profile, parse_telemetry_profile, target_of
+from agentpool.spec.values import (
+    ControlMode,
+    ControlType,
+    HttpEndpoint,
+    PowerPolicy,
+    Profile,
+    Routing,
+    SourceType,
+)
+
+
+def npp(cap: Any = 120, profile: Any = "eco", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"nodeName": "worker-0", "profile": profile, **spec}
+    if cap is not None:
+        body["cpu"] = {"packagePowerCapWatts": cap}
+    return {"metadata": {"name": "worker-0-eco"}, "spec": body}
+
+
+def tp(sources: Any = None, controls: Any = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"target": {"scope": "node", "nodeName": "worker-0"}}
+    if sources is not None:
+        spec["sources"] = sources
+    if controls is not None:
+        spec["controls"] = controls
+    return {"metadata": {"name": "worker-0-tp"}, "spec": spec}
+
+
+def test_contract_example() -> None:
+    policy = parse_power_profile(npp(policy={"name": "manual-sample"}))
+    assert policy == PowerPolicy("worker-0-eco", "worker-0", Profile.ECO, 120.0, "manual-sample")
+    assert policy.label == "eco"
+
+
+# JSON may carry the cap as an int or a float; it comes out as float watts either way.
+@pytest.mark.parametrize(
+    ("raw", "watts"),
+    [("120", 120.0), ("120.0", 120.0), ("87.5", 87.5), ("1", 1.0), ("1.0", 1.0), ("1e3", 1000.0)],
+)
+def test_int_and_float_caps(raw: str, watts: float) -> None:
+    cap = json.loads(raw)
+    policy = parse_power_profile(npp(cap=cap))
+    assert policy.cap_watts == watts
+    assert isinstance(policy.cap_watts, float)
+
+
+def test_performance_profile_and_no_cap_means_nothing_to_enforce() -> None:
+    policy = parse_power_profile(npp(cap=None, profile="performance"))
+    assert policy.profile is Profile.PERFORMANCE
+    assert policy.cap_watts is None
+    assert policy.policy_name is None
+    no_cap_field = npp(cap=None)
+    no_cap_field["spec"]["cpu"] = {}
+    assert parse_power_profile(no_cap_field).cap_watts is None
+
+
+CAP = "spec.cpu.packagePowerCapWatts"
+
+
+@pytest.mark.parametrize(
+    ("obj", "field", "problem"),
+    [
+        (npp(cap=0), CAP, ">= 1"),
+        (npp(cap=0.5), CAP, ">= 1"),
+        (npp(cap=-120), CAP, ">= 1"),
+        (npp(cap="120W"), CAP, "not a number"),
+        (npp(cap="120"), CAP, "not a number"),
+        (npp(cap=True), CAP, "not a number"),
+        (npp(cap=[120]), CAP, "not a number"),
+        (npp(cap=float("nan")), CAP, "not a number"),
+        (npp(cap=float("inf")), CAP, "not a number"),
+        (npp(profile="turbo"), "spec.profile", "'turbo' is not performance or eco"),
+        (npp(profile="ECO"), "spec.profile", "is not performance or eco"),
+        (npp(profile=None), "spec.profile", "None is not"),
+        (npp(profile=3), "spec.profile", "3 is not"),
+        ({"metadata": {"name": "x"}, "spec": {"profile": "eco"}}, "spec.nodeName", "required"),
+        (npp(nodeName=""), "spec.nodeName", "required"),
+        (npp(nodeName=7), "spec.nodeName", "required"),
+        ({"metadata": {"name": "x"}, "spec": "eco"}, "spec", "expected an object"),
+        (npp(cap=None, cpu=120), "spec.cpu", "expected an object"),
+        (npp(policy="p"), "spec.policy", "expected an object"),
+    ],
+)
+def test_malformed_power_profile_names_the_field(obj: Any, field: str, problem: str) -> None:
+    with pytest.raises(ProfileError) as caught:
+        parse_power_profile(obj)
+    err = caught.value
+    assert err.field == field
+    assert err.kind == "NodePowerProfile"
+    assert problem in err.problem
+    assert field in str(err)
+
+
+def test_no_telemetry_profile_blocks_mean_host_defaults() -> None:
+    routing = parse_telemetry_profile(tp())
+    assert routing == Routing(profile_name="worker-0-tp")
+    assert routing.source is SourceType.HOST
+    assert routing.control is ControlType.HOST
+    assert routing.mode is ControlMode.AUTO
+
+
+def test_contract_http_example() -> None:
+    routing = parse_telemetry_profile(
+        tp(
+            sources={
+                "cpu": {
+                    "type": "http",
+                    "http": {"endpoint": "http://sim:18080/telemetry/{node}", "timeoutSeconds": 3},
+                }
+            },
+            controls={
+                "cpu": {
+                    "type": "http",
+                    "http": {
+                        "endpoint": "http://sim:18080/control/{node}",
+                        "timeoutSeconds": 3,
+                        "mode": "auto",
+                    },
+                }
+            },
+        )
+    )
+    assert routing.source is SourceType.HTTP
+    assert routing.source_http == HttpEndpoint("http://sim:18080/telemetry/{node}", 3.0)
+    assert routing.source_http.url("worker-01") == "http://sim:18080/telemetry/worker-01"
+    assert routing.control is ControlType.HTTP
+    assert routing.control_http == HttpEndpoint("http://sim:18080/control/{node}", 3.0)
+    assert routing.mode is ControlMode.AUTO
+
+
+@pytest.mark.parametrize("mode", ["auto", "rapl", "dvfs"])
+def test_control_modes_and_default_timeout(mode: str) -> None:
+    routing = parse_telemetry_profile(
+        tp(controls={"cpu": {"type": "http", "http": {"endpoint": "https://x/c", "mode": mode}}})
+    )
+    assert routing.mode is ControlMode(mode)
+    assert routing.control_http == HttpEndpoint("https://x/c", 2.0)  # default 2 s
+
+
+@pytest.mark.parametrize(
+    ("source", "control"), [("none", "none"), ("prometheus", "host"), ("host", "none")]
+)
+def test_other_types(source: str, control: str) -> None:
+    routing = parse_telemetry_profile(
+        tp(sources={"cpu": {"type": source}}, controls={"cpu": {"type": control}})
+    )
+    assert (routing.source, routing.control) == (SourceType(source), ControlType(control))
+    assert routing.source_http is None
+    assert routing.control_http is None
+
+
+def _http(**fields: Any) -> dict[str, Any]:
+    return {"cpu": {"type": "http", "http": {"endpoint": "http://sim/x", **fields}}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        (tp(sources={"cpu": {"type": "kafka"}}), "spec.sources.cpu.type"),
+        (tp(controls={"cpu": {"type": "bmc"}}), "spec.controls.cpu.type"),
+        (tp(controls=_http(mode="turbo")), "spec.controls.cpu.http.mode"),
+        (tp(sources={"cpu": {"type": "http"}}), "spec.sources.cpu.http.endpoint"),
+        (tp(controls={"cpu": {"type": "http", "http": {}}}), "spec.controls.cpu.http.endpoint"),
+        (tp(sources=_http(endpoint="sim:18080/t")), "spec.sources.cpu.http.endpoint"),
+        (tp(sources=_http(endpoint="ftp://sim/t")), "spec.sources.cpu.http.endpoint"),
+        (tp(sources=_http(timeoutSeconds=0)), "spec.sources.cpu.http.timeoutSeconds"),
+        (tp(sources=_http(timeoutSeconds=-1)), "spec.sources.cpu.http.timeoutSeconds"),
+        (tp(sources=_http(timeoutSeconds="3s")), "spec.sources.cpu.http.timeoutSeconds"),
+        (tp(controls=_http(timeoutSeconds=3600)), "spec.controls.cpu.http.timeoutSeconds"),
+        (tp(controls=_http(timeoutSeconds=True)), "spec.controls.cpu.http.timeoutSeconds"),
+        (tp(sources={"cpu": {"type": "http", "http": "x"}}), "spec.sources.cpu.http"),
+        (tp(sources={"cpu": []}), "spec.sources.cpu"),
+        (tp(controls=[]), "spec.controls"),
+    ],
+)
+def test_malformed_telemetry_profile_names_the_field(obj: Any, field: str) -> None:
+    with pytest.raises(ProfileError) as caught:
+        parse_telemetry_profile(obj)
+    assert caught.value.field == field
+    assert caught.value.kind == "TelemetryProfile"
+    assert f"TelemetryProfile 'worker-0-tp': {field}: " in str(caught.value)
+
+
+def test_float_timeout() -> None:
+    routing = parse_telemetry_profile(tp(sources=_http(timeoutSeconds=0.25)))
+    assert routing.source_http == HttpEndpoint("http://sim/x", 0.25)
+
+
+@pytest.mark.parametrize(
+    ("obj", "target"),
+    [
+        (tp(), ("node", "worker-0")),
+        ({"spec": {"target": {"scope": "cluster"}}}, ("cluster", None)),
+        ({"spec": {"target": {"scope": "node", "nodeName": 5}}}, ("node", None)),
+        ({"spec": {"target": "node"}}, ("", None)),
+        ({"spec": None}, ("", None)),
+        ({}, ("", None)),
+    ],
+)
+def test_target_of_is_tolerant(obj: dict[str, Any], target: tuple[str, str | None]) -> None:
+    assert target_of(obj) == target

@@ -1,0 +1,149 @@
+"""Acceptance of GPU power caps (issue 15): the real agent, a pool of HTTP nodes and a host node.
+
+The pool: two GPU nodes and a CPU-only node behind the power simulator
+(HTTP), run by a pool agent; and one node with host controls, run by a
+daemonset-mode agent (host GPUs are only ever capped on the node itself),
+whose 4 GPUs are served by the fake libnvidia-ml.so.1 (tests/backends/
+fake_nvml: it stands in for NVIDIA's driver, which cannot exist here), found
+by the agent's worker through nvidia-ml-py's own lookup
+(``LD_LIBRARY_PATH``). Everything else is real: the agent subprocesses,
+their workers, the API emulator and HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentpool.sim.cluster import MANAGED, SimCluster, power_profile, telemetry_profile
+from agentpool.sim.polling import wait_until
+from agentpool.sim.power.gpu import GpuConfig
+from tests.fake_nvml import FakeGpu, FakeNvml, build
+
+pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
+
+HOST_GPUS = [
+    FakeGpu("GPU-aaaa", "Fake_A100", 100, 400, 400, power_w=390),
+    FakeGpu("GPU-bbbb", "Fake_L4", 40, 72, 72, power_w=70),
+    FakeGpu("GPU-cccc", "Fake_H100", 200, 700, 700, limit_w=650, power_w=640),
+    FakeGpu("GPU-dddd", "Fake_T4", 150, 300, 300, power_w=280, fail="no_permission"),
+]
+ORIGINAL = [400.0, 72.0, 650.0, 300.0]
+
+
+def gpu_status(cluster: SimCluster, node: str) -> dict[str, Any]:
+    status = cluster.api.get("telemetryprofiles", node).get("status") or {}
+    return dict((status.get("control") or {}).get("gpu") or {})
+
+
+def add(cluster: SimCluster, node: str, gpu_cap: dict[str, Any], http: bool) -> None:
+    labels = {MANAGED: "true", "control": "http" if http else "host"}
+    cluster.api.create("nodes", {"metadata": {"name": node, "labels": labels}})
+    cluster.api.create("nodepowerprofiles", power_profile(node, 150, gpu_cap=gpu_cap))
+    tp = telemetry_profile(node, cluster.power if http else None)
+    cluster.api.create("telemetryprofiles", tp)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: Path) -> None:
+    nvml = FakeNvml(build(tmp_path / "lib"), tmp_path / "nvml-state")
+    nvml.write(HOST_GPUS)
+    (tmp_path / "work").mkdir()
+    with SimCluster(tmp_path / "work") as cluster:
+        power = cluster.power
+        power.add_node(
+            "gpu-0", gpu=GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350)
+        )
+        power.add_node(
+            "gpu-1", gpu=GpuConfig(count=8, min_watts=150, max_watts=700, default_watts=700)
+        )
+        power.add_node("cpu-0")
+        add(cluster, "gpu-0", {"capWattsPerGpu": 250}, http=True)
+        add(cluster, "gpu-1", {"capPctOfMax": 50}, http=True)
+        add(cluster, "cpu-0", {"capWattsPerGpu": 250}, http=True)
+        add(cluster, "host-0", {"capWattsPerGpu": 250}, http=False)
+        # The pool agent runs the HTTP nodes; host-0 gets its own daemonset-mode agent. Both
+        # could load the fake NVML: only the one on host-0 may use it.
+        env = {**nvml.env(), "SYSFS_ROOT": str(tmp_path / "sys-{node}")}
+        pool = cluster.start_agent(env={**env, "POOL_NODE_SELECTOR": "control=http"})
+        agent = cluster.start_agent(env={**env, "AGENT_MODE": "daemonset", "NODE_NAME": "host-0"})
+        pool.wait_ready()
+        agent.wait_ready()
+
+        # HTTP: watts, percent of each device's max, blocked without GPUs.
+        wait_until(lambda: power.state("gpu-0").gpu_cap_watts == 250, 30)
+        wait_until(lambda: power.state("gpu-1").gpu_cap_watts == 350, 30)
+        wait_until(lambda: gpu_status(cluster, "cpu-0").get("result") == "blocked", 30)
+        assert gpu_status(cluster, "cpu-0")["message"] == (
+            "no GPU on this node (telemetry: gpu.present false)"
+        )
+        # The status is written after the simulator took the cap: wait for it too.
+        wait_until(lambda: gpu_status(cluster, "gpu-1").get("result") == "applied", 30)
+        assert gpu_status(cluster, "gpu-1")["backend"] == "http"
+
+        # Host: every device at its clamped cap, except the one that refuses, which is named.
+        wait_until(lambda: nvml.limits()[:3] == [250, 72, 250], 30)
+        status = wait_until(lambda: gpu_status(cluster, "host-0") or None, 30)
+        assert (status["backend"], status["result"]) == ("host-nvidia", "blocked")
+        assert status["message"].startswith(
+            "GPU 3 (GPU-dddd) blocked: NVML: Insufficient Permissions; 3 other GPU(s) capped"
+        )
+        assert nvml.limits()[3] == 300
+
+        # The device accepts again; a percent cap lands within 1 W of pct x each max.
+        nvml.set_fail(3, "none")
+        cluster.api.patch(
+            "nodepowerprofiles",
+            "host-0",
+            {"spec": {"gpu": {"powerCap": {"capWattsPerGpu": None, "capPctOfMax": 60}}}},
+        )
+        wait_until(lambda: gpu_status(cluster, "host-0").get("result") == "applied", 30)
+        for limit, gpu in zip(nvml.limits(), HOST_GPUS, strict=True):
+            assert limit is not None
+            assert abs(limit - 0.6 * gpu.max_w) <= 1.0, (gpu.uuid, limit)
+        metrics = agent.metrics()
+        assert 'joulie_gpu_power_cap_watts{device="2",node="host-0"} 420.0' in metrics
+        assert 'joulie_gpu_backend_mode{backend="host-nvidia",node="host-0"} 1.0' in metrics
+        assert 'joulie_gpu_power_cap_watts{device="all",node="gpu-0"} 250.0' in pool.metrics()
+
+        # SIGTERM: every device gets its original limit back, HTTP GPUs too.
+        assert agent.terminate() == 0
+        assert nvml.limits() == ORIGINAL, agent.logs()
+        assert pool.terminate() == 0
+        assert power.state("gpu-0").gpu_cap_watts == 350
+        assert power.state("gpu-1").gpu_cap_watts == 700
+        final = gpu_status(cluster, "host-0")
+        assert (final["result"], final["message"]) == (
+            "none",
+            "agent stopped; host limits restored",
+        )
+
+
+def worker_pid(metrics: str, node: str) -> int | None:
+    match = re.search(rf'agentpool_worker_pid{{node="{node}"}} (\d+)', metrics)
+    return int(match.group(1)) if match else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_http_gpu_original_survives_a_worker_crash(tmp_path: Path) -> None:
+    with SimCluster(tmp_path) as cluster:
+        cluster.power.add_node("gpu-0", gpu=GpuConfig(count=2, default_watts=350))
+        add(cluster, "gpu-0", {"capWattsPerGpu": 250}, http=True)
+        agent = cluster.start_agent()
+        agent.wait_ready()
+        wait_until(lambda: cluster.power.state("gpu-0").gpu_cap_watts == 250, 30)
+        first = wait_until(lambda: worker_pid(agent.metrics(), "gpu-0"), 30)
+        os.kill(first, signal.SIGKILL)  # dies mid-way, with the GPUs at 250 W
+        wait_until(lambda: worker_pid(agent.metrics(), "gpu-0") not in (None, first), 30)
+        wait_until(lambda: gpu_status(cluster, "gpu-0").get("result") == "applied", 30)
+        assert cluster.power.state("gpu-0").gpu_cap_watts == 250
+        assert agent.terminate() == 0
+        # The restarted worker saw 250 W, but the journal kept the true original.
+        assert cluster.power.state("gpu-0").gpu_cap_watts == 350
