@@ -23,7 +23,7 @@ from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.sysfs import read_int
 from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
-from tests.supervisor.agents import host_cluster, joulie_nodes, pl1_files, worker_pids
+from tests.supervisor.agents import host_cluster, joulie_nodes, node_apis, pl1_files, worker_pids
 
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding")
@@ -118,6 +118,9 @@ def test_pool_of_three_shards_controls_every_node_once_as_the_service_account(
         for agent in agents:
             total.update(joulie_nodes(agent.metrics()))
         assert total == Counter(dict.fromkeys(managed, 1))
+        # The chart's defaults (JOULIE_API=auto, all four CRDs served): the profile API.
+        follows = {node: api for agent in agents for node, api in node_apis(agent).items()}
+        assert follows == dict.fromkeys(managed, "profiles")
         # The agent logs a refused request as "HTTP 403"; a bare "403" also matches pids
         # (30403) and milliseconds of timestamps.
         assert "HTTP 403" not in "".join(a.logs() for a in agents)
