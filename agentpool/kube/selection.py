@@ -159,6 +159,8 @@ class KindDiscovery:
                 self.problem = f"API discovery failed: {exc}"
             self._log(self.watched, f"API discovery failed: {exc}")
             return
+        if self._stop.is_set():  # stopped while asking: start and log nothing more
+            return
         self._answered = True
         now = self._clock()
         self.served = frozenset(k for k in JOULIE_KINDS if k.value in names)
