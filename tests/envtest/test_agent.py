@@ -9,6 +9,7 @@ the agent writes that the CRDs do not declare, fails here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -42,19 +43,27 @@ def chart_rbac(mode: str) -> list[dict[str, Any]]:
     return [namespace, *(o for o in rendered if o["kind"] in RBAC_KINDS)]
 
 
+@contextlib.contextmanager
+def chart_account(server: EnvtestServer, mode: str) -> Iterator[tuple[str, str]]:
+    """(namespace, name) of the chart's ServiceAccount, its RBAC applied for that mode
+    (with the chart's default values) while in the block."""
+    objects = chart_rbac(mode)
+    server.api().apply(objects)
+    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
+    yield NAMESPACE, account["metadata"]["name"]
+    admin = server.api()
+    for obj in reversed(objects[1:]):
+        kind = f"{obj['kind']}.{obj['apiVersion']}"
+        admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+
+
 @pytest.fixture(scope="module", params=["pool", "daemonset"])
 def service_account(
     request: pytest.FixtureRequest, envtest_server: EnvtestServer
 ) -> Iterator[tuple[str, str]]:
     """(namespace, name) of the chart's ServiceAccount, its RBAC applied for that mode."""
-    objects = chart_rbac(request.param)
-    envtest_server.api().apply(objects)
-    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
-    yield NAMESPACE, account["metadata"]["name"]
-    admin = envtest_server.api()
-    for obj in reversed(objects[1:]):
-        kind = f"{obj['kind']}.{obj['apiVersion']}"
-        admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+    with chart_account(envtest_server, request.param) as account:
+        yield account
 
 
 def as_agent(server: EnvtestServer, service_account: tuple[str, str], tmp: Any) -> ClusterApi:

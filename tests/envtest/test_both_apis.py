@@ -19,26 +19,19 @@ from agentpool.sim.cluster import SimCluster, node_twin, wait_until
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.powermodel import RAPL_ACTION
-from tests.deploy._chart import NAMESPACE
 from tests.supervisor.agents import node_apis, worker_pids
 from tests.supervisor.test_both_apis import MOVED, tp_status, twin_status
 
-from .test_agent import chart_rbac
+from .test_agent import chart_account
 
 CRD = "CustomResourceDefinition.apiextensions.k8s.io/v1"
 
 
 @pytest.fixture(scope="module")
 def auto_account(envtest_server: EnvtestServer) -> Iterator[tuple[str, str]]:
-    """(namespace, name) of the chart's ServiceAccount, with the RBAC of its default values."""
-    objects = chart_rbac("pool")
-    envtest_server.api().apply(objects)
-    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
-    yield NAMESPACE, account["metadata"]["name"]
-    admin = envtest_server.api()
-    for obj in reversed(objects[1:]):
-        kind = f"{obj['kind']}.{obj['apiVersion']}"
-        admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+    """The chart's ServiceAccount with the RBAC of its default values (joulie.api=auto)."""
+    with chart_account(envtest_server, "pool") as account:
+        yield account
 
 
 def served(server: EnvtestServer, plural: str) -> bool:

@@ -7,15 +7,16 @@ the emulator's ``install(shape)`` serves another set of CRDs, as when CRDs come 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from agentpool.config import JoulieApi
-from agentpool.kube.api import KubeApi, Resource, load_client
+from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.selection import ABSENT_CONFIRM_S, KindDiscovery, kinds_for, problem_for
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.cluster import wait_until
+from tests.kube.test_informer import api
+
+__all__ = ["api"]  # the KubeApi-on-the-emulator fixture, shared with test_informer
 
 NPP, TP, NT, NHW = (
     Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES, Resource.NODE_TWINS,
@@ -46,14 +47,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def api(api_emulator: ApiEmulator) -> Iterator[KubeApi]:
-    assert api_emulator.kubeconfig is not None
-    client = KubeApi(load_client(str(api_emulator.kubeconfig)))
-    yield client
-    client.close()
 
 
 def discovery(api: KubeApi, setting: JoulieApi) -> tuple[KindDiscovery, Recorder, Clock]:
