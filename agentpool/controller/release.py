@@ -42,10 +42,6 @@ class HttpHeld:
     cap_watts: float | None = None
     """The RAPL cap last applied over HTTP; None when none is in force."""
 
-    @property
-    def holds(self) -> bool:
-        return self.throttle_pct > 0 or self.cap_watts is not None
-
 
 @dataclass(frozen=True)
 class Released:
