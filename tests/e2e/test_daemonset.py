@@ -102,9 +102,11 @@ def test_a_frozen_supervisor_is_restarted_by_the_kubelet(
     grace = pod.spec.termination_grace_period_seconds
     probe = pod.spec.containers[0].liveness_probe
     budget = probe.period_seconds * (probe.failure_threshold + 1) + grace + 120
-    again = wait_until("the kubelet to restart the container", lambda: (
-        lambda p: p if p is not None and restarts(p) >= 1 and is_ready(p) else None
-    )(agent_pod(cluster)), budget)
+    def restarted() -> client.V1Pod | None:
+        current = agent_pod(cluster)
+        return current if current is not None and restarts(current) >= 1 else None
+
+    again = wait_until("the kubelet to restart the container", restarted, budget)
     assert again.metadata.uid == pod.metadata.uid  # the same pod, a new container
     last = again.status.container_statuses[0].last_state.terminated
     assert last is not None
@@ -133,9 +135,12 @@ def test_a_deleted_pod_restores_the_limits_it_found_and_so_does_uninstall(
     assert restored() is not None, (
         "the limits found at start were not put back on the pod's SIGTERM; its log:\n"
         + last_words())
-    new = wait_until("the DaemonSet's new pod Ready", lambda: (
-        lambda p: p if p is not None and p.metadata.uid != old.metadata.uid else None
-    )(agent_pod(cluster)), old.spec.termination_grace_period_seconds + 120)
+    def replaced() -> client.V1Pod | None:
+        current = agent_pod(cluster)
+        return current if current is not None and current.metadata.uid != old.metadata.uid else None
+
+    new = wait_until("the DaemonSet's new pod Ready", replaced,
+                     old.spec.termination_grace_period_seconds + 120)
     timing.record("daemonset: replacement (kubectl delete pod)", new,
                   ready_log(cluster, new.metadata.name))
     wait_until("the PL1 limits capped by the new pod", lambda: capped(helper, host), 60)

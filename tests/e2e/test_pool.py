@@ -132,10 +132,15 @@ def test_every_cap_is_applied_at_the_simulator_once_per_interval(
 ) -> None:
     start = simulator.now()
     intervals = 6
-    wait_until(f"{intervals} intervals of requests", lambda: all(
-        len(rs) >= intervals + 1 for rs in controls(simulator.requests(), start).values()
-    ) and len(controls(simulator.requests(), start)) == len(NODES), intervals * INTERVAL_S * 5)
-    by_node = controls(simulator.requests(), start)
+
+    def counted() -> dict[str, list[RecordedRequest]] | None:
+        by_node = controls(simulator.requests(), start)
+        enough = len(by_node) == len(NODES) and all(
+            len(rs) > intervals for rs in by_node.values())
+        return by_node if enough else None
+
+    by_node = wait_until(f"{intervals} intervals of requests", counted,
+                         intervals * INTERVAL_S * 5)
     for node, requests in by_node.items():
         senders = {pod_of(r.user_agent) for r in requests}
         assert len(senders) == 1, f"{node} controlled by {senders}"
@@ -216,9 +221,11 @@ def test_a_deleted_pod_stops_gracefully_and_its_replacement_takes_the_shard_back
     watching.start()
     wait_until("the watch to see the pod", lambda: seen, 30, interval=0.1)
     cluster.core.delete_namespaced_pod(victim, NAMESPACE)
-    replacement = wait_until(f"a new {victim} Ready", lambda: next(
-        (p for p in cluster.agent_pods() if p.metadata.name == victim
-         and p.metadata.uid != old.metadata.uid and is_ready(p)), None), grace + 120)
+    def replaced() -> client.V1Pod | None:
+        return next((p for p in cluster.agent_pods() if p.metadata.name == victim
+                     and p.metadata.uid != old.metadata.uid and is_ready(p)), None)
+
+    replacement = wait_until(f"a new {victim} Ready", replaced, grace + 120)
 
     # Stopped by itself, exit 0, before the kubelet's deadline (deletionTimestamp is the
     # deletion request plus the grace period).
