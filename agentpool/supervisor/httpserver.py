@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -85,6 +86,17 @@ Readiness = Callable[[], tuple[bool, str]]
 """Ready or not, and the body to answer with."""
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # Not socketserver's traceback on stderr, which would break JSON logs.
+        error = sys.exc_info()[1]
+        if isinstance(error, BrokenPipeError | ConnectionResetError):
+            return  # the client gave up first: a probe queued while we started, timed out
+        log.exception("metrics server: a request from %s failed", client_address)
+
+
 class AgentHttpServer:
     def __init__(
         self,
@@ -140,14 +152,13 @@ class AgentHttpServer:
                     self._send(404, b"not found\n")
 
         if listener is None:
-            self._server = ThreadingHTTPServer((host, port), Handler)
+            self._server = _Server((host, port), Handler)
         else:
-            self._server = ThreadingHTTPServer((host, port), Handler, bind_and_activate=False)
+            self._server = _Server((host, port), Handler, bind_and_activate=False)
             self._server.socket.close()
             self._server.socket = listener
             self._server.server_address = listener.getsockname()
             self._server.server_name, self._server.server_port = host, listener.getsockname()[1]
-        self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True
         )

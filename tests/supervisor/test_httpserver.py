@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -114,3 +115,32 @@ def test_a_probe_that_connects_before_the_server_runs_is_answered_not_refused() 
             server.stop()
     assert answer.startswith(b"HTTP/1.0 200")
     assert answer.endswith(b"\r\n\r\nok\n")
+
+
+def test_a_client_gone_before_its_answer_leaves_no_traceback(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A probe queued while the agent started gave up (its timeout) before the answer:
+    # socketserver printed a traceback to stderr, raw text among the JSON log lines.
+    listener = listen("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    gone = socket.create_connection(("127.0.0.1", port), timeout=30)
+    gone.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
+    gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    gone.close()  # a reset: the answer's write fails
+    served = threading.Event()
+
+    def ready() -> tuple[bool, str]:
+        served.set()
+        return True, "ok"
+
+    server = AgentHttpServer("127.0.0.1", 0, CollectorRegistry(), lambda: True, ready,
+                             listener=listener)
+    server.start()
+    try:
+        assert served.wait(30)
+        assert _get(f"http://127.0.0.1:{port}/healthz") == (200, b"ok\n")  # still serving
+    finally:
+        server.stop()
+    assert capsys.readouterr().err == ""
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
