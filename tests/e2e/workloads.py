@@ -123,17 +123,14 @@ print(json.dumps({str(z.pl1.limit_file.relative_to(tree.root)): read_int(z.pl1.l
                   for z in tree.packages}))
 """
 _READ = """
-import json, sys, time
+import json, sys
 from pathlib import Path
-root = Path(sys.argv[1])
-for attempt in range(100):
-    try:  # a plain file being rewritten reads empty for a moment (sysfs would not)
-        print(json.dumps({p: int((root / p).read_text()) for p in sys.argv[2:]}))
-        break
+def value(path):
+    try:
+        return int(path.read_text())
     except ValueError:
-        time.sleep(0.01)
-else:
-    raise SystemExit("the files never read as numbers")
+        return None
+print(json.dumps({p: value(Path(sys.argv[1]) / p) for p in sys.argv[2:]}))
 """
 _FREEZE = """
 import json, os, signal, sys
@@ -254,8 +251,11 @@ class NodeHelper:
         values: dict[str, int] = self.python(_MAKE_TREE, self.inside(path))
         return path, values
 
-    def read(self, host_path: str, paths: list[str]) -> dict[str, int]:
-        values: dict[str, int] = self.python(_READ, self.inside(host_path), *paths)
+    def read(self, host_path: str, paths: list[str]) -> dict[str, int | None]:
+        """The numbers in files of a tree; None for one that holds none. Unlike sysfs, a
+        plain file reads empty while it is rewritten, and stays so when its writer was
+        killed in between (a frozen agent's workers die with its PID 1)."""
+        values: dict[str, int | None] = self.python(_READ, self.inside(host_path), *paths)
         return values
 
     def watch_for(
