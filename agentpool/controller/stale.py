@@ -1,4 +1,4 @@
-"""Stale desired state (SPEC_READ_TIMEOUT): the wording of each case, and the relaxing.
+"""Stale desired state (SPEC_READ_TIMEOUT): the wording of each case.
 
 When the desired-state watch has failed for SPEC_READ_TIMEOUT the agent no
 longer trusts what it last saw. ``relax`` gives the node back what it had
@@ -9,12 +9,8 @@ says so again once when the API confirms the desired state.
 
 from __future__ import annotations
 
-from agentpool.backends import httpclient
-from agentpool.backends.sysfs.cpufreq import CpufreqHost
-from agentpool.backends.sysfs.rapl import RaplHost
 from agentpool.durations import format_duration
-from agentpool.errors import HttpBackendError
-from agentpool.spec.values import Backend, HttpEndpoint, Result, TickResult
+from agentpool.spec.values import Backend, Result, TickResult
 
 
 def why(timeout_s: float) -> str:
@@ -41,20 +37,8 @@ def relaxed_simulated(timeout_s: float) -> TickResult:
     return TickResult(Backend.NONE, Result.NONE, message)
 
 
-def relax(
-    node: str,
-    cpufreq: CpufreqHost,
-    rapl: RaplHost,
-    throttled_endpoint: HttpEndpoint | None,
-    timeout_s: float,
-) -> TickResult:
-    """Restore the host values and release an HTTP throttle; the status of it."""
-    problems = cpufreq.restore() + rapl.restore()
-    if throttled_endpoint is not None:
-        try:
-            httpclient.post_control(throttled_endpoint, node, httpclient.DVFS_ACTION, 0, 0)
-        except HttpBackendError as exc:
-            problems.append(f"releasing the HTTP throttle: {exc}")
+def relaxed(problems: list[str], timeout_s: float) -> TickResult:
+    """The status of relaxing: host values restored and an HTTP throttle released, or not."""
     if problems:
         message = f"{why(timeout_s)}; could not relax: {'; '.join(problems)}"
         return TickResult(Backend.NONE, Result.ERROR, message)

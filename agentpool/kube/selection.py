@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentpool.config.settings import JoulieApi
+from agentpool.backoff import Backoff
+from agentpool.config.options import JoulieApi
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource
 
@@ -107,7 +108,7 @@ class ApiSelector:
         return choose(self._setting, served)
 
     def _run(self) -> None:
-        delay = self._first
+        backoff = Backoff(initial_s=self._first, max_s=self._max)
         last_problem = None
         while not self._stop.is_set():
             outcome = self._attempt()
@@ -128,5 +129,4 @@ class ApiSelector:
             if outcome != last_problem:  # once per distinct problem, not every retry
                 log.error("not ready: %s; retrying until it is", outcome)
                 last_problem = outcome
-            self._stop.wait(delay)
-            delay = min(self._max, delay * 2)
+            self._stop.wait(backoff.next())

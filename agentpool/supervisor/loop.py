@@ -37,7 +37,6 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
-from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.spec.values import NodeInputs, TickResult
@@ -55,7 +54,7 @@ from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.orphans import reap_orphans
 from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
-from agentpool.supervisor.statuses import StatusSink
+from agentpool.supervisor.statuses import StatusRouter, StatusSink
 from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport, frame
@@ -113,6 +112,8 @@ class Supervisor:
         self.launch = launch
         self.view = view
         self.status = status
+        self.statuses = StatusRouter(view.status_target, status, twin_status)
+        """Offers each node's status to the writer of the object that carries it."""
         self.collector = collector
         self.files = files
         self.synced = synced
@@ -198,7 +199,9 @@ class Supervisor:
             self._reconcile_scope(now)
         if scan:
             self._restart_due(now)
-        self._deliver_inputs(now)
+        changed = self._changed_inputs()
+        self._offer_hardware(changed)
+        self._deliver_inputs(changed, now)
         if scan:
             reap_orphans()
         if scan or self._table_changed:
@@ -208,10 +211,7 @@ class Supervisor:
         """Elastic pool: renewals only while this loop turns; the handoff says what may run."""
         if self.elastic is None:
             return
-        self.elastic.turn(self.view.selected())
-        for node in self.elastic.releasing() - self.workers.keys():
-            self.elastic.stopped(node)  # never started (or already forgotten): nothing to stop
-        running = self.elastic.running()
+        running = self.elastic.follow(self.view.selected(), self.workers.keys())
         if running != self.view.elastic_running:
             self.view.elastic_running = running
             self._scope_stale = True
@@ -274,13 +274,7 @@ class Supervisor:
             handle.restore_problems = message.problems
 
     def _offer_status(self, node: str, result: TickResult, force: bool = False) -> None:
-        target = self.view.status_target(node)
-        if target is None:
-            return
-        resource, name = target
-        writer = self.twin_status if resource is Resource.NODE_TWINS else self.status
-        if writer is not None:
-            writer.offer(name, node, result, force=force)
+        self.statuses.offer(node, result, force=force)
 
     # -- deaths ----------------------------------------------------------------------------------
 
@@ -484,31 +478,39 @@ class Supervisor:
 
     # -- sending inputs: only the latest, only when the pipe can take it -------------------------
 
-    def _deliver_inputs(self, now: float) -> None:
+    def _changed_inputs(self) -> dict[str, NodeInputs]:
+        """The inputs of running workers' nodes that may have changed since the last turn."""
         changed, self._inputs_changed = self._inputs_changed, set()
+        inputs: dict[str, NodeInputs] = {}
         for node in changed:
             handle = self.workers.get(node)
             if handle is None or handle.conn is None or handle.state is WorkerState.STOPPING:
                 continue
-            inputs = self.view.inputs_for(node)
-            if self.hardware is not None and self.hardware.enabled and inputs.nodetwin_api:
+            inputs[node] = self.view.inputs_for(node)
+        return inputs
+
+    def _offer_hardware(self, changed: dict[str, NodeInputs]) -> None:
+        """NodeTwin API: what each changed node's NodeHardware depends on, to its publisher."""
+        if self.hardware is None or not self.hardware.enabled:
+            return
+        for node, inputs in changed.items():
+            if inputs.nodetwin_api:
+                node_object = self.view.node_objects.get(node)
                 self.hardware.offer(
-                    hardware_inputs(
-                        self.settings,
-                        node,
-                        self.view.node_objects.get(node),
-                        inputs.telemetry_profile,
-                    )
+                    hardware_inputs(self.settings, node, node_object, inputs.telemetry_profile)
                 )
+
+    def _deliver_inputs(self, changed: dict[str, NodeInputs], now: float) -> None:
+        for node, inputs in changed.items():
+            handle = self.workers[node]
             handle.unsent = None if inputs == handle.last_sent else inputs
             if handle.unsent is not None:
                 self._set_heartbeat(handle, inputs)
             self.io.flush(handle, now)
         writable, self.io.writable = self.io.writable, set()
-        for node in writable - changed:
-            handle = self.workers.get(node)
-            if handle is not None:
-                self.io.flush(handle, now)
+        for node in writable - changed.keys():
+            if (pending := self.workers.get(node)) is not None:
+                self.io.flush(pending, now)
 
     def _publish(self) -> None:
         self._table_changed = False
@@ -544,9 +546,7 @@ class Supervisor:
             result = statuses.agent_stopped(self.settings, handle.restore_problems)
             result = statuses.with_gpu(result, handle.last_result)
             self._offer_status(node, result, force=True)
-        for writer in (self.status, self.twin_status):
-            if writer is None:
-                continue
+        for writer in self.statuses.writers():
             left = deadline - self.clock()
             if not writer.flush(timeout=max(FINAL_STATUS_MIN_S, left)):
                 log.warning("not every final status was written in time")

@@ -1,18 +1,21 @@
-"""What the supervisor itself writes into a node's status, as opposed to its worker.
+"""A node's status from the supervisor: where it goes, and what the supervisor says itself.
 
-When no worker can speak for a node (it is restarting, it left this pod's
-scope, the agent is stopping), the status must say so rather than keep
-claiming that a cap is applied. The wording lives here, in one place.
+Every status, a worker's tick result or the supervisor's own, goes to the
+object that carries it (:class:`StatusRouter`). When no worker can speak
+for a node (it is restarting, it left this pod's scope, the agent is
+stopping), the status must say so rather than keep claiming that a cap is
+applied. The wording lives here, in one place.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Protocol
 
 from agentpool.config.settings import Settings
-from agentpool.spec.gpu import GpuBackend, GpuTickResult
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.kube.api import Resource
+from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 
 class StatusSink(Protocol):
@@ -21,6 +24,33 @@ class StatusSink(Protocol):
     def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool: ...
 
     def flush(self, timeout: float) -> bool: ...
+
+
+class StatusRouter:
+    """A node's status goes to the object that carries it: its TelemetryProfile (profile
+    API) or its NodeTwin, each through its own writer; a node without one has no status."""
+
+    def __init__(
+        self,
+        target: Callable[[str], tuple[Resource, str] | None],
+        profiles: StatusSink | None,
+        twins: StatusSink | None,
+    ) -> None:
+        self._target = target
+        self._profiles = profiles
+        self._twins = twins
+
+    def offer(self, node: str, result: TickResult, force: bool = False) -> None:
+        target = self._target(node)
+        if target is None:
+            return
+        resource, name = target
+        writer = self._twins if resource is Resource.NODE_TWINS else self._profiles
+        if writer is not None:
+            writer.offer(name, node, result, force=force)
+
+    def writers(self) -> list[StatusSink]:
+        return [w for w in (self._profiles, self._twins) if w is not None]
 
 
 def with_gpu(result: TickResult, last: TickResult | None) -> TickResult:

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentpool.spec.gpu import DeviceLimits, GpuBackend, GpuCap
-from agentpool.spec.values import Result
+from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result
 
 JOURNAL_PREFIX = "gpu"
 
