@@ -75,7 +75,7 @@ class HttpCpu:
         return answer.result, answer.message
 
     def forget(self) -> None:
-        """The node is no longer controlled over HTTP: its throttle is no longer ours."""
+        """Stale desired state relaxed, over HTTP or not: the throttle is no longer ours."""
         self._throttle = None
 
     def release(self) -> list[str]:

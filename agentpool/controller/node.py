@@ -197,14 +197,15 @@ class NodeController:
             self._logged_hardware = hardware
         self._desired = self._parse_cpu(inputs)
         self._gpu_desired = self._parse_gpu(inputs, self._desired)
+        if self._desired.error is not None:
+            return  # reported every tick; the strategy (and the throttle it holds) stays
         routing = self._desired.routing
         if routing.control is ControlType.HTTP:
             self._cpu = self.http.route(routing)
+        elif routing.control is ControlType.HOST:
+            self._cpu = self.host
         else:
-            self.http.forget()
-            self._cpu = self.host if routing.control is ControlType.HOST else NoCpuControl(
-                routing, self.host
-            )
+            self._cpu = NoCpuControl(routing, self.host)
 
     def _raw_policy(self, inputs: NodeInputs) -> tuple[dict[str, Any] | None, str]:
         """The desired-state object of this API, and its kind."""
@@ -296,7 +297,6 @@ class NodeController:
             self._clear_caps()
             self.dvfs.reset()
             if self.settings.simulate_only:
-                self.http.forget()
                 return stale.relaxed_simulated(timeout)
             problems = self.host.restore()
             problems += self.http.release() if self._cpu is self.http else []
