@@ -80,51 +80,26 @@ def routing_from_env(values: Mapping[str, str | None]) -> NodeRouting:
     HTTP ``sources.gpu``.
     """
     timeout = _timeout(values.get("TELEMETRY_HTTP_TIMEOUT_SECONDS"))
-    source = _choice(
-        "TELEMETRY_CPU_SOURCE", values.get("TELEMETRY_CPU_SOURCE"), SourceType.HOST, _SOURCES
+
+    def choice(env: str, default: E, accepted: tuple[E, ...]) -> E:
+        return _choice(env, values.get(env), default, accepted)
+
+    def endpoint(env: str, needed_by: str, wanted: bool) -> HttpEndpoint | None:
+        return _endpoint(env, values.get(env), needed_by, timeout) if wanted else None
+
+    source = choice("TELEMETRY_CPU_SOURCE", SourceType.HOST, _SOURCES)
+    control = choice("TELEMETRY_CPU_CONTROL", ControlType.HOST, tuple(ControlType))
+    mode = choice("TELEMETRY_CPU_CONTROL_MODE", ControlMode.AUTO, tuple(ControlMode))
+    source_http = endpoint(
+        "TELEMETRY_CPU_HTTP_ENDPOINT", "TELEMETRY_CPU_SOURCE", source is SourceType.HTTP
     )
-    control_types = tuple(ControlType)
-    control = _choice(
-        "TELEMETRY_CPU_CONTROL",
-        values.get("TELEMETRY_CPU_CONTROL"),
-        ControlType.HOST,
-        control_types,
+    control_http = endpoint(
+        "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT", "TELEMETRY_CPU_CONTROL", control is ControlType.HTTP
     )
-    mode = _choice(
-        "TELEMETRY_CPU_CONTROL_MODE",
-        values.get("TELEMETRY_CPU_CONTROL_MODE"),
-        ControlMode.AUTO,
-        tuple(ControlMode),
+    gpu = choice("TELEMETRY_GPU_CONTROL", ControlType.HOST, tuple(ControlType))
+    gpu_http = endpoint(
+        "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", "TELEMETRY_GPU_CONTROL", gpu is ControlType.HTTP
     )
-    source_http = control_http = None
-    if source is SourceType.HTTP:
-        source_http = _endpoint(
-            "TELEMETRY_CPU_HTTP_ENDPOINT",
-            values.get("TELEMETRY_CPU_HTTP_ENDPOINT"),
-            "TELEMETRY_CPU_SOURCE",
-            timeout,
-        )
-    if control is ControlType.HTTP:
-        control_http = _endpoint(
-            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT",
-            values.get("TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT"),
-            "TELEMETRY_CPU_CONTROL",
-            timeout,
-        )
-    gpu = _choice(
-        "TELEMETRY_GPU_CONTROL",
-        values.get("TELEMETRY_GPU_CONTROL"),
-        ControlType.HOST,
-        control_types,
-    )
-    gpu_http = None
-    if gpu is ControlType.HTTP:
-        gpu_http = _endpoint(
-            "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
-            values.get("TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT"),
-            "TELEMETRY_GPU_CONTROL",
-            timeout,
-        )
     routing = Routing(
         source=source,
         source_http=source_http,
