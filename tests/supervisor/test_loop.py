@@ -274,7 +274,7 @@ def test_shutdown_stops_all_at_once_kills_the_rest_together_and_writes_final_sta
         for worker in loop.launcher.started:
             expected = ["SIGTERM", "SIGKILL"] if worker.node in stubborn else ["SIGTERM"]
             assert worker.process.signals == expected, worker.node
-        assert not loop.supervisor._running()
+        assert not loop.supervisor.table.running()
         for name in names:
             status = loop.status.last(name)
             assert status is not None
