@@ -10,8 +10,8 @@ picks the CPU strategy of this input: :class:`~agentpool.controller.cpu_host.Hos
 (RAPL, then cpufreq), :class:`~agentpool.controller.cpu_http.HttpCpu` (the
 control endpoint) or :class:`NoCpuControl`; ``tick()`` runs the documented
 order over it: desired state, simulate-only, RAPL first, DVFS as the fallback.
-The DVFS state machine and the GPU controller are the node's, whichever
-strategy runs.
+The DVFS fallback (:mod:`agentpool.controller.fallback`) and the GPU
+controller are the node's, whichever strategy runs.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from agentpool.config.settings import ControllerSettings
 from agentpool.controller import percent, stale
 from agentpool.controller.cpu_host import NO_BACKEND, HostCpu
 from agentpool.controller.cpu_http import HttpCpu
-from agentpool.controller.dvfs.throttle import make_controller
+from agentpool.controller.fallback import DvfsFallback
 from agentpool.controller.gpu import GpuController, GpuDesired, GpuSettings
 from agentpool.controller.gpu_metrics import GpuMetrics
 from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.metrics import NodeMetrics
-from agentpool.errors import AgentError, HttpBackendError, ProfileError
+from agentpool.errors import AgentError, ProfileError
 from agentpool.hardware.labels import Hardware, discover
 from agentpool.spec.parse import (
     NT,
@@ -154,7 +154,7 @@ class NodeController:
         self.rapl = RaplHost(root, self.originals, zones)
         self.cpufreq = CpufreqHost(root, self.originals, settings.dvfs.min_freq_khz)
         self.meter = EnergyMeter(root, zones)
-        self.dvfs = make_controller(settings.dvfs)
+        self.dvfs = DvfsFallback(node, settings.dvfs, metrics, clock)
         self.user_agent = httpclient.user_agent(settings.pod_name, settings.shard_id)
         self.host = HostCpu(node, self.rapl, self.cpufreq, metrics)
         self.http = HttpCpu(node, self.user_agent)
@@ -165,8 +165,6 @@ class NodeController:
             self.originals,
             self.user_agent,
         )
-        self._over_message: tuple[tuple[float, int, str], str] | None = None
-        """(cap, throttle, reason) and the message of a DVFS hold above the band."""
         self._stale = False
         """The last tick acted on stale desired state."""
         self.inputs = NodeInputs(node)
@@ -273,7 +271,7 @@ class NodeController:
             self.metrics.set_backend(result.backend)
         if result.backend is not Backend.DVFS:
             self.metrics.set_cap_error(None)
-            self._over_message = None  # a later DVFS episode starts its own message
+            self.dvfs.episode_over()
         self.metrics.reconcile_seconds.observe(max(0.0, self.clock() - started))
         return result
 
@@ -361,15 +359,16 @@ class NodeController:
                 f"simulate-only: would cap CPU packages at {cap:g} W via {plan}; nothing written",
                 observed,
             )
-        throttled = self.dvfs.state.throttle_pct > 0
-        outcome = self._cpu.cap(cap, self.hardware, throttled, observed)
+        outcome = self._cpu.cap(cap, self.hardware, self.dvfs.throttling, observed)
         if isinstance(outcome, TickResult):
             if outcome.backend is Backend.RAPL and outcome.result is Result.APPLIED:
                 self.dvfs.reset()
             return outcome
         # Pass this tick's host energy sample on: sampling the meter a second time at the
         # same instant yields no power reading.
-        return self._dvfs_tick(cap, routing, observed, outcome, sample)
+        return self.dvfs.tick(
+            cap, lambda: self._read_power(routing, sample), self._cpu, observed, outcome
+        )
 
     # -- percent of the hardware maximum -------------------------------------------------------
 
@@ -425,80 +424,6 @@ class NodeController:
                 sample = self.meter.sample(self.clock())
             return sample.total_w
         return None  # 'none' and 'prometheus' sources give no reading: the controller holds
-
-    def _dvfs_tick(
-        self,
-        cap: float,
-        routing: Routing,
-        observed: dict[str, Any],
-        reason: str,
-        sample: EnergySample | None = None,
-    ) -> TickResult:
-        self.metrics.set_backend(Backend.DVFS)
-        try:
-            power = self._read_power(routing, sample)
-        except HttpBackendError as exc:
-            self._export_dvfs(cap)
-            return TickResult(Backend.DVFS, Result.ERROR, f"telemetry: {exc}", observed)
-        before = self.dvfs.state.throttle_pct
-        self.dvfs.set_levels(self._cpu.dvfs_levels())
-        action = self.dvfs.step(power, cap, self.clock())
-        state = self.dvfs.state
-        if action is not None:
-            self.metrics.count_action(action.value)
-            log.info(
-                "node %s: DVFS %s to %d%% (ema %.1f W, cap %g W)",
-                self.node,
-                action.value,
-                state.throttle_pct,
-                state.ema or 0.0,
-                cap,
-            )
-        result, message = self._cpu.throttle(cap, state.throttle_pct, observed)
-        self._export_dvfs(cap)
-        observed.update(
-            {
-                "throttlePct": state.throttle_pct,
-                "observedPowerWatts": None if state.observed is None else round(state.observed, 3),
-                "emaPowerWatts": None if state.ema is None else round(state.ema, 3),
-            }
-        )
-        summary = self._dvfs_summary(cap, before, reason)
-        if message and result is not Result.APPLIED:
-            summary = f"{message}; {summary}"
-        return TickResult(Backend.DVFS, result, summary, observed)
-
-    def _dvfs_summary(self, cap: float, before: int, reason: str) -> str:
-        """The status message: honest about a cap not held, stable while nothing changes.
-
-        Inside the controller's band the message names no power (that goes in
-        ``observed``) and so stays the same tick after tick: the supervisor
-        writes the status only when the message changes. Above the band it
-        says by how much; while the throttle then holds (pinned at 100 %, or
-        waiting for a lagging node) it keeps the watts of the first such tick,
-        so a node that cannot get under its cap rewrites its status once, not
-        every tick. Below the band it speaks only of a release that happened.
-        """
-        s = self.dvfs.state
-        low, high = self.dvfs.band(cap)
-        held = before == s.throttle_pct
-        move = f"holding {before}%" if held else f"{before}% -> {s.throttle_pct}%"
-        if s.ema is not None and s.ema > high:
-            key = (cap, s.throttle_pct, reason)
-            if held and self._over_message is not None and self._over_message[0] == key:
-                return self._over_message[1]
-            message = f"throttling: {s.ema:.0f} W > cap {cap:g} W, {move}; {reason}"
-            self._over_message = (key, message) if held else None
-            return message
-        self._over_message = None
-        if s.ema is not None and s.ema < low and not held:
-            return f"releasing: {s.ema:.0f} W, under cap {cap:g} W, {move}; {reason}"
-        return f"DVFS throttle {s.throttle_pct}% for cap {cap:g} W; {reason}"
-
-    def _export_dvfs(self, cap: float) -> None:
-        s = self.dvfs.state
-        self.metrics.set_dvfs(s.observed, s.ema, s.throttle_pct, s.above, s.below)
-        self.metrics.set_cap_error(None if s.ema is None else s.ema - cap)
 
     # -- shutdown ------------------------------------------------------------------------------
 
