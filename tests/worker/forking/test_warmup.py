@@ -34,22 +34,19 @@ def test_warm_up_takes_every_tick_path() -> None:
     }
 
 
-def test_warm_up_leaves_the_process_as_it_found_it() -> None:
+def _process_state() -> tuple[object, ...]:
     root = logging.getLogger()
-    before = (
+    return (
         sorted(os.listdir("/proc/self/fd")),
         os.environ.get("PROMETHEUS_MULTIPROC_DIR"),
         values.ValueClass,
         list(root.handlers),
         root.level,
     )
+
+
+def test_warm_up_leaves_the_process_as_it_found_it() -> None:
+    before = _process_state()
     warm_up()
-    after = (
-        sorted(os.listdir("/proc/self/fd")),
-        os.environ.get("PROMETHEUS_MULTIPROC_DIR"),
-        values.ValueClass,
-        list(root.handlers),
-        root.level,
-    )
     # No descriptor (socket, mmapped metrics file), variable or handler reaches a worker.
-    assert after == before
+    assert _process_state() == before
