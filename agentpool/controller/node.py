@@ -29,7 +29,7 @@ from agentpool.backends.sysfs.files import Originals
 from agentpool.backends.sysfs.rapl import EnergyMeter, EnergySample, PackageZones, RaplHost
 from agentpool.config.options import StaleAction
 from agentpool.config.settings import ControllerSettings
-from agentpool.controller import percent, stale
+from agentpool.controller import percent, release, stale
 from agentpool.controller.cpu_host import NO_BACKEND, HostCpu
 from agentpool.controller.cpu_http import HttpCpu
 from agentpool.controller.fallback import DvfsFallback
@@ -167,6 +167,8 @@ class NodeController:
         )
         self._stale = False
         """The last tick acted on stale desired state."""
+        self._cap_release = release.CapRelease(node)
+        """A removed cap is given back at the second tick without one."""
         self.inputs = NodeInputs(node)
         self.hardware = discover({})
         self._logged_hardware: Hardware | None = None
@@ -296,10 +298,7 @@ class NodeController:
             self.dvfs.reset()
             if self.settings.simulate_only:
                 return stale.relaxed_simulated(timeout)
-            problems = self.host.restore()
-            problems += self.http.release() if self._cpu is self.http else []
-            self.http.forget()
-            return stale.relaxed(problems, timeout)
+            return stale.relax(self._give_back(self._desired.routing), timeout)
         result = self._reconcile()
         if self._stale:
             self._stale = False
@@ -318,9 +317,12 @@ class NodeController:
         sample = self._sample_host_energy(routing)
         if policy is None or (policy.cap_watts is None and policy.cap_pct is None):
             self._clear_caps()
-            return TickResult(
-                Backend.NONE, Result.NONE, f"nothing to enforce: {why_none(policy, self.inputs)}"
+            why = why_none(policy, self.inputs)
+            outcome, more = self._cap_release.step(
+                why, self._holds(), lambda: self._give_back(routing)
             )
+            return TickResult(Backend.NONE, outcome, f"nothing to enforce: {why}{more}")
+        self._cap_release.enforcing()
         observed: dict[str, Any] = {"profile": policy.profile.value}
         if sample is not None and sample.total_w is not None:
             observed["packagePowerWatts"] = round(sample.total_w, 3)
@@ -340,6 +342,28 @@ class NodeController:
     def _clear_caps(self) -> None:
         self.metrics.set_cap(None, None)
         self.metrics.set_percent(None, None)
+
+    # -- giving the node back (a removed cap, stale desired state) ---------------------------
+
+    def _holds(self) -> bool:
+        """Whether a limit this agent set is in force (host files, HTTP throttle or cap)."""
+        if self.settings.simulate_only:
+            return False
+        return self.http.holds() or self.cpufreq.holds_originals() or self.rapl.holds_originals()
+
+    def _give_back(self, routing: Routing) -> release.Released:
+        held = self.http.held()
+        maximum = None
+        if held is not None and held.cap_watts is not None:
+            maximum = self.http.maximum_for(self.inputs.hardware_max_w, routing.source_http)
+        released = release.give_back(
+            self.node, self.cpufreq, self.rapl, held, maximum, self.user_agent
+        )
+        if not released.problems:
+            self.http.forget()
+            self.dvfs.reset()
+            self.metrics.set_dvfs(None, None, 0, 0, 0)
+        return released
 
     def _enforce(
         self,

@@ -4,11 +4,13 @@ When the desired-state watch has failed for SPEC_READ_TIMEOUT the agent no
 longer trusts what it last saw. ``relax`` gives the node back what it had
 before the agent (host values found at start, no HTTP throttle); ``keep``
 goes on enforcing the last desired state. Either way the status says so, and
-says so again once when the API confirms the desired state.
+says so again once when the API confirms the desired state. The relaxing
+itself is :func:`agentpool.controller.release.give_back`'s, as for a removed cap.
 """
 
 from __future__ import annotations
 
+from agentpool.controller.release import Released
 from agentpool.durations import format_duration
 from agentpool.spec.values import Backend, Result, TickResult
 
@@ -37,10 +39,10 @@ def relaxed_simulated(timeout_s: float) -> TickResult:
     return TickResult(Backend.NONE, Result.NONE, message)
 
 
-def relaxed(problems: list[str], timeout_s: float) -> TickResult:
-    """The status of relaxing: host values restored and an HTTP throttle released, or not."""
-    if problems:
-        message = f"{why(timeout_s)}; could not relax: {'; '.join(problems)}"
+def relax(released: Released, timeout_s: float) -> TickResult:
+    """The status of relaxing (:func:`agentpool.controller.release.give_back` did it)."""
+    if released.problems:
+        message = f"{why(timeout_s)}; could not relax: {'; '.join(released.problems)}"
         return TickResult(Backend.NONE, Result.ERROR, message)
     message = f"{why(timeout_s)}; SPEC_STALE_ACTION=relax: host limits restored, throttle released"
     return TickResult(Backend.NONE, Result.NONE, message)

@@ -105,7 +105,7 @@ class Supervisor:
         self.launch = launch
         self.view = view
         self.status = status
-        self.statuses = StatusRouter(view.status_target, status, twin_status)
+        self.statuses = StatusRouter(view, status, twin_status)
         """Offers each node's status to the writer of the object that carries it."""
         self.collector = collector
         self.files = files
@@ -304,21 +304,24 @@ class Supervisor:
         inputs: dict[str, NodeInputs] = {}
         for node in changed:
             handle = self.workers.get(node)
-            if handle is None or handle.conn is None or handle.state is WorkerState.STOPPING:
+            if handle is None:
+                continue
+            self.table.note_api(node)
+            if handle.conn is None or handle.state is WorkerState.STOPPING:
                 continue
             inputs[node] = self.view.inputs_for(node)
         return inputs
 
     def _offer_hardware(self, changed: dict[str, NodeInputs]) -> None:
-        """NodeTwin API: what each changed node's NodeHardware depends on, to its publisher."""
+        """What each changed node's NodeHardware depends on, to its publisher (when it is
+        enabled: NodeHardware is served)."""
         if self.hardware is None or not self.hardware.enabled:
             return
         for node, inputs in changed.items():
-            if inputs.nodetwin_api:
-                node_object = self.view.node_objects.get(node)
-                self.hardware.offer(
-                    hardware_inputs(self.settings, node, node_object, inputs.telemetry_profile)
-                )
+            node_object = self.view.node_objects.get(node)
+            self.hardware.offer(
+                hardware_inputs(self.settings, node, node_object, inputs.telemetry_profile)
+            )
 
     def _deliver_inputs(self, changed: dict[str, NodeInputs], now: float) -> None:
         for node, inputs in changed.items():
@@ -338,7 +341,7 @@ class Supervisor:
         self.collector.publish(
             Snapshot(
                 workers={
-                    node: WorkerView(h.state, h.policy.restarts, h.pid)
+                    node: WorkerView(h.state, h.policy.restarts, h.pid, self.table.apis.get(node))
                     for node, h in self.workers.items()
                 },
                 shard_id=s.pool_shard_id,

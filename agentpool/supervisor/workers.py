@@ -19,7 +19,7 @@ from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
 from agentpool.kube.nodehardware import HardwarePublisher
-from agentpool.spec.values import NodeInputs
+from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import statuses
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import (
@@ -80,6 +80,17 @@ class WorkerTable:
         """A worker started, stopped, died or began running: publish a fresh snapshot."""
         self.rescope = False
         """A node left the table for good: which nodes this pod owns may have changed."""
+        self.apis: dict[str, NodeApi] = {}
+        """The API each worker's node follows, as last logged (``agentpool_node_api``)."""
+
+    def note_api(self, node: str) -> None:
+        """Log once, and export, which API the node follows when that changes."""
+        api = self.view.api_of(node)
+        if self.apis.get(node) is api:
+            return
+        self.apis[node] = api
+        self.changed = True
+        node_log(INFO, node, "node %s follows %s", self.view.describe_api(node, api))
 
     # -- reports ---------------------------------------------------------------------------------
 
@@ -193,6 +204,8 @@ class WorkerTable:
         if self.elastic is not None:
             self.elastic.stopped(node)  # its worker is gone: the claim may be released
         self.changed = True
+        self.apis.pop(node, None)
+        self.statuses.forget(node)
         self.files.forget(node)
         if self.hardware is not None:
             self.hardware.forget(node)
@@ -234,6 +247,7 @@ class WorkerTable:
 
     def start(self, handle: WorkerHandle, now: float) -> None:
         inputs = self.view.inputs_for(handle.node)
+        self.note_api(handle.node)
         try:
             process, conn = self.launch(handle.node, inputs)
         except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentpool.controller import stale
+from agentpool.controller.release import Released
 from agentpool.spec.values import Backend, Result, TickResult
 
 WHY = "desired state not confirmed from the API for 5m (watches failing)"
@@ -25,12 +26,14 @@ def test_keep_goes_on_enforcing_and_says_so() -> None:
 
 
 def test_relaxing_says_whether_every_value_came_back() -> None:
-    relaxed = stale.relaxed([], 300)
+    relaxed = stale.relax(Released(("host limits restored",)), 300)
     assert (relaxed.backend, relaxed.result) == (Backend.NONE, Result.NONE)
     assert relaxed.message == (
         f"{WHY}; SPEC_STALE_ACTION=relax: host limits restored, throttle released"
     )
-    failed = stale.relaxed(["intel-rapl:0: EPERM", "releasing the HTTP throttle: 503"], 300)
+    failed = stale.relax(
+        Released(problems=("intel-rapl:0: EPERM", "releasing the HTTP throttle: 503")), 300
+    )
     assert failed.result is Result.ERROR
     assert failed.message == (
         f"{WHY}; could not relax: intel-rapl:0: EPERM; releasing the HTTP throttle: 503"

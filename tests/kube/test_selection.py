@@ -1,73 +1,185 @@
-"""Which Joulie API to speak (JOULIE_API), from API discovery, on the emulator's cluster shapes."""
+"""KindDiscovery against the API emulator through the real client: which kinds each setting
+watches, CRDs installed and removed while it runs, and what ``/readyz`` is told.
+
+``discover()`` is driven by hand with a simulated clock (the thread only calls it in a loop);
+the emulator's ``install(shape)`` serves another set of CRDs, as when CRDs come and go.
+"""
 
 from __future__ import annotations
-
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from agentpool.config.options import JoulieApi
-from agentpool.kube.api import KubeApi, Resource, load_client
-from agentpool.kube.selection import ApiSelector, Selection, choose
+from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.selection import ABSENT_CONFIRM_S, KindDiscovery, kinds_for, problem_for
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.polling import wait_until
+from tests.kube.test_informer import api
 
-PROFILE_KINDS = {"nodepowerprofiles", "telemetryprofiles"}
-TWIN_KINDS = {"nodetwins", "nodehardwares"}
+__all__ = ["api"]  # the KubeApi-on-the-emulator fixture, shared with test_informer
 
-
-def test_an_explicit_api_is_spoken_when_served_and_said_missing_when_not() -> None:
-    twins = choose(JoulieApi.NODETWIN, TWIN_KINDS)
-    assert isinstance(twins, Selection)
-    assert twins.resources == (Resource.NODES, Resource.NODE_TWINS, Resource.NODE_HARDWARES)
-    profiles = choose(JoulieApi.PROFILES, PROFILE_KINDS | TWIN_KINDS)
-    assert isinstance(profiles, Selection)
-    assert profiles.api is JoulieApi.PROFILES
-    assert profiles.resources == (
-        Resource.NODES, Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES
-    )
-    missing = choose(JoulieApi.NODETWIN, PROFILE_KINDS)
-    assert isinstance(missing, str)
-    assert "nodetwins.joulie.io is not served" in missing
-    assert "nodepowerprofiles.joulie.io is not served" in str(choose(JoulieApi.PROFILES, set()))
+NPP, TP, NT, NHW = (
+    Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES, Resource.NODE_TWINS,
+    Resource.NODE_HARDWARES,
+)
+ALL = {NPP, TP, NT, NHW}
 
 
-def test_a_telemetry_profile_still_routes_nodes_on_the_nodetwin_api() -> None:
-    selection = choose(JoulieApi.NODETWIN, TWIN_KINDS | {"telemetryprofiles"})
-    assert isinstance(selection, Selection)
-    assert Resource.TELEMETRY_PROFILES in selection.resources
+class Recorder:
+    """The discovery's callbacks, recorded; ``fail`` makes on_added raise for a kind."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Resource]] = []
+        self.fail: set[Resource] = set()
+
+    def added(self, kind: Resource) -> None:
+        if kind in self.fail:
+            raise RuntimeError(f"cannot watch {kind}")
+        self.calls.append(("added", kind))
+
+    def removed(self, kind: Resource) -> None:
+        self.calls.append(("removed", kind))
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[ApiEmulator, KubeApi]]:
-    with ApiEmulator(shape="none") as emulator:
-        client = KubeApi(load_client(str(emulator.write_kubeconfig(tmp_path / "kubeconfig"))))
-        yield emulator, client
-        client.close()
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_the_selector_waits_for_the_crds_says_why_and_selects_once(
-    api: tuple[ApiEmulator, KubeApi],
+def discovery(api: KubeApi, setting: JoulieApi) -> tuple[KindDiscovery, Recorder, Clock]:
+    rec, clock = Recorder(), Clock()
+    return KindDiscovery(api, setting, rec.added, rec.removed, clock=clock), rec, clock
+
+
+@pytest.mark.parametrize(
+    ("setting", "served", "watched"),
+    [
+        (JoulieApi.AUTO, ALL, ALL),
+        (JoulieApi.AUTO, {NPP, TP}, {NPP, TP}),
+        (JoulieApi.PROFILES, ALL, {NPP, TP}),
+        (JoulieApi.NODETWIN, ALL, {NT, NHW, TP}),
+        (JoulieApi.NODETWIN, {NT, NHW}, {NT, NHW}),
+    ],
+)
+def test_each_setting_watches_its_kinds_among_those_served(
+    setting: JoulieApi, served: set[Resource], watched: set[Resource]
 ) -> None:
-    emulator, client = api
-    chosen: list[Selection] = []
-    asked = threading.Event()
-    selector = ApiSelector(
-        client, JoulieApi.PROFILES, lambda s: (chosen.append(s), asked.set()),
-        first_retry_s=0.05, max_retry_s=0.1,
+    assert kinds_for(setting, served) == watched
+    assert problem_for(setting, served) is None
+
+
+def test_what_readyz_is_told_names_what_is_missing() -> None:
+    message = problem_for(JoulieApi.AUTO, {TP})
+    assert message == (
+        "neither nodetwins.joulie.io nor nodepowerprofiles.joulie.io is served: install "
+        "Joulie's CRDs (the chart's crds/; missing: nodepowerprofiles.joulie.io, "
+        "nodetwins.joulie.io, nodehardwares.joulie.io)"
     )
-    selector.start()
+    assert problem_for(JoulieApi.AUTO, {NT}) is None  # one API is enough
+    assert "JOULIE_API=profiles but nodepowerprofiles.joulie.io" in str(
+        problem_for(JoulieApi.PROFILES, {NT, NHW, TP})
+    )
+    assert "JOULIE_API=nodetwin but nodetwins.joulie.io" in str(
+        problem_for(JoulieApi.NODETWIN, {NPP, TP})
+    )
+
+
+def test_crds_installed_and_removed_while_running(
+    api_emulator: ApiEmulator, api: KubeApi
+) -> None:
+    d, rec, clock = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("none")
+    d.discover()
+    assert (rec.calls, d.watched) == ([], frozenset())
+    assert d.problem is not None
+    assert d.problem.startswith("neither nodetwins.joulie.io")
+    api_emulator.install("profiles")
+    d.discover()
+    assert rec.calls == [("added", NPP), ("added", TP)]
+    assert d.problem is None
+    api_emulator.install("all")
+    d.discover()
+    assert rec.calls[2:] == [("added", NT), ("added", NHW)]
+    assert d.watched == ALL
+    # The profile API's CRDs go: dropped once still missing ABSENT_CONFIRM_S later.
+    api_emulator.install("nodetwin")
+    d.discover()
+    assert len(rec.calls) == 4
+    assert d.watched == ALL
+    assert d.served == {NT, NHW}  # readiness stops counting their informers at once
+    clock.now += ABSENT_CONFIRM_S / 2
+    d.discover()
+    assert len(rec.calls) == 4
+    clock.now += ABSENT_CONFIRM_S
+    d.discover()
+    assert rec.calls[4:] == [("removed", NPP), ("removed", TP)]
+    assert d.watched == {NT, NHW}
+    assert d.problem is None
+
+
+def test_one_odd_answer_drops_nothing(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    d, rec, clock = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    d.discover()
+    api_emulator.install("profiles")
+    d.discover()
+    assert d.problem is None
+    api_emulator.install("all")  # back before the absence was confirmed
+    clock.now += 10 * ABSENT_CONFIRM_S
+    d.discover()
+    api_emulator.install("profiles")
+    clock.now += ABSENT_CONFIRM_S / 2
+    d.discover()
+    assert [c for c, _ in rec.calls] == ["added"] * 4
+    assert d.watched == ALL
+
+
+def test_a_failing_callback_is_tried_again(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    d, rec, _ = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    rec.fail = {NT}
+    d.discover()
+    assert d.watched == {NPP, TP, NHW}
+    rec.fail = set()
+    d.discover()
+    assert d.watched == ALL
+
+
+def test_discovery_failing_before_any_answer_is_a_problem_then_recovers(
+    api_emulator: ApiEmulator, api: KubeApi
+) -> None:
+    d, _, _ = discovery(api, JoulieApi.AUTO)
+    api_emulator.stop()  # an API server that does not answer yet
+    d.discover()
+    assert d.problem is not None
+    assert d.problem.startswith("API discovery failed: ")
+    api_emulator.start()
+    d.discover()
+    assert d.problem is None
+    assert d.watched == {NPP, TP}
+    # Later failures keep what is watched (the informers say what fails).
+    api_emulator.stop()
+    d.discover()
+    assert d.problem is None
+    assert d.watched == {NPP, TP}
+
+
+def test_the_thread_finds_a_crd_installed_later_and_stops(
+    api_emulator: ApiEmulator, api: KubeApi
+) -> None:
+    rec = Recorder()
+    api_emulator.install("none")
+    d = KindDiscovery(api, JoulieApi.AUTO, rec.added, rec.removed, period_s=0.2,
+                      first_retry_s=0.05, max_retry_s=0.2)
+    d.start()
     try:
-        # Nothing served: it says why, and keeps asking instead of giving up or crashing.
-        missing = "nodepowerprofiles.joulie.io is not served"
-        wait_until(lambda: missing in (selector.problem or ""), 10)
-        assert not selector.selected.is_set()
-        emulator.install("profiles")  # the operator installs its CRDs later
-        assert asked.wait(10)
-        assert selector.selected.is_set()
-        assert selector.problem is None
-        assert [s.api for s in chosen] == [JoulieApi.PROFILES]
+        wait_until(lambda: d.problem is not None and "neither" in d.problem, 5)
+        api_emulator.install("nodetwin")
+        wait_until(lambda: d.watched == {NT, NHW}, 5)
+        assert d.problem is None
     finally:
-        selector.stop()
+        d.stop()
+    assert not d._thread.is_alive()
