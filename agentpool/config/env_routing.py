@@ -9,7 +9,7 @@ before starting anything. Nothing set means host sources and host controls.
 
 A TelemetryProfile that targets a node, where that CRD exists, wins over
 these variables for that node, on either API
-(:func:`agentpool.spec.parse.node_routing`).
+(:func:`agentpool.spec.parse.cpu_routing`, :func:`~agentpool.spec.parse.gpu_routing`).
 """
 
 from __future__ import annotations

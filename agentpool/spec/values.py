@@ -216,7 +216,8 @@ class GpuRouting:
 @dataclass(frozen=True)
 class NodeRouting:
     """A node's routing, CPU and GPU: from the TelemetryProfile targeting it, else from the
-    TELEMETRY_* variables (:func:`agentpool.spec.parse.node_routing`, on either API)."""
+    TELEMETRY_* variables (:func:`agentpool.spec.parse.cpu_routing`, ``gpu_routing``), on
+    either API."""
 
     cpu: Routing = field(default_factory=Routing)
     gpu: GpuRouting = field(default_factory=GpuRouting)
