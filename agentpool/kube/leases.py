@@ -33,6 +33,7 @@ from agentpool.pool.membership import (
     decode_claims,
     encode_claims,
 )
+from agentpool.spec.values import json_count
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def replicas_of(obj: dict[str, Any] | None) -> int | None:
     if obj is None:
         return None
     value = (obj.get("spec") or {}).get("replicas")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return json_count(value)
 
 
 class ReplicasWatch:

@@ -24,7 +24,7 @@ from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
 from agentpool.spec.parse import cpu_routing, oldest_claim
-from agentpool.spec.values import ControlType, SourceType
+from agentpool.spec.values import ControlType, SourceType, json_number
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
 
@@ -48,9 +48,9 @@ def _trim_twin(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return None
-    return float(value)
+    """A positive JSON number, or None."""
+    number = json_number(value)
+    return number if number is not None and number > 0 else None
 
 
 def hardware_max_w(obj: dict[str, Any]) -> float | None:
