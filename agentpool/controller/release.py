@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentpool.backends import httpclient
+from agentpool.backends import cpu_http, httpclient
 from agentpool.backends.sysfs.cpufreq import CpufreqHost
 from agentpool.backends.sysfs.rapl import RaplHost
 from agentpool.controller.percent import Maximum
@@ -71,12 +71,11 @@ def give_back(
     problems = cpufreq.restore() + rapl.restore()
     if host and not problems:
         done.append("host limits restored")
-    if held is not None and held.throttle_pct > 0:
-        try:
-            httpclient.post_control(held.endpoint, node, httpclient.DVFS_ACTION, 0, 0, agent)
-            done.append("HTTP throttle released")
-        except HttpBackendError as exc:
-            problems.append(f"releasing the HTTP throttle: {exc}")
+    released, problem = release_throttle(node, held, agent)
+    if released:
+        done.append("HTTP throttle released")
+    if problem is not None:
+        problems.append(problem)
     if held is not None and held.cap_watts is not None:
         if maximum is None or maximum.watts is None:
             why = maximum.source if maximum is not None else "no maximum known"
@@ -86,8 +85,8 @@ def give_back(
             )
         else:
             try:
-                answer = httpclient.post_control(
-                    held.endpoint, node, httpclient.RAPL_ACTION, maximum.watts, -1, agent
+                answer = cpu_http.post_control(
+                    held.endpoint, node, cpu_http.RAPL_ACTION, maximum.watts, -1, agent
                 )
             except HttpBackendError as exc:
                 problems.append(f"raising the HTTP RAPL cap to the maximum: {exc}")
@@ -103,6 +102,23 @@ def give_back(
                         f"{answer.message}"
                     )
     return Released(tuple(done), tuple(problems), tuple(kept))
+
+
+def release_throttle(
+    node: str, held: HttpHeld | None, agent: str = httpclient.DEFAULT_USER_AGENT
+) -> tuple[bool, str | None]:
+    """Post throttle 0 where a throttle of ours is in force: (released, the problem if any).
+
+    Also what a graceful stop does (``NodeController.restore``): nobody else would,
+    and the node would stay throttled with no agent watching it.
+    """
+    if held is None or held.throttle_pct == 0:
+        return False, None
+    try:
+        cpu_http.post_control(held.endpoint, node, cpu_http.DVFS_ACTION, 0, 0, agent)
+    except HttpBackendError as exc:
+        return False, f"releasing the HTTP throttle: {exc}"
+    return True, None
 
 
 class CapRelease:

@@ -110,10 +110,12 @@ class AgentHttpServer:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         listener: socket.socket | None = None,
     ) -> None:
-        """``render``, if given, writes part of ``/metrics`` directly (the workers' merged
-        multiprocess files, see ``FastMultiProcessCollector.render``); ``registry`` the rest.
-        ``listener``, if given, is the socket :func:`listen` opened (``host`` and ``port``
-        are then only its address); the server owns it from here on."""
+        """``ready`` says whether ``/readyz`` answers 200 and with which body (the reason,
+        when not ready); ``render``, if given, writes part of ``/metrics`` directly (the
+        workers' merged multiprocess files, see ``FastMultiProcessCollector.render``);
+        ``registry`` the rest; ``on_scrape`` is told each scrape's duration. ``listener``,
+        if given, is the socket :func:`listen` opened (``host`` and ``port`` are then only
+        its address); the server owns it from here on."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         scrape_lock = threading.Lock()

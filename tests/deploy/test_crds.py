@@ -154,7 +154,7 @@ def test_enums_and_cap_minimum() -> None:
     }
     gpu_cap = npp[".spec.gpu.powerCap"]["properties"]
     assert gpu_cap["capPctOfMax"]["maximum"] == 100
-    assert gpu_cap["capWattsPerGpu"]["exclusiveMinimum"] is True
+    assert gpu_cap["capWattsPerGpu"]["minimum"] == 1
     # No CEL anywhere: a 1.20 server refuses the CRD under server-side apply (helm install).
     for kind in CRDS:
         assert "x-kubernetes-validations" not in yaml.safe_dump(CRDS[kind]), kind
@@ -270,7 +270,7 @@ def test_good_nodepowerprofiles(sample: dict[str, Any]) -> None:
         (changed(GOOD_NPP, "spec", DELETE), "'spec' is a required property"),
         (
             changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capWattsPerGpu": 0}}),
-            "less than or equal to the minimum",
+            "less than the minimum",
         ),
         (
             changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capPctOfMax": 0}}),

@@ -6,10 +6,11 @@ This module owns the HTTP side of the simulated Joulie power endpoints: the
 tests use to steer nodes (load, control answers, faults), and the record of
 every request, which ``GET /requests`` also serves (JSON, oldest first; itself
 not recorded), so a test reaches a simulator running in a pod. Control takes
-the CPU actions of section 6 and ``gpu.set_power_cap_watts`` of section 9
-(GPUs per node: :mod:`agentpool.sim.power.gpu`). The Joulie simulator is a Go
-program and real RAPL/DVFS-capable servers cannot exist on a CI box, so this is
-their stand-in; the numbers come from :mod:`agentpool.sim.power.model`.
+the CPU actions (README "Custom resources") and ``gpu.set_power_cap_watts``
+(README "GPU power caps"; GPUs per node: :mod:`agentpool.sim.power.gpu`).
+The Joulie simulator is a Go program and real RAPL/DVFS-capable
+servers cannot exist on a CI box, so this is their stand-in; the numbers come
+from :mod:`agentpool.sim.power.model`.
 
 Threading: the app runs on the private loop of a
 :class:`~agentpool.sim.serving.BackgroundServer`; tests call the tell-it API
