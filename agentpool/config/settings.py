@@ -352,6 +352,8 @@ OPTIONS: tuple[Option, ...] = (
            optional(), HTTP_AUTH),
     Option("HTTP_CLIENT_KEY", None, "its private key (PEM); required with HTTP_CLIENT_CERT",
            optional(), HTTP_AUTH),
+    Option("EVENTS", "true", "record Kubernetes Events on the Node objects (aggregated)",
+           boolean, "events"),
 )  # fmt: skip
 
 
@@ -502,6 +504,8 @@ class Settings:
     """CA bundle, token file and client certificate of HTTP endpoints."""
     elastic: ElasticSettings = field(default_factory=ElasticSettings)
     """Pool membership (static by default) and the elastic pool's lease settings."""
+    events: bool = _TOP["events"]
+    """Record Kubernetes Events on the Node objects (README: Node events)."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
