@@ -57,7 +57,13 @@ class PoolResource(enum.StrEnum):
     """``apps/v1``: the pool's own, for ``spec.replicas``."""
 
 
-AnyResource = Resource | PoolResource
+class EventResource(enum.StrEnum):
+    """``events.k8s.io/v1``: the Events the agent records on Nodes (README: Node events)."""
+
+    EVENTS = "events"
+
+
+AnyResource = Resource | PoolResource | EventResource
 
 
 RequestHook = Callable[[str, str, int], None]
@@ -135,6 +141,16 @@ class KubeApi:
 
     def close(self) -> None:
         self._client.close()
+
+    @property
+    def objects(self) -> client.CustomObjectsApi:
+        """The generic object API: any group's objects as JSON, sent exactly as given.
+
+        For built-in kinds too (``events.k8s.io`` Events): the typed APIs of this
+        client turn a dict body into its model first, and re-serialise MicroTime
+        fields in a format the apiserver refuses when the microseconds are zero.
+        """
+        return self._custom
 
     def _lister(self, resource: AnyResource) -> Callable[..., Any]:
         if resource is Resource.NODES:
