@@ -37,6 +37,7 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
+from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
 from agentpool.kube.nodehardware import HardwarePublisher
@@ -100,8 +101,11 @@ class Supervisor:
         hardware: HardwarePublisher | None = None,
         spec_confirmed: Callable[[], bool] | None = None,
         elastic: ElasticPool | None = None,
+        node_events: NodeEvents | None = None,
     ) -> None:
         self.settings = settings
+        self.node_events = node_events
+        """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
         self.spec_confirmed = spec_confirmed
         """True while the desired-state watch works (SPEC_READ_TIMEOUT counts from the last)."""
         self._spec_seen = clock()
@@ -209,6 +213,9 @@ class Supervisor:
         if self.elastic is None:
             return
         self.elastic.turn(self.view.selected())
+        for node, previous in self.elastic.takeovers().items():
+            if self.node_events is not None:
+                self.node_events.taken_over(node, previous)
         for node in self.elastic.releasing() - self.workers.keys():
             self.elastic.stopped(node)  # never started (or already forgotten): nothing to stop
         running = self.elastic.running()
@@ -270,6 +277,8 @@ class Supervisor:
                 what = (result.backend.value, result.result.value, result.message)
                 _node_log(INFO, handle.node, "node %s: %s %s: %s", *what)
             self._offer_status(handle.node, message.result)
+            if self.node_events is not None:
+                self.node_events.tick(handle.node, result)
         elif isinstance(message, Stopped):
             handle.restore_problems = message.problems
 
@@ -317,6 +326,9 @@ class Supervisor:
         self.files.worker_gone(node)
         if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
             _node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+            if self.node_events is not None:
+                self.node_events.stopped(node, self._why_stopped(node, reason),
+                                         handle.restore_problems)
             if reason is StopReason.SCOPE:
                 self._final_scope_status(handle)
                 self._forget(node)
@@ -329,6 +341,16 @@ class Supervisor:
         _node_log(ERROR, node, message, pid, cause, how, restart, delay)
         restarting = statuses.restarting(cause, how, restart, delay)
         self._offer_status(node, statuses.with_gpu(restarting, handle.last_result))
+        if self.node_events is not None:
+            self.node_events.restarting(node, cause, how)
+
+    def _why_stopped(self, node: str, reason: StopReason) -> str:
+        """Why a node's controller stopped for good, for its event."""
+        if reason is StopReason.SHUTDOWN:
+            return "agent stopped"
+        if self.view.matches_selector(node):
+            return "node handed over to another pool pod"
+        return "node deleted or no longer selected"
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         self._table_changed = True
@@ -362,6 +384,8 @@ class Supervisor:
         self.files.forget(node)
         if self.hardware is not None:
             self.hardware.forget(node)
+        if self.node_events is not None:
+            self.node_events.forget(node)
 
     # -- heartbeats and stops --------------------------------------------------------------------
 
@@ -466,6 +490,8 @@ class Supervisor:
             _node_log(ERROR, handle.node, message, how, delay)
             status = statuses.restarting("not started", how, handle.policy.restarts + 1, delay)
             self._offer_status(handle.node, status)
+            if self.node_events is not None:
+                self.node_events.restarting(handle.node, "could not be started", how)
             return
         handle.started(process, conn, now)
         handle.last_sent = inputs

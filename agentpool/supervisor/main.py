@@ -15,6 +15,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -23,10 +24,13 @@ from pathlib import Path
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
 
 from agentpool.config.settings import AgentMode, Settings
 from agentpool.errors import KubeError
+from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import KubeApi, Resource, load_client
+from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
@@ -36,6 +40,7 @@ from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool, grace_for
+from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
@@ -232,6 +237,12 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         )
 
     elastic, replicas_watch = _elastic_pool(settings, api)
+    recorder, node_events = None, None
+    if settings.events:
+        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
+        recorder = EventRecorder(api, settings.pod_name or socket.gethostname())
+        restores = settings.restore_on_exit and not settings.simulate_only
+        node_events = NodeEvents(recorder, restores)
     supervisor = Supervisor(
         settings,
         ForkServerLauncher(fork_server, settings, files),
@@ -245,6 +256,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         hardware=hardware,
         spec_confirmed=spec_confirmed,
         elastic=elastic,
+        node_events=node_events,
     )
     stack.callback(supervisor.close)
 
@@ -263,11 +275,14 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
 
     selector = ApiSelector(api, settings.joulie_api, on_selected)
     readiness.waiting_for = lambda: selector.problem
+    extra = [EventMetrics(recorder.counts)] if recorder is not None else []
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack,
-                          elastic)
+                          elastic, extra)
     supervisor.install_signal_handlers()
     stack.callback(_stop_all, readiness.informers)
     services: list[_Service] = [server, collector, status, twin_status, hardware, selector]
+    if recorder is not None:
+        services.append(recorder)  # stopped before the API client: it writes what it can
     if elastic is not None and replicas_watch is not None:
         elastic.wake = supervisor.io.wake
         services += [elastic, replicas_watch]
@@ -306,6 +321,7 @@ def _http_server(
     capacity: int,
     stack: contextlib.ExitStack,
     elastic: ElasticPool | None = None,
+    extra: Iterable[Collector] = (),
 ) -> AgentHttpServer:
     # The workers' series are rendered straight to text (the bulk of a scrape at 1,000
     # workers); the supervisor's own series go through a registry.
@@ -316,6 +332,8 @@ def _http_server(
     registry.register(collector)
     if elastic is not None:
         registry.register(elastic)  # a collector: its collect() gives agentpool_pool_*
+    for more in extra:
+        registry.register(more)
 
     def healthy() -> bool:
         return supervisor.clock() - supervisor.loop_heartbeat < LOOP_STALL_S
