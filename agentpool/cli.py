@@ -1,7 +1,8 @@
 """The ``agentpool`` command line: thin, it only parses and dispatches.
 
 ``agentpool`` with no subcommand runs the supervisor (the container
-entrypoint). Every setting is a flag generated from :data:`config.OPTIONS`,
+entrypoint); ``agentpool status`` is the ``kubectl agentpool status`` plugin
+(:mod:`agentpool.plugin`). Every setting is a flag generated from :data:`config.OPTIONS`,
 with its environment variable; flags win. Configuration errors exit 2.
 
 The settings' variables are read here rather than through click's
@@ -23,6 +24,7 @@ import click
 from agentpool import __version__
 from agentpool.config.settings import OPTIONS, Settings, duration, load_settings, option
 from agentpool.errors import ConfigError
+from agentpool.plugin.command import status
 from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
 
 CONFIG_EXIT = 2
@@ -281,6 +283,9 @@ def inspect(sysfs_root: Path | None, cap: float | None, pct: float | None) -> No
         else:
             sysfs_root = Path("/host-sys") if Path("/host-sys").is_dir() else Path("/sys")
     click.echo(report(sysfs_root, cap, pct), nl=False)
+
+
+cli.add_command(status)
 
 
 def main() -> None:
