@@ -125,3 +125,14 @@ def test_tick_allocations_benchmark_smoke_run() -> None:
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert proc.stdout.startswith(f"{backend}: net growth over 30 ticks"), proc.stdout
+
+
+def test_proctitle_benchmark_smoke_run() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "proctitle.py"), "--nodes", "3", "--rounds", "1",
+         "--settle", "1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| 1 | on | 3/3 |" in proc.stdout
+    assert "| 1 | off (baseline) | 0/3 |" in proc.stdout

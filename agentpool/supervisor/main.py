@@ -38,6 +38,7 @@ from agentpool.kube.nodetwin import twin_status_body
 from agentpool.kube.selection import ApiSelector, Selection
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
+from agentpool.proctitle import TITLE_PREFIX, set_title
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool, grace_for
 from agentpool.supervisor.eventmetrics import EventMetrics
@@ -189,7 +190,19 @@ def run(settings: Settings) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def supervisor_title(settings: Settings) -> str:
+    """What ``ps`` shows for the supervisor: its mode and shard, pod or node."""
+    if settings.mode is AgentMode.DAEMONSET:
+        return f"{TITLE_PREFIX}supervisor (daemonset, node {settings.node_name})"
+    if settings.elastic.lease:
+        return f"{TITLE_PREFIX}supervisor (pool, lease member {settings.pod_name})"
+    shards = max(1, settings.pool_shards)
+    return f"{TITLE_PREFIX}supervisor (pool, shard {settings.pool_shard_id} of {shards})"
+
+
 def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
+    # Before any thread starts, so that the threads' names (top -H) say agentpool too.
+    set_title(supervisor_title(settings), "agentpool")
     capacity = node_capacity(raise_fd_limit())
     if capacity < 1:
         raise StartupError(
