@@ -56,9 +56,9 @@ def micro_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def event_name(node: str, at: datetime) -> str:
+def event_name(node: str, nanoseconds: int) -> str:
     """``<node>.<hex nanoseconds>``, as client-go names them; within the 253 allowed."""
-    suffix = f".{int(at.timestamp() * 1e9):x}"
+    suffix = f".{nanoseconds:x}"
     return node[: MAX_NAME - len(suffix)] + suffix
 
 
@@ -114,6 +114,7 @@ class EventRecorder:
         self.failures = 0
         self._streak = 0
         """Failed writes in a row: the retry delay grows with it."""
+        self._last_ns = 0
 
     # -- the loop's side ---------------------------------------------------------------
 
@@ -231,11 +232,14 @@ class EventRecorder:
             self._correlator.written(write, name)
 
     def _create(self, write: Write) -> str:
-        name = event_name(write.event.node, self._wall())
+        # Nanoseconds from the clock, never the same twice here: two Events created back to
+        # back must not collide (a float timestamp rounds to about 256 ns).
+        self._last_ns = max(time.time_ns(), self._last_ns + 1)
+        name = event_name(write.event.node, self._last_ns)
         # A plain dict is sent as is: the client serialises models and dicts alike.
         body: Any = event_body(write, self.instance, name)
-        # A 409 (the name taken: two writes in one nanosecond) is temporary: the retry
-        # picks another name.
+        # A 409 (the name taken, by another pod's Event of the same nanosecond) is
+        # temporary: the retry picks another name.
         objects = self._api.objects
         response = self._api.call("create", EventResource.EVENTS, lambda: (
             objects.create_namespaced_custom_object(

@@ -27,6 +27,11 @@ class EventMetrics:
             written.add_metric([verb], counts.get(verb, 0))
         yield written
         yield CounterMetricFamily(
+            "agentpool_events_failed",
+            "Node Event writes that failed (each spent its budget; retried unless refused)",
+            value=counts.get("failed", 0),
+        )
+        yield CounterMetricFamily(
             "agentpool_events_dropped",
             "Node event occurrences never written (refused by the API, or forgotten)",
             value=counts.get("dropped", 0),
