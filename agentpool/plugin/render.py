@@ -24,7 +24,7 @@ def _owner(row: NodeRow) -> str:
 def _cells(row: NodeRow, wide: bool) -> list[str]:
     power = None if row.power_w is None else f"{row.power_w:.0f} W"
     cells = [
-        row.node, _owner(row), row.api, _dash(row.cpu_cap), _dash(row.gpu_cap),
+        row.node, _owner(row), row.api.value, _dash(row.cpu_cap), _dash(row.gpu_cap),
         _dash(row.result), _dash(row.backend), _dash(power),
         _dash(None if row.age_s is None else short_duration(row.age_s)),
     ]

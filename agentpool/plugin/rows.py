@@ -1,12 +1,13 @@
 """One row per managed node, from raw cluster objects; pure, the clock passed in.
 
 Which API a node follows is decided as the agent decides it with
-``JOULIE_API=auto``: its NodeTwin if one targets it, else its
-NodePowerProfile. Its owner is the pod whose live Lease claims it (elastic
-pools), else its shard when the shard count is given. Whether that owner is
-alive: for an elastic pool, its Lease (``renewTime`` + duration compared with
-this machine's clock, so a skewed clock shifts it); otherwise the age of the
-node's status, which a live agent rewrites at least every heartbeat.
+``JOULIE_API=auto`` (``ClusterView.api_of``, over the objects the supervisor
+watches): its NodeTwin if one targets it, else its NodePowerProfile. Its
+owner is the pod whose live Lease claims it (elastic pools), else its shard
+when the shard count is given. Whether that owner is alive: for an elastic
+pool, its Lease (``renewTime`` + duration compared with this machine's
+clock, so a skewed clock shifts it); otherwise the age of the node's status,
+which a live agent rewrites at least every heartbeat.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 from agentpool.errors import ProfileError
 from agentpool.pool.assignment import shard_of
 from agentpool.pool.membership import ANNOTATION_CLAIMS, decode_claims
-from agentpool.spec.parse import NT, object_name, parse_power_profile, target_of
+from agentpool.spec.parse import NPP, NT, object_name, parse_power_profile, target_of
+from agentpool.spec.values import NodeApi
 
 Raw = Mapping[str, Any]
 
@@ -41,8 +43,8 @@ class NodeRow:
     """A pod name (elastic pool), ``shard N`` (static, --shards), or None: unknown."""
     owner_live: bool | None
     """None: cannot tell (no Lease, no status)."""
-    api: str
-    """``nodetwin``, ``profiles`` or ``none``: where its desired state comes from."""
+    api: NodeApi
+    """Where its desired state comes from."""
     cpu_cap: str | None
     gpu_cap: str | None
     result: str | None
@@ -59,7 +61,7 @@ class NodeRow:
     def as_json(self) -> dict[str, Any]:
         return {
             "node": self.node, "owner": self.owner, "ownerLive": self.owner_live,
-            "api": self.api, "cpuCap": self.cpu_cap, "gpuCap": self.gpu_cap,
+            "api": self.api.value, "cpuCap": self.cpu_cap, "gpuCap": self.gpu_cap,
             "result": self.result, "backend": self.backend, "message": self.message,
             "gpuResult": self.gpu_result, "gpuBackend": self.gpu_backend,
             "powerWatts": self.power_w, "gpuPowerWatts": self.gpu_power_w,
@@ -207,10 +209,12 @@ def _row(
     problems: list[str] = []
     desired: Raw | None
     if twin is not None:
-        api, desired, kind = "nodetwin", twin, NT
+        api, desired, kind = NodeApi.NODETWIN, twin, NT
         status = _map(_map(twin.get("status")).get("controlStatus"))
     else:
-        api, desired, kind = ("profiles", npp, "NodePowerProfile") if npp else ("none", None, "")
+        api, desired, kind = (
+            (NodeApi.PROFILES, npp, NPP) if npp else (NodeApi.NONE, None, "")
+        )
         status = _map(_map(_map(tp).get("status")).get("control"))
     cpu_cap, gpu_cap, invalid = _caps(desired, kind)
     if invalid:

@@ -74,9 +74,9 @@ def test_the_nodetwin_wins_and_the_oldest_of_several_is_used() -> None:
          "spec": {"nodeName": "n", "profile": "eco", "cpu": {"packagePowerCapPctOfMax": 55}}},
     ]
     (row,) = rows(["n"], [power_profile("n", 100, "eco")], twins=twins)
-    assert (row.api, row.cpu_cap) == ("nodetwin", "55%")
+    assert (row.api.value, row.cpu_cap) == ("nodetwin", "55%")
     (alone,) = rows(["n"])
-    assert (alone.api, alone.cpu_cap) == ("none", None)
+    assert (alone.api.value, alone.cpu_cap) == ("none", None)
 
 
 def test_an_invalid_desired_state_and_an_error_are_problems() -> None:
