@@ -254,6 +254,12 @@ class EventCorrelator:
 
     def next_due(self, now: float) -> float | None:
         """When :meth:`writes` may next return something (None: nothing is pending)."""
+        if not self._pending:
+            return None
+        if not self._pod.ready(now):
+            # Nothing goes before the pod's next token: no need to look at each event (a
+            # storm keeps thousands pending, and the recorder asks after every occurrence).
+            return self._pod.next_token(now)
         due: float | None = None
         for key in self._pending:
             if key in self._in_flight:
