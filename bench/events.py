@@ -31,7 +31,8 @@ from datetime import UTC, datetime, timedelta
 
 from agentpool.events.correlator import NODE_BUDGET, POD_BUDGET, EventCorrelator
 from agentpool.events.reasons import NodeEvent, Reason
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 
 HOUR = 3600.0
 

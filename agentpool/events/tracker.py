@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentpool.events.reasons import NodeEvent, Reason
-from agentpool.spec.gpu import GpuTickResult
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.spec.values import Backend, GpuTickResult, Result, TickResult
 
 PINNED_THROTTLE_PCT = 100
 """DVFS can do no more than this."""

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from agentpool.backoff import exponential_delay
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.events.correlator import EventCorrelator, Write
 from agentpool.events.reasons import NodeEvent
 from agentpool.kube.api import CONNECT_TIMEOUT_S, EventResource, KubeApi, json_body
-from agentpool.retrying import exponential_delay
 
 log = logging.getLogger(__name__)
 

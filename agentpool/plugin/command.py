@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from agentpool import __version__
-from agentpool.config.settings import option
+from agentpool.config.options import option
 from agentpool.durations import parse_duration
 from agentpool.errors import KubeError
 from agentpool.plugin.render import as_json, table

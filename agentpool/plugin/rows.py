@@ -21,7 +21,7 @@ from typing import Any
 from agentpool.errors import ProfileError
 from agentpool.pool.assignment import shard_of
 from agentpool.pool.membership import ANNOTATION_CLAIMS, decode_claims
-from agentpool.spec.parse import NPP, NT, object_name, parse_power_profile, target_of
+from agentpool.spec.parse import NPP, NT, metadata_name, parse_power_profile, target_of
 from agentpool.spec.values import NodeApi
 
 Raw = Mapping[str, Any]
@@ -98,7 +98,7 @@ def _oldest(objs: list[Raw]) -> Raw | None:
     if not objs:
         return None
     return min(objs, key=lambda o: (str(_map(o.get("metadata")).get("creationTimestamp") or ""),
-                                    object_name(o)))
+                                    metadata_name(o)))
 
 
 def _by_node(objs: Iterable[Raw], node_of: Any) -> dict[str, Raw]:
@@ -197,7 +197,7 @@ def build_rows(
     twins = _by_node(node_twins, _spec_node)
     pool = _leases(leases, options.now)
     rows = []
-    for node in sorted(object_name(n) for n in nodes):
+    for node in sorted(metadata_name(n) for n in nodes):
         rows.append(_row(node, npps.get(node), tps.get(node), twins.get(node), pool, options))
     return rows
 

@@ -26,7 +26,8 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
-from agentpool.config.settings import AgentMode, Settings
+from agentpool.config.options import AgentMode
+from agentpool.config.settings import Settings
 from agentpool.errors import KubeError
 from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import KubeApi, Resource, load_client
@@ -34,9 +35,8 @@ from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
-from agentpool.kube.nodetwin import twin_status_body
 from agentpool.kube.selection import KindDiscovery
-from agentpool.kube.status import HEARTBEAT_S, StatusWriter
+from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
 from agentpool.logs import setup_logging
 from agentpool.proctitle import TITLE_PREFIX, set_title
 from agentpool.supervisor.collector import FastMultiProcessCollector
@@ -46,7 +46,6 @@ from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
-from agentpool.supervisor.orphans import stop_helpers
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.watches import Watches
@@ -233,7 +232,6 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     fork_server = ForkServer()
     fork_server.ensure_running()
-    stack.callback(stop_helpers)  # last out: after every worker is gone
     stack.callback(fork_server.stop)
 
     counters = ApiCounters()
@@ -273,7 +271,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         node_events = NodeEvents(recorder, restores)
     supervisor = Supervisor(
         settings,
-        ForkServerLauncher(fork_server, settings, files),
+        ForkServerLauncher(fork_server, settings.worker(), files),
         view,
         status,
         collector,

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.polling import wait_until
 from tests.envtest.test_agent import as_agent, chart_rbac
 
 EVENTS = "event.events.k8s.io/v1"

@@ -6,8 +6,7 @@ from typing import Any
 
 from agentpool.events.reasons import EventType, NodeEvent, Reason
 from agentpool.events.tracker import NodeEventTracker
-from agentpool.spec.gpu import GpuBackend, GpuTickResult
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 
 def applied(cap: float, backend: Backend = Backend.RAPL, message: str = "ok",

@@ -16,7 +16,7 @@ from agentpool.plugin.render import table
 from agentpool.plugin.rows import NodeRow, Options, build_rows, short_duration
 from agentpool.pool.membership import ANNOTATION_CLAIMS, encode_claims
 from agentpool.sim.apiserver import ApiEmulator
-from agentpool.sim.cluster import power_profile
+from agentpool.sim.objects import power_profile
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 

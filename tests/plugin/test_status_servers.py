@@ -24,9 +24,11 @@ import pytest
 from agentpool.pool.membership import ANNOTATION_CLAIMS, LABEL_POOL, encode_claims
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import KINDS, SimCluster, power_profile, telemetry_profile, wait_until
+from agentpool.sim.cluster import KINDS, SimCluster
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.objects import power_profile, telemetry_profile
+from agentpool.sim.polling import wait_until
 from tests.sim.fixtures import Backend
 
 GOLDEN = Path(__file__).parent / "golden"

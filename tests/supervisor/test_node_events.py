@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.polling import wait_until
 from tests.supervisor.agents import series
 
 NAMESPACE = "kube-system"

@@ -9,7 +9,8 @@ import sys
 import psutil
 
 from agentpool.proctitle import argv_area, comm_for
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from agentpool.supervisor.forkclient import SERVER_MODULE
 
 

@@ -30,8 +30,7 @@ from agentpool.backends.gpu.host import (
 )
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.gpu import DeviceLimits, GpuBackend, GpuCap, resolve_cap
-from agentpool.spec.values import Result
+from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result, resolve_cap
 
 log = logging.getLogger(__name__)
 

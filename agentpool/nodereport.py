@@ -4,7 +4,7 @@ Run at a node's shell (or ``kubectl exec`` into the DaemonSet pod), it reads
 the same sysfs the agent reads (RAPL package zones and their PL1 limits,
 min/max and writability; cpufreq policies; energy counters) and, given a cap
 in watts or a percent of the maximum, says what the agent would write; the
-same for GPUs through NVML and AMD SMI (:mod:`.gpu_report`). It only reads:
+same for GPUs through NVML and AMD SMI (:mod:`agentpool.hardware.gpu_report`). It only reads:
 nothing is written anywhere, so it is safe on a production node.
 """
 
@@ -17,7 +17,7 @@ from agentpool.backends.sysfs.rapl import discover_package_zones
 from agentpool.controller import percent
 from agentpool.hardware.gpu_report import gpu_lines
 from agentpool.hardware.host import HostFacts, discover_host
-from agentpool.spec.gpu import GpuCap
+from agentpool.spec.values import GpuCap
 
 
 def _w(value: float | None) -> str:
@@ -89,9 +89,8 @@ def report(
     cap: float | None = None,
     pct: float | None = None,
     gpu_cap: GpuCap | None = None,
-    gpus: bool = True,
 ) -> str:
-    """The whole report as text; ``gpus`` False leaves out the GPU libraries."""
+    """The whole report as text."""
     host = discover_host(root)
     lines = [f"sysfs root: {root}"]
     lines += _zones(host)
@@ -105,7 +104,6 @@ def report(
     for warning in host.warnings:
         lines.append(f"warning: {warning}")
     lines += _plan(root, host, cap, pct)
-    if gpus:
-        lines += gpu_lines(gpu_cap)
+    lines += gpu_lines(gpu_cap)
     lines.append("(inspect only reads; nothing was written)")
     return "\n".join(lines) + "\n"
