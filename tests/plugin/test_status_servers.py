@@ -22,10 +22,8 @@ from typing import Any
 import pytest
 
 from agentpool.pool.membership import ANNOTATION_CLAIMS, LABEL_POOL, encode_claims
-from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import KINDS, SimCluster
-from agentpool.sim.clusterapi import chart_crds
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.polling import wait_until
@@ -102,38 +100,14 @@ def seed(api: Any) -> None:
     api.create("leases", lease("joulie-agent-pool-1", 60, {"w-2"}), namespace=POOL_NS)
 
 
-@pytest.fixture(params=["emulator", "envtest"])
-def both(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """The emulator serving both Joulie APIs (with the chart's CRDs), and the real server."""
-    if request.param == "emulator":
-        emu = ApiEmulator(shape="all").start()
-        emu.install_crds(chart_crds())
-        chosen = Backend("emulator", emu, emu.write_kubeconfig(tmp_path / "kubeconfig"))
-        try:
-            yield chosen
-        finally:
-            chosen.close()
-            emu.stop()
-        return
-    server: EnvtestServer = request.getfixturevalue("envtest_server")
-    admin = server.api()
-    admin.wipe(KINDS)
-    chosen = Backend("envtest", admin, server.kubeconfig(tmp_path / "kubeconfig"), server)
-    try:
-        yield chosen
-    finally:
-        chosen.close()
-        admin.wipe(KINDS)
-
-
 @pytest.fixture
-def seeded(both: Backend) -> Iterator[Backend]:
-    seed(both.direct)
+def seeded(backend: Backend) -> Iterator[Backend]:
+    seed(backend.direct)
     try:
-        yield both
+        yield backend
     finally:
         for name in ("joulie-agent-pool-0", "joulie-agent-pool-1"):
-            both.direct.delete("leases", name, POOL_NS)
+            backend.direct.delete("leases", name, POOL_NS)
 
 
 def status(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -188,8 +162,8 @@ def test_kubectl_runs_it_as_the_agentpool_plugin(seeded: Backend) -> None:
     assert done.stdout == golden("elastic.txt")
 
 
-def test_an_unreachable_cluster_exits_3(tmp_path: Path, both: Backend) -> None:
-    config = both.kubeconfig.read_text()
+def test_an_unreachable_cluster_exits_3(tmp_path: Path, backend: Backend) -> None:
+    config = backend.kubeconfig.read_text()
     dead = tmp_path / "dead-kubeconfig"
     # The same credentials, a port nothing listens on.
     server = next(line for line in config.splitlines() if "server:" in line or '"server"' in line)
