@@ -1,7 +1,9 @@
 """The ``agentpool`` command line: thin, it only parses and dispatches.
 
 ``agentpool`` with no subcommand runs the supervisor (the container
-entrypoint). Every setting is a flag generated from :data:`~agentpool.config.options.OPTIONS`,
+entrypoint); ``agentpool status`` is the ``kubectl agentpool status`` plugin
+(:mod:`agentpool.plugin`). Every setting is a flag generated from
+:data:`~agentpool.config.options.OPTIONS`,
 with its environment variable; flags win. Configuration errors exit 2.
 
 The settings' variables are read here rather than through click's
@@ -27,6 +29,7 @@ from agentpool.config.options import OPTIONS, option
 from agentpool.config.parsers import duration
 from agentpool.config.settings import Settings, load_settings
 from agentpool.errors import ConfigError
+from agentpool.plugin.command import status
 from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
 
 CONFIG_EXIT = 2
@@ -277,9 +280,25 @@ def demo(
     default=None,
     help="a cap as percent of the hardware maximum to plan",
 )
-def inspect(sysfs_root: Path | None, cap: float | None, pct: float | None) -> None:
-    """Print what the agent finds on this node and what it would do with a cap; writes nothing."""
+@click.option("--gpu-cap", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="a GPU cap in watts per GPU to plan")
+@click.option(
+    "--gpu-pct",
+    type=click.FloatRange(min=0, max=100, min_open=True),
+    default=None,
+    help="a GPU cap as percent of each GPU's maximum to plan (--gpu-cap wins)",
+)
+def inspect(
+    sysfs_root: Path | None,
+    cap: float | None,
+    pct: float | None,
+    gpu_cap: float | None,
+    gpu_pct: float | None,
+) -> None:
+    """Print what the agent finds on this node (CPU packages, cpufreq, GPUs) and what it would
+    do with a cap; writes nothing."""
     from agentpool.nodereport import report
+    from agentpool.spec.values import GpuCap
 
     if sysfs_root is None:
         configured = os.environ.get("SYSFS_ROOT", "").strip()
@@ -287,7 +306,16 @@ def inspect(sysfs_root: Path | None, cap: float | None, pct: float | None) -> No
             sysfs_root = Path(configured)
         else:
             sysfs_root = Path("/host-sys") if Path("/host-sys").is_dir() else Path("/sys")
-    click.echo(report(sysfs_root, cap, pct), nl=False)
+    # Watts win over percent, as in a NodeTwin's spec.gpu.powerCap.
+    planned = None
+    if gpu_cap is not None:
+        planned = GpuCap(watts_per_gpu=gpu_cap)
+    elif gpu_pct is not None:
+        planned = GpuCap(pct_of_max=gpu_pct)
+    click.echo(report(sysfs_root, cap, pct, planned), nl=False)
+
+
+cli.add_command(status)
 
 
 def main() -> None:

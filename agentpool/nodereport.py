@@ -3,8 +3,9 @@
 Run at a node's shell (or ``kubectl exec`` into the DaemonSet pod), it reads
 the same sysfs the agent reads (RAPL package zones and their PL1 limits,
 min/max and writability; cpufreq policies; energy counters) and, given a cap
-in watts or a percent of the maximum, says what the agent would write. It
-only reads: nothing is written anywhere, so it is safe on a production node.
+in watts or a percent of the maximum, says what the agent would write; the
+same for GPUs through NVML and AMD SMI (:mod:`agentpool.hardware.gpu_report`). It only reads:
+nothing is written anywhere, so it is safe on a production node.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pathlib import Path
 from agentpool.backends.sysfs.cpufreq import discover_policies
 from agentpool.backends.sysfs.rapl import discover_package_zones
 from agentpool.controller import percent
+from agentpool.hardware.gpu_report import gpu_lines
 from agentpool.hardware.host import HostFacts, discover_host
+from agentpool.spec.values import GpuCap
 
 
 def _w(value: float | None) -> str:
@@ -81,7 +84,12 @@ def _plan(root: Path, host: HostFacts, cap: float | None, pct: float | None) -> 
     return lines
 
 
-def report(root: Path, cap: float | None = None, pct: float | None = None) -> str:
+def report(
+    root: Path,
+    cap: float | None = None,
+    pct: float | None = None,
+    gpu_cap: GpuCap | None = None,
+) -> str:
     """The whole report as text."""
     host = discover_host(root)
     lines = [f"sysfs root: {root}"]
@@ -96,5 +104,6 @@ def report(root: Path, cap: float | None = None, pct: float | None = None) -> st
     for warning in host.warnings:
         lines.append(f"warning: {warning}")
     lines += _plan(root, host, cap, pct)
+    lines += gpu_lines(gpu_cap)
     lines.append("(inspect only reads; nothing was written)")
     return "\n".join(lines) + "\n"

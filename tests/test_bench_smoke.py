@@ -125,3 +125,26 @@ def test_tick_allocations_benchmark_smoke_run() -> None:
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert proc.stdout.startswith(f"{backend}: net growth over 30 ticks"), proc.stdout
+
+
+def test_proctitle_benchmark_smoke_run() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "proctitle.py"), "--nodes", "3", "--rounds", "1",
+         "--settle", "1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| 1 | on | 3/3 |" in proc.stdout
+    assert "| 1 | off (baseline) | 0/3 |" in proc.stdout
+
+
+def test_events_benchmark_smoke_run() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "events.py"), "--nodes", "3", "--window", "3",
+         "--flap", "3"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steady = next(line for line in proc.stdout.splitlines() if line.startswith("| steady"))
+    assert "= **0.0 per node per hour**" in steady
+    assert "| 1,000 nodes flipping every 20 s for an hour" in proc.stdout

@@ -225,6 +225,8 @@ OPTIONS: tuple[Option, ...] = (
            optional(), "http_auth.client_cert"),
     Option("HTTP_CLIENT_KEY", None, "its private key (PEM); required with HTTP_CLIENT_CERT",
            optional(), "http_auth.client_key"),
+    Option("EVENTS", "true", "record Kubernetes Events on the Node objects (aggregated)",
+           boolean, "events"),
 )  # fmt: skip
 
 

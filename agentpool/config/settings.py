@@ -253,6 +253,8 @@ class Settings:
     """CA bundle, token file and client certificate of HTTP endpoints."""
     elastic: ElasticSettings = field(default_factory=ElasticSettings)
     """Pool membership (static by default) and the elastic pool's lease settings."""
+    events: bool = _TOP["events"]
+    """Record Kubernetes Events on the Node objects (README: Node events)."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)

@@ -67,7 +67,13 @@ class PoolResource(enum.StrEnum):
     """``apps/v1``: the pool's own, for ``spec.replicas``."""
 
 
-AnyResource = Resource | PoolResource
+class EventResource(enum.StrEnum):
+    """``events.k8s.io/v1``: the Events the agent records on Nodes (README: Node events)."""
+
+    EVENTS = "events"
+
+
+AnyResource = Resource | PoolResource | EventResource
 
 _BUILTIN_PATHS: dict[AnyResource, str] = {
     Resource.NODES: "/api/v1/nodes",
@@ -184,6 +190,15 @@ class KubeApi:
             response.read()
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
+    @property
+    def objects(self) -> client.CustomObjectsApi:
+        """The generic object API: any group's objects as JSON, sent exactly as given.
+
+        For built-in kinds too (``events.k8s.io`` Events): the typed APIs of this
+        client turn a dict body into its model first, and re-serialise MicroTime
+        fields in a format the apiserver refuses when the microseconds are zero.
+        """
+        return self._custom
 
     def _lister(self, resource: AnyResource) -> Callable[..., Any]:
         path = _BUILTIN_PATHS.get(resource)

@@ -70,6 +70,11 @@ class PoolState:
         self.members: list[str] = []
         self._nodes: set[str] = set()
         self._has_view = False
+        self._claimed_elsewhere: dict[str, str] = {}
+        """Selected nodes another pod's lease claimed in a read (the last such pod)."""
+        self._taken_over: dict[str, str] = {}
+        """Nodes started since :meth:`takeovers` was last asked that another pod had
+        claimed, with that pod."""
 
     @property
     def view(self) -> str:
@@ -84,11 +89,28 @@ class PoolState:
 
     def read(self, writes_before: int, records: Iterable[LeaseRecord], now: float) -> Actions:
         """A consistent read of the pool's leases, begun when ``handoff.writes`` was that."""
+        records = list(records)
         self.tracker.observe(records, now)
+        for record in records:
+            if record.name != self.me:
+                for node in record.claims:
+                    self._claimed_elsewhere[node] = record.name
         self._has_view = True
         actions = self._reassign(now)
         blocking = self.tracker.claims_of_others(self.me, now)
-        return actions | self.handoff.read(writes_before, blocking, now)
+        actions = actions | self.handoff.read(writes_before, blocking, now)
+        for node in actions.start:
+            previous = self._claimed_elsewhere.pop(node, None)
+            if previous is not None:
+                self._taken_over[node] = previous
+        for node in self._claimed_elsewhere.keys() - self._nodes:
+            del self._claimed_elsewhere[node]
+        return actions
+
+    def takeovers(self) -> dict[str, str]:
+        """Nodes started since the last call that another pod had claimed, and that pod."""
+        taken, self._taken_over = self._taken_over, {}
+        return taken
 
     def set_replicas(self, replicas: int | None, now: float) -> Actions:
         self.replicas = replicas

@@ -184,6 +184,13 @@ class ElasticPool:
                             if (phase := state.handoff.phase(node)) is not None}
         return actions
 
+    def takeovers(self) -> dict[str, str]:
+        """Nodes this pod started since the last call that another pod had claimed (the
+        pod), for their Node events."""
+        if self.state is None:
+            return {}
+        return self.state.takeovers()
+
     def stopped(self, node: str) -> None:
         """The worker of ``node`` is gone: its claim may be dropped."""
         if self.state is not None:

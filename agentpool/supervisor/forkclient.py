@@ -24,6 +24,9 @@ from agentpool.supervisor.orphans import spare_pids
 from agentpool.worker.forking.wire import HEADER, REPLY, STATUS, recv_exact
 
 SERVER_MODULE = "agentpool.worker.forking.server"
+TITLE_ROOM = " " * 96
+"""An ignored last argument: argv memory the fork server and its workers rename themselves
+in (agentpool.proctitle), so a worker's title has room for a long node name."""
 LOST_EXIT_CODE = 255
 """The exit code reported for a worker whose fork server died before it did (as
 multiprocessing's fork server reports it)."""
@@ -100,7 +103,7 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno())],
+                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno()), TITLE_ROOM],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )

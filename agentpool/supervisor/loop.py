@@ -41,6 +41,7 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
+from agentpool.events.hooks import NodeEvents
 from agentpool.kube.informer import InformerEvent
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.spec.values import NodeInputs
@@ -92,8 +93,11 @@ class Supervisor:
         hardware: HardwarePublisher | None = None,
         spec_confirmed: Callable[[], bool] | None = None,
         elastic: ElasticPool | None = None,
+        node_events: NodeEvents | None = None,
     ) -> None:
         self.settings = settings
+        self.node_events = node_events
+        """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
         self.spec_confirmed = spec_confirmed
         """True while the desired-state watch works (SPEC_READ_TIMEOUT counts from the last)."""
         self._spec_seen = clock()
@@ -121,7 +125,7 @@ class Supervisor:
         self.io = LoopIO()
         self.table = WorkerTable(
             settings, launch, view, self.statuses, files, self.io, clock, loop_period_s,
-            hardware, elastic,
+            hardware, elastic, node_events,
         )
         """Every owned node's worker: starts, reports, deaths, restarts, stops."""
         self._next_scan = 0.0
@@ -213,6 +217,9 @@ class Supervisor:
         if self.elastic is None:
             return
         running = self.elastic.follow(self.view.selected(), self.workers.keys())
+        if self.node_events is not None:
+            for node, previous in self.elastic.takeovers().items():
+                self.node_events.taken_over(node, previous)
         if running != self.view.elastic_running:
             self.view.elastic_running = running
             self._scope_stale = True

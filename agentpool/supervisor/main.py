@@ -19,24 +19,29 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
 
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import KubeError
+from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import KubeApi, Resource, load_client
+from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
 from agentpool.logs import setup_logging
+from agentpool.proctitle import TITLE_PREFIX, set_title
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool, grace_for
+from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
@@ -240,9 +245,21 @@ def run(settings: Settings, listener: socket.socket | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def supervisor_title(settings: Settings) -> str:
+    """What ``ps`` shows for the supervisor: its mode and shard, pod or node."""
+    if settings.mode is AgentMode.DAEMONSET:
+        return f"{TITLE_PREFIX}supervisor (daemonset, node {settings.node_name})"
+    if settings.elastic.lease:
+        return f"{TITLE_PREFIX}supervisor (pool, lease member {settings.pod_name})"
+    shards = max(1, settings.pool_shards)
+    return f"{TITLE_PREFIX}supervisor (pool, shard {settings.pool_shard_id} of {shards})"
+
+
 def _run(
     settings: Settings, stack: contextlib.ExitStack, listener: socket.socket | None
 ) -> int:
+    # Before any thread starts, so that the threads' names (top -H) say agentpool too.
+    set_title(supervisor_title(settings), "agentpool")
     capacity = node_capacity(raise_fd_limit())
     if capacity < 1:
         raise StartupError(
@@ -291,6 +308,12 @@ def _run(
         )
 
     elastic, replicas_watch = _elastic_pool(settings, api)
+    recorder, node_events = None, None
+    if settings.events:
+        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
+        recorder = EventRecorder(api, settings.pod_name or socket.gethostname())
+        restores = settings.restore_on_exit and not settings.simulate_only
+        node_events = NodeEvents(recorder, restores)
     supervisor = Supervisor(
         settings,
         ForkServerLauncher(fork_server, settings.worker(), files),
@@ -304,6 +327,7 @@ def _run(
         hardware=hardware,
         spec_confirmed=spec_confirmed,
         elastic=elastic,
+        node_events=node_events,
     )
     stack.callback(supervisor.close)
 
@@ -317,8 +341,9 @@ def _run(
     watches = Watches(make, supervisor.feed, on_watched)
     discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
     readiness = _Readiness(watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S)
+    extra = [EventMetrics(recorder.counts)] if recorder is not None else []
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity,
-                          serving, elastic, listener)
+                          serving, elastic, listener, extra)
     supervisor.install_signal_handlers()
     stack.callback(watches.stop_all)
     watches.add(Resource.NODES)
@@ -326,6 +351,8 @@ def _run(
     if listener is None:
         serving.callback(server.stop)
     services: list[_Service] = [collector, status, twin_status, hardware, discovery]
+    if recorder is not None:
+        services.append(recorder)  # stopped before the API client: it writes what it can
     if elastic is not None and replicas_watch is not None:
         elastic.wake = supervisor.io.wake
         services += [elastic, replicas_watch]
@@ -366,6 +393,7 @@ def _http_server(
     stack: contextlib.ExitStack,
     elastic: ElasticPool | None = None,
     listener: socket.socket | None = None,
+    extra: Iterable[Collector] = (),
 ) -> AgentHttpServer:
     # The workers' series are rendered straight to text (the bulk of a scrape at 1,000
     # workers); the supervisor's own series go through a registry.
@@ -376,6 +404,8 @@ def _http_server(
     registry.register(collector)
     if elastic is not None:
         registry.register(elastic)  # a collector: its collect() gives agentpool_pool_*
+    for more in extra:
+        registry.register(more)
 
     def healthy() -> bool:
         return supervisor.clock() - supervisor.loop_heartbeat < LOOP_STALL_S

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
+from agentpool.events.hooks import NodeEvents
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import statuses
@@ -64,6 +65,7 @@ class WorkerTable:
         loop_period_s: float = 0.5,
         hardware: HardwarePublisher | None = None,
         elastic: ElasticPool | None = None,
+        node_events: NodeEvents | None = None,
     ) -> None:
         self.settings = settings
         self.launch = launch
@@ -75,6 +77,8 @@ class WorkerTable:
         self.loop_period_s = loop_period_s
         self.hardware = hardware
         self.elastic = elastic
+        self.node_events = node_events
+        """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
         self.workers: dict[str, WorkerHandle] = {}
         self.changed = True
         """A worker started, stopped, died or began running: publish a fresh snapshot."""
@@ -124,6 +128,8 @@ class WorkerTable:
                 what = (result.backend.value, result.result.value, result.message)
                 node_log(INFO, handle.node, "node %s: %s %s: %s", *what)
             self.statuses.offer(handle.node, message.result)
+            if self.node_events is not None:
+                self.node_events.tick(handle.node, result)
         elif isinstance(message, Stopped):
             handle.restore_problems = message.problems
 
@@ -162,6 +168,9 @@ class WorkerTable:
         self.files.worker_gone(node)
         if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
             node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+            if self.node_events is not None:
+                self.node_events.stopped(node, self._why_stopped(node, reason),
+                                         handle.restore_problems)
             if reason is StopReason.SCOPE:
                 self._final_scope_status(handle)
                 self.forget(node)
@@ -174,6 +183,16 @@ class WorkerTable:
         node_log(ERROR, node, message, pid, cause, how, restart, delay)
         restarting = statuses.restarting(cause, how, restart, delay)
         self.statuses.offer(node, statuses.with_gpu(restarting, handle.last_result))
+        if self.node_events is not None:
+            self.node_events.restarting(node, cause, how)
+
+    def _why_stopped(self, node: str, reason: StopReason) -> str:
+        """Why a node's controller stopped for good, for its event."""
+        if reason is StopReason.SHUTDOWN:
+            return "agent stopped"
+        if self.view.matches_selector(node):
+            return "node handed over to another pool pod"
+        return "node deleted or no longer selected"
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         self.changed = True
@@ -209,6 +228,8 @@ class WorkerTable:
         self.files.forget(node)
         if self.hardware is not None:
             self.hardware.forget(node)
+        if self.node_events is not None:
+            self.node_events.forget(node)
 
     # -- heartbeats and stops --------------------------------------------------------------------
 
@@ -257,6 +278,8 @@ class WorkerTable:
             node_log(ERROR, handle.node, message, how, delay)
             status = statuses.restarting("not started", how, handle.policy.restarts + 1, delay)
             self.statuses.offer(handle.node, status)
+            if self.node_events is not None:
+                self.node_events.restarting(handle.node, "could not be started", how)
             return
         handle.started(process, conn, now)
         handle.last_sent = inputs

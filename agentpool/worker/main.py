@@ -29,6 +29,7 @@ from agentpool.backends.sysfs.files import Originals
 from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
 from agentpool.logs import setup_logging
+from agentpool.proctitle import set_title, worker_title
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.worker.faults import tick_with_faults
 from agentpool.worker.nodefiles import metrics_id
@@ -140,6 +141,7 @@ def run_worker(
     try:
         probe(node, "bootstrap")
         _die_with_parent()
+        set_title(*worker_title(node))  # ps, top: "agentpool: node <name>"
         stop = _StopFlag()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor

@@ -229,6 +229,7 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ),
     ({**POOL, "LOG_LEVEL": "verbose"}, "LOG_LEVEL", "verbose"),
     ({**POOL, "JOULIE_API": "v2"}, "JOULIE_API", "v2"),
+    ({**POOL, "EVENTS": "sometimes"}, "EVENTS", "sometimes"),
     ({**POOL, "TELEMETRY_CPU_SOURCE": "prometheus"}, "TELEMETRY_CPU_SOURCE", "prometheus"),
     ({**POOL, "TELEMETRY_CPU_SOURCE": "http"}, "TELEMETRY_CPU_HTTP_ENDPOINT", ""),
     (

@@ -371,6 +371,8 @@ def test_pool_shards_different_from_replicas_is_refused(chart: Any, helm: Any) -
 
 
 LEASE: dict[str, Any] = {"agent": {"mode": "pool", "pool": {"membership": "lease"}}}
+POOL_ROLE = f"{RELEASE}-agent-pool"
+EVENTS_ROLE = f"{RELEASE}-agent-events"
 
 
 def test_pool_membership_is_static_by_default_with_no_lease_access(render: Render) -> None:
@@ -378,8 +380,8 @@ def test_pool_membership_is_static_by_default_with_no_lease_access(render: Rende
     env = env_of(one(objects, "StatefulSet"))
     assert env["POOL_MEMBERSHIP"] == "static"
     assert not {"POD_NAMESPACE", "POOL_ASSIGNMENT", "POOL_STATEFULSET"} & env.keys()
-    assert find(objects, "Role") == []
-    assert find(objects, "RoleBinding") == []
+    assert find(objects, "Role", POOL_ROLE) == []
+    assert find(objects, "RoleBinding", POOL_ROLE) == []
     assert find(objects, "HorizontalPodAutoscaler") == []
 
 
@@ -401,7 +403,7 @@ def test_lease_membership_gets_a_namespaced_role_for_leases_and_reading_the_stat
     render: Render,
 ) -> None:
     objects = render(LEASE)
-    role = one(objects, "Role")
+    role = one(objects, "Role", POOL_ROLE)
     assert role["metadata"]["namespace"] == NAMESPACE
     granted = {(g, r): sorted(rule["verbs"]) for rule in role["rules"]
                for g in rule["apiGroups"] for r in rule["resources"]}
@@ -409,7 +411,7 @@ def test_lease_membership_gets_a_namespaced_role_for_leases_and_reading_the_stat
         ("coordination.k8s.io", "leases"): ["create", "get", "list", "update"],
         ("apps", "statefulsets"): ["get", "list", "watch"],
     }
-    binding = one(objects, "RoleBinding")
+    binding = one(objects, "RoleBinding", POOL_ROLE)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
     account = one(objects, "ServiceAccount")
@@ -420,6 +422,37 @@ def test_lease_membership_gets_a_namespaced_role_for_leases_and_reading_the_stat
     cluster_rules = one(objects, "ClusterRole")["rules"]
     assert not [r for r in cluster_rules if {"leases", "statefulsets"} & set(r["resources"])]
     assert find(render({**LEASE, "rbac": {"create": False}}), "Role") == []
+
+
+@pytest.mark.parametrize("values", [{}, POOL, LEASE], ids=["daemonset", "pool", "lease"])
+def test_node_events_get_create_and_patch_in_kube_system_only(
+    render: Render, values: dict[str, Any]
+) -> None:
+    objects = render(values)
+    role = one(objects, "Role", EVENTS_ROLE)
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+    ]
+    binding = one(objects, "RoleBinding", EVENTS_ROLE)
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"]["name"] == EVENTS_ROLE
+    account = one(objects, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+    # Nothing about events cluster-wide.
+    cluster_rules = one(objects, "ClusterRole")["rules"]
+    assert not [r for r in cluster_rules if "events" in r["resources"]]
+    workload = next(o for o in objects if o["kind"] in ("DaemonSet", "StatefulSet"))
+    assert env_of(workload)["EVENTS"] == "true"
+
+
+def test_node_events_can_be_turned_off_with_their_permissions(render: Render) -> None:
+    objects = render({"agent": {"events": False}})
+    assert find(objects, "Role", EVENTS_ROLE) == []
+    assert find(objects, "RoleBinding", EVENTS_ROLE) == []
+    assert env_of(one(objects, "DaemonSet"))["EVENTS"] == "false"
 
 
 def test_the_autoscaler_is_optional_and_only_for_lease_membership(render: Render) -> None:

@@ -272,3 +272,45 @@ def test_pods_disagreeing_on_the_view_never_both_start_a_node_with_requests_in_f
     assert not a.running
     world.read("pool-0")  # a read begun after its claims were published
     assert a.running == set(NODES) - contested
+
+
+# -- who a node was taken over from (its NodeTakenOver event) --------------------------------
+
+
+def test_a_node_handed_over_names_the_pod_it_was_taken_over_from() -> None:
+    world = World(NODES)
+    world.set_replicas(2)
+    for name in PODS[:2]:
+        world.start(name)
+    world.settle(20.0)
+    for name in PODS[:2]:
+        world.pods[name].state.takeovers()  # the first start took nothing from anyone
+    before = {node: c[0] for node, c in world.controllers().items()}
+    world.set_replicas(3)
+    world.start("pool-2")
+    world.settle(30.0)
+    moved = {n for n, c in world.controllers().items() if c == ["pool-2"]}
+    assert moved
+    assert world.pods["pool-2"].state.takeovers() == {n: before[n] for n in moved}
+    # Asked once: the next answer has only what was taken since.
+    assert world.pods["pool-2"].state.takeovers() == {}
+
+
+def test_a_crashed_pods_nodes_are_reported_taken_over_from_it() -> None:
+    world = World(NODES)
+    for name in PODS:
+        world.start(name)
+    world.settle(20.0)
+    for pod in world.pods.values():
+        assert pod.state.takeovers() == {}
+    lost = set(world.pods["pool-1"].running)
+    world.crash("pool-1")
+    world.settle(40.0)
+    taken = {**world.pods["pool-0"].state.takeovers(), **world.pods["pool-2"].state.takeovers()}
+    assert taken == dict.fromkeys(lost, "pool-1")
+    # A pod restarted under its own name resumes its claims: not a takeover from anyone.
+    world.start("pool-1")
+    world.settle(30.0)
+    got_back = world.pods["pool-1"].state.takeovers()
+    assert set(got_back) <= lost
+    assert set(got_back.values()) <= {"pool-0", "pool-2"}

@@ -61,7 +61,7 @@ def test_discovery_and_version(kube_api: client.ApiClient) -> None:
     assert client.VersionApi(kube_api).get_code().git_version.startswith("v1.30")
     assert client.CoreApi(kube_api).get_api_versions().versions == ["v1"]
     groups = client.ApisApi(kube_api).get_api_versions().groups
-    assert [g.name for g in groups] == [GROUP, "coordination.k8s.io", "apps"]
+    assert [g.name for g in groups] == [GROUP, "coordination.k8s.io", "apps", "events.k8s.io"]
     core_resources = {r.name for r in client.CoreV1Api(kube_api).get_api_resources().resources}
     assert core_resources == {"nodes"}
     joulie = client.CustomObjectsApi(kube_api).get_api_resources(GROUP, VERSION)

@@ -99,13 +99,14 @@ def test_installing_crds_later_makes_them_served(
 ) -> None:
     emu, api = shaped
     assert _joulie_resources(api) == set()
-    # Built-in groups (Leases, StatefulSets) are there as on any cluster; joulie.io is not.
+    # Built-in groups (Leases, StatefulSets, Events) are there as on any cluster; joulie.io
+    # is not.
     assert [g.name for g in client.ApisApi(api).get_api_versions().groups] == [
-        "coordination.k8s.io", "apps"]
+        "coordination.k8s.io", "apps", "events.k8s.io"]
     emu.install("nodetwin")
     assert "nodetwins" in _joulie_resources(api)
     assert [g.name for g in client.ApisApi(api).get_api_versions().groups] == [
-        GROUP, "coordination.k8s.io", "apps"]
+        GROUP, "coordination.k8s.io", "apps", "events.k8s.io"]
 
 
 @pytest.mark.parametrize("shaped", ["nodetwin"], indirect=True)

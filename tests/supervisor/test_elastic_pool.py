@@ -87,6 +87,18 @@ def workers_of(agent: AgentProcess) -> set[str]:
         return set()
 
 
+def victim_note(pool: Pool) -> str:
+    return f"taken over from pool pod {pool.name}-1"
+
+
+def taken_over(cluster: SimCluster) -> set[tuple[str, str]]:
+    """(node, note) of the NodeTakenOver events (events.k8s.io Events, on either server)."""
+    kind = "events" if cluster.server is None else "event.events.k8s.io/v1"
+    return {(e["regarding"]["name"], e["note"])
+            for e in cluster.api.list(kind, namespace="kube-system")
+            if e["reason"] == "NodeTakenOver"}
+
+
 def wait_converged(pool: Pool, replicas: int, since: float) -> float:
     members = pool.members(replicas)
     try:
@@ -133,10 +145,15 @@ def test_a_sigkilled_pods_nodes_are_controlled_again_within_the_bound(pool: Pool
     began = time.monotonic()
     try:
         victim = pool.pods.pop(f"{pool.name}-1")
+        lost = workers_of(victim)
+        assert lost
         victim.kill()
         killed_at = time.monotonic()
         # Still a member as far as replicas go: only the lease's expiry lets its nodes move.
         took = wait_converged(pool, 1, killed_at)
+        # Each says so on its Node, for kubectl describe node.
+        wanted = {(node, victim_note(pool)) for node in lost}
+        wait_until(lambda: taken_over(pool.cluster) >= wanted, 30)
         elastic = ElasticSettings(Membership.LEASE, lease_duration_s=LEASE_S, renew_s=RENEW_S)
         bound = takeover_bound_s(elastic, grace_for(SHUTDOWN_S))
         # Never before the lease expired plus the grace (minus one renew period, as seen from

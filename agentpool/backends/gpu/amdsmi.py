@@ -25,7 +25,13 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from agentpool.backends.gpu.host import DeviceOutcome, journal_key, journal_owner, journaled
+from agentpool.backends.gpu.host import (
+    DeviceInfo,
+    DeviceOutcome,
+    journal_key,
+    journal_owner,
+    journaled,
+)
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
 from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result, json_number, resolve_cap
@@ -94,6 +100,27 @@ class AmdSmiGpus:
             except (smi.AmdSmiException, KeyError) as exc:
                 names.append(f"unknown ({exc})")
         return names
+
+    def survey(self) -> list[DeviceInfo]:
+        """Every device's cap range, current cap and power, read only (``agentpool inspect``)."""
+        smi = self._session()
+        devices = []
+        for index, handle in enumerate(self._handles(smi)):
+            ident, name, limits, current = f"index-{index}", "?", None, None
+            try:
+                ident = str(smi.amdsmi_get_gpu_device_uuid(handle))
+                name = str(smi.amdsmi_get_gpu_asic_info(handle).get("market_name", "?"))
+                info = smi.amdsmi_get_power_cap_info(handle)
+                current = info["power_cap"] / 1e6
+                limits = DeviceLimits(info["min_power_cap"] / 1e6, info["max_power_cap"] / 1e6,
+                                      info["default_power_cap"] / 1e6)
+            except smi.AmdSmiException as exc:
+                devices.append(DeviceInfo(index, ident, name, limits, current, None,
+                                          f"AMD SMI: {' '.join(str(exc).split())}"))
+                continue
+            devices.append(DeviceInfo(index, ident, name, limits, current,
+                                      self._power(smi, handle)))
+        return devices
 
     def apply(self, cap: GpuCap) -> list[DeviceOutcome]:
         smi = self._session()

@@ -75,6 +75,21 @@ class DeviceOutcome:
         return doc
 
 
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device as found, nothing written (``agentpool inspect``)."""
+
+    index: int
+    ident: str
+    name: str
+    limits: DeviceLimits | None
+    current_watts: float | None
+    """The power limit in force now."""
+    power_watts: float | None
+    problem: str = ""
+    """What could not be read, and why (empty: everything was)."""
+
+
 class HostGpus(Protocol):
     """A host GPU backend. ``apply`` raises GpuUnavailableError when it cannot run at all."""
 

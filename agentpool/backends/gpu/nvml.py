@@ -21,7 +21,13 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from agentpool.backends.gpu.host import DeviceOutcome, journal_key, journal_owner, journaled
+from agentpool.backends.gpu.host import (
+    DeviceInfo,
+    DeviceOutcome,
+    journal_key,
+    journal_owner,
+    journaled,
+)
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
 from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result, resolve_cap
@@ -106,6 +112,30 @@ class NvmlGpus:
             except nvml.NVMLError as exc:
                 names.append(f"unknown ({exc})")
         return names
+
+    def survey(self) -> list[DeviceInfo]:
+        """Every device's limits, current limit and power, read only (``agentpool inspect``)."""
+        count = self.count()
+        nvml = self._session()
+        devices = []
+        for index in range(count):
+            ident, name, limits, current = f"index-{index}", "?", None, None
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                ident = str(nvml.nvmlDeviceGetUUID(handle))
+                name = str(nvml.nvmlDeviceGetName(handle))
+                current = int(nvml.nvmlDeviceGetPowerManagementLimit(handle)) / 1000.0
+                low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+                default = nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
+                limits = DeviceLimits(low / 1000.0, high / 1000.0, default / 1000.0)
+            except nvml.NVMLError as exc:
+                devices.append(DeviceInfo(index, ident, name, limits, current, None,
+                                          f"NVML: {exc}"))
+                continue
+            devices.append(DeviceInfo(index, ident, name, limits, current,
+                                      self._power(nvml, handle)))
+        self.close()
+        return devices
 
     def apply(self, cap: GpuCap) -> list[DeviceOutcome]:
         count = self.count()

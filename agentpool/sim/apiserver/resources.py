@@ -3,8 +3,9 @@
 Owns the static table of kinds (core ``nodes``, the cluster-scoped
 ``joulie.io/v1alpha1`` kinds of both Joulie API generations: the profile API's
 NodePowerProfile and TelemetryProfile, the current API's NodeTwin and
-NodeHardware, and the namespaced built-in ``coordination.k8s.io/v1`` Leases and
-``apps/v1`` StatefulSets an elastic pool needs), which of them a cluster shape
+NodeHardware, the namespaced built-in ``coordination.k8s.io/v1`` Leases and
+``apps/v1`` StatefulSets an elastic pool needs, and the ``events.k8s.io/v1``
+Events the agent records on Nodes), which of them a cluster shape
 serves (:data:`SHAPES`; the built-in kinds in every shape), and the JSON that
 ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>``, ``/apis/<group>/<version>``
 and ``/version`` answer. Nothing here holds state.
@@ -19,6 +20,7 @@ JOULIE_GROUP = "joulie.io"
 JOULIE_VERSION = "v1alpha1"
 COORDINATION_GROUP = "coordination.k8s.io"
 APPS_GROUP = "apps"
+EVENTS_GROUP = "events.k8s.io"
 
 # Verbs reported in discovery; kubectl uses them to decide what it may try.
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -94,12 +96,16 @@ STATEFULSETS = ResourceType(
     "statefulsets", "statefulset", "StatefulSet", APPS_GROUP, "v1", ("sts",),
     status_subresource=True, namespaced=True, scale_subresource=True,
 )
-BUILT_IN: tuple[ResourceType, ...] = (NODES, LEASES, STATEFULSETS)
+EVENTS = ResourceType(
+    "events", "event", "Event", EVENTS_GROUP, "v1", ("ev",), namespaced=True,
+)
+"""``events.k8s.io/v1`` Events, validated as the apiserver does (:mod:`.eventcheck`)."""
+BUILT_IN: tuple[ResourceType, ...] = (NODES, LEASES, STATEFULSETS, EVENTS)
 """Kinds every cluster serves, whatever Joulie CRDs it has."""
 
 RESOURCES: tuple[ResourceType, ...] = (
     NODES, NODE_POWER_PROFILES, TELEMETRY_PROFILES, NODE_TWINS, NODE_HARDWARES, LEASES,
-    STATEFULSETS,
+    STATEFULSETS, EVENTS,
 )
 
 SHAPES: dict[str, tuple[ResourceType, ...]] = {
@@ -113,6 +119,7 @@ with the CRDs of an older Joulie operator, ``nodetwin`` one with the current
 operator's CRDs only, ``none`` one where no Joulie CRD is installed yet."""
 GROUPS: tuple[tuple[str, str], ...] = (
     (JOULIE_GROUP, JOULIE_VERSION), (COORDINATION_GROUP, "v1"), (APPS_GROUP, "v1"),
+    (EVENTS_GROUP, "v1"),
 )
 """The named API groups, each with its one version, in discovery order."""
 

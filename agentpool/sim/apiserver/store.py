@@ -41,8 +41,9 @@ from agentpool.sim.apiserver.errors import (
     NotFoundError,
     StatusDetails,
 )
-from agentpool.sim.apiserver.resources import RESOURCES, ResourceType
-from agentpool.sim.apiserver.schema import Schema, invalid_message, prune, validate
+from agentpool.sim.apiserver.eventcheck import check_create, check_update
+from agentpool.sim.apiserver.resources import EVENTS, RESOURCES, ResourceType
+from agentpool.sim.apiserver.schema import Cause, Schema, invalid_message, prune, validate
 from agentpool.sim.apiserver.selectors import ObjectFilter
 from agentpool.sim.apiserver.workloads import default_statefulset
 
@@ -119,19 +120,32 @@ class Store:
         with self._lock:
             self._schemas[plural] = schema
 
-    def _admit(self, rt: ResourceType, obj: KubeObject, name: str) -> KubeObject:
-        """The object as the schema keeps it; 422 Invalid naming each violation."""
+    def _admit(
+        self, rt: ResourceType, obj: KubeObject, name: str, current: KubeObject | None = None,
+    ) -> KubeObject:
+        """The object as the schema keeps it; 422 Invalid naming each violation.
+
+        ``current``: the object being replaced (None on create), for built-in kinds
+        whose validation compares old and new (Events).
+        """
+        if rt is EVENTS:
+            causes = check_create(obj) if current is None else check_update(obj, current)
+            self._refuse(rt, name, causes)
+            return obj
         schema = self._schemas.get(rt.plural)
         if schema is None:
             return obj
         pruned: KubeObject = prune(obj, schema, root=True)
-        causes = validate(pruned, schema)
+        self._refuse(rt, name, validate(pruned, schema))
+        return pruned
+
+    @staticmethod
+    def _refuse(rt: ResourceType, name: str, causes: list[Cause]) -> None:
         if causes:
             details: StatusDetails = {"name": name, "group": rt.group, "kind": rt.kind,
                                       "causes": [c.as_dict() for c in causes]}
             raise ApiError(422, "Invalid", invalid_message(rt.kind, rt.group, name, causes),
                            details)
-        return pruned
 
     @property
     def resource_version(self) -> int:
@@ -204,7 +218,7 @@ class Store:
         if rt.scale_subresource:
             new = default_statefulset(new)
         with self._lock:
-            new = self._admit(rt, new, name)
+            new = self._admit(rt, {**new, "metadata": metadata}, name)
             key = _key(rt, name, metadata.get("namespace"))
             if key in self._objects[rt.plural]:
                 raise AlreadyExistsError(rt.plural, rt.group, name)
@@ -240,7 +254,7 @@ class Store:
             candidate = compute(current)
             _check_preconditions(rt, name, current, candidate)
             new = _merged(rt, current, candidate, subresource)
-            new = self._admit(rt, new, name)
+            new = self._admit(rt, new, name, current)
             if new == current:
                 return current
             generation = current["metadata"]["generation"]

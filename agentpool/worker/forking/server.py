@@ -29,6 +29,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from agentpool.config.settings import WorkerSettings
+from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, set_title
 from agentpool.spec.values import NodeInputs
 from agentpool.worker.forking import preload  # noqa: F401 - imports, warms and freezes the heap
 from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, REPLY, STATUS, recv_exact
@@ -132,6 +133,9 @@ class _Server:
 
 def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[1]))
+    # Tools find the fork server by its module's name in its command line: keep it there.
+    set_title(f"{TITLE_PREFIX}fork server ({__spec__.name if __spec__ else __name__})",
+              f"{COMM_PREFIX}forkserver")
     _Server(control).serve()
     return 0
 

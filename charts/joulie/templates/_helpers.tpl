@@ -116,6 +116,8 @@ annotations:
 {{- end }}
 - name: LOG_FORMAT
   value: {{ .Values.agent.logFormat | quote }}
+- name: EVENTS
+  value: {{ ternary "true" "false" (.Values.agent.events | default false) | quote }}
 - name: JOULIE_API
   value: {{ (.Values.joulie).api | default "auto" | quote }}
 {{- with .Values.agent.httpAuth }}

@@ -1,0 +1,109 @@
+"""Process titles: the names ps, top and /proc give the supervisor, fork server and workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import psutil
+
+from agentpool.proctitle import argv_area, comm_for
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
+from agentpool.supervisor.forkclient import SERVER_MODULE
+
+
+def comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+        return f.read().rstrip("\n")
+
+
+def cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+
+
+def test_comm_keeps_what_tells_nodes_apart_in_15_bytes() -> None:
+    assert comm_for("kwok-node-17") == "ap:kwok-node-17"
+    assert comm_for("ip-10-0-12-34.eu-west-1.compute.internal") == "ap:~-10-0-12-34"
+    assert comm_for("aks-nodepool1-12345678-vmss000003") == "ap:~-vmss000003"
+    for name in ("x" * 300, "é" * 20, "a.b"):
+        assert len(comm_for(name).encode()) <= 15
+
+
+def test_the_argv_area_is_read_after_a_comm_with_spaces_and_parentheses() -> None:
+    fields = ["S"] + ["0"] * 44 + ["1000", "1200"] + ["0"] * 5
+    stat = "42 (a (weird) name) " + " ".join(fields)
+    assert argv_area(stat) == (1000, 1200)
+    assert argv_area("garbage") is None
+
+
+SCRIPT = """
+import os, sys
+from agentpool.proctitle import set_title
+ok = set_title(os.environ["TITLE"], os.environ["COMM"])
+sys.stdout.write(f"{ok}\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+def renamed(title: str, name: str, **env: str) -> tuple[str, bytes, str]:
+    """Run a process that renames itself; (its answer, its cmdline, its comm) from outside."""
+    with subprocess.Popen(
+        [sys.executable, "-c", SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env={**os.environ, "TITLE": title, "COMM": name, **env},
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdin is not None
+        answer = proc.stdout.readline().strip()
+        seen = cmdline(proc.pid), comm(proc.pid)
+        proc.stdin.close()
+        proc.wait(10)
+    return answer, *seen
+
+
+def test_a_process_renames_itself_as_ps_shows_it() -> None:
+    answer, line, name = renamed("agentpool: node n-1", "ap:n-1")
+    assert answer == "True"
+    assert line == b"agentpool: node n-1\0"
+    assert name == "ap:n-1"
+
+
+def test_a_title_longer_than_the_argv_memory_is_cut_never_spilled() -> None:
+    answer, line, _ = renamed("agentpool: node " + "x" * 5000, "ap:x")
+    assert answer == "True"
+    assert line.startswith(b"agentpool: node xxx")
+    assert line.endswith(b"x\0")
+    # As long as the original command line, not one byte more.
+    original = len(sys.executable) + len(" -c ") + len(SCRIPT) + 1
+    assert len(line) <= original
+
+
+def test_agentpool_proctitle_0_leaves_the_names_alone() -> None:
+    answer, line, name = renamed("agentpool: node n-1", "ap:n-1", AGENTPOOL_PROCTITLE="0")
+    assert answer == "False"
+    assert line.split(b"\0")[:2] == [sys.executable.encode(), b"-c"]
+    assert name != "ap:n-1"
+
+
+def test_real_workers_the_fork_server_and_the_supervisor_say_what_they_are() -> None:
+    nodes = ["kwok-node-17", "ip-10-0-12-34.eu-west-1.compute.internal"]
+    with SimCluster() as cluster:
+        for node in nodes:
+            cluster.add_node(node)
+        agent = cluster.start_agent()
+        agent.wait_ready(30)
+        pids = wait_until(lambda: p if len(p := agent.worker_pids()) == len(nodes) else None, 30)
+        for node, pid in pids.items():
+            assert cmdline(pid) == f"agentpool: node {node}\0".encode()
+            assert comm(pid) == comm_for(node)
+            assert psutil.Process(pid).name() == comm_for(node)
+        assert cmdline(agent.pid) == b"agentpool: supervisor (pool, shard 0 of 1)\0"
+        assert comm(agent.pid) == "agentpool"
+        (server,) = [c for c in psutil.Process(agent.pid).children()
+                     if SERVER_MODULE in " ".join(c.cmdline())]
+        assert cmdline(server.pid) == f"agentpool: fork server ({SERVER_MODULE})\0".encode()
+        assert comm(server.pid) == "ap:forkserver"
+        assert agent.terminate() == 0
