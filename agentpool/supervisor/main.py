@@ -34,8 +34,9 @@ from agentpool.kube.nodetwin import twin_status_body
 from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
+from agentpool.pool.fence import grace_for
 from agentpool.supervisor.collector import FastMultiProcessCollector
-from agentpool.supervisor.elastic import ElasticPool, grace_for
+from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
@@ -302,8 +303,10 @@ def _elastic_pool(
         return None, None
     assert settings.pod_name is not None  # validated with lease membership
     assert elastic.statefulset is not None
-    leases = LeaseClient(api, settings.pod_name, elastic.statefulset, elastic.lease_duration_s)
-    pool = ElasticPool(elastic, leases, grace_for(settings.shutdown_timeout_s))
+    grace = grace_for(settings.shutdown_timeout_s)
+    leases = LeaseClient(api, settings.pod_name, elastic.statefulset, elastic.lease_duration_s,
+                         grace)
+    pool = ElasticPool(elastic, leases, grace, settings.shutdown_timeout_s)
     watch = ReplicasWatch(api, elastic.statefulset, pool.replicas, settings.watch_timeout_s)
     return pool, watch
 

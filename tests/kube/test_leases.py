@@ -35,10 +35,10 @@ def api(backend: Backend) -> Iterator[KubeApi]:
 
 
 def test_a_lease_is_created_renewed_released_and_read_back(api: KubeApi, pool: str) -> None:
-    leases = LeaseClient(api, f"{pool}-0", pool, 2.5)
+    leases = LeaseClient(api, f"{pool}-0", pool, 2.5, 3.0)
     assert leases.own() is None
     leases.write(frozenset({"n1", "n2"}), "abcd0123")
-    other = LeaseClient(api, f"{pool}-1", pool, 2.5)
+    other = LeaseClient(api, f"{pool}-1", pool, 2.5, 3.0)
     other.write(frozenset(), "abcd0123")
     records = {r.name: r for r in leases.members()}
     assert set(records) == {f"{pool}-0", f"{pool}-1"}
@@ -50,7 +50,7 @@ def test_a_lease_is_created_renewed_released_and_read_back(api: KubeApi, pool: s
     assert renewed.renewal != first.renewal
     assert renewed.claims == {"n1"}
     # A new incarnation of the same pod finds what the last one claimed.
-    again = LeaseClient(api, f"{pool}-0", pool, 2.5)
+    again = LeaseClient(api, f"{pool}-0", pool, 2.5, 3.0)
     own = again.own()
     assert own is not None
     assert own.claims == {"n1"}
@@ -63,9 +63,9 @@ def test_a_lease_is_created_renewed_released_and_read_back(api: KubeApi, pool: s
 def test_a_stale_writer_gets_a_conflict_and_recovers_on_the_next_write(
     api: KubeApi, pool: str
 ) -> None:
-    first = LeaseClient(api, f"{pool}-0", pool, 2.0)
+    first = LeaseClient(api, f"{pool}-0", pool, 2.0, 3.0)
     first.write(frozenset({"a"}), "v")
-    second = LeaseClient(api, f"{pool}-0", pool, 2.0)  # the same pod, restarted
+    second = LeaseClient(api, f"{pool}-0", pool, 2.0, 3.0)  # the same pod, restarted
     second.own()
     second.write(frozenset({"b"}), "v")
     with pytest.raises(KubeTemporaryError, match="409"):

@@ -272,3 +272,24 @@ def test_pods_disagreeing_on_the_view_never_both_start_a_node_with_requests_in_f
     assert not a.running
     world.read("pool-0")  # a read begun after its claims were published
     assert a.running == set(NODES) - contested
+
+
+def test_a_pod_whose_claims_are_unknown_blocks_every_start() -> None:
+    h = fresh()
+    h.published(0.0, frozenset())
+    claim_and_publish(h, {"a", "b"}, 0.1)
+    assert h.read(h.writes, {"pool-9": None, "pool-1": {"a"}}, 0.2) == Actions()
+    assert h.read(h.writes, {"pool-1": {"a"}}, 0.3) == Actions(start=frozenset({"b"}))
+
+
+def test_after_a_lapse_claims_published_before_it_count_no_more() -> None:
+    h = fresh()
+    h.published(0.0, frozenset())
+    claim_and_publish(h, {"a"}, 0.5)
+    before_lapse = h.writes
+    # The loop stalled: the next renewal is sent after the fence (0.5 + 10 - 2 = 8.5).
+    h.published(20.0, h.claims())
+    assert h.phase("a") is NodePhase.CLAIMED
+    # A read begun before that renewal proves nothing about who took "a" meanwhile.
+    assert h.read(before_lapse, {}, 20.1) == Actions()
+    assert h.read(h.writes, {}, 20.2) == Actions(start=frozenset({"a"}))

@@ -74,7 +74,8 @@ class Pod:
         self.name = name
         self.table = table
         self.api = KubeApi(load_client(str(kubeconfig)), namespace=NS)
-        self.elastic = ElasticPool(ELASTIC, LeaseClient(self.api, name, pool, 2.0), GRACE_S)
+        leases = LeaseClient(self.api, name, pool, 2.0, GRACE_S)
+        self.elastic = ElasticPool(ELASTIC, leases, GRACE_S)
         self.watch = ReplicasWatch(self.api, pool, self.elastic.replicas, watch_timeout_s=30)
         self.stopping: dict[str, float] = {}
         self.running: set[str] = set()
