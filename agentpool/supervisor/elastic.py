@@ -144,23 +144,11 @@ class ElasticPool:
         self._results.put(result)
         self.wake()
 
-    def releasing(self) -> set[str]:
-        """Nodes being handed over: each needs :meth:`stopped` once its worker is gone."""
-        if self.state is None:
-            return set()
-        return self.state.handoff.nodes(NodePhase.RELEASING)
-
     def worker_fence(self) -> FenceTimes | None:
         """The deadlines this pod's workers hold now (None before the first renewal)."""
         if self.state is None:
             return None
         return self.state.worker_fence(self.shutdown_s)
-
-    def running(self) -> set[str]:
-        """The nodes whose workers must run now (the handoff's running phase)."""
-        if self.state is None:
-            return set()
-        return self.state.handoff.nodes(NodePhase.RUNNING)
 
     def turn(self, nodes: Iterable[str]) -> Actions:
         """One loop turn with the currently selected nodes: what to start and stop now."""

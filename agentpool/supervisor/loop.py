@@ -9,10 +9,12 @@ are no locks around the worker table. Each turn of the loop:
 3. read worker reports (tick results double as heartbeats);
 4. notice dead workers, decode how they died, schedule restarts with backoff,
    but never start a node's new process while its previous one still runs;
-5. kill workers that went silent or stopped reading their pipe, SIGKILL
-   workers that overstayed a stop;
+5. kill workers that went silent or stopped reading their pipe (their stack
+   dumped to the log first), SIGKILL workers that overstayed a stop;
 6. start/stop workers so that exactly the owned nodes have one, and hand each
-   worker its node's latest inputs when its pipe can take them.
+   worker its node's latest inputs, and its fence (the deadlines after which
+   it stops on its own: :mod:`agentpool.supervisor.fences`), when its pipe can
+   take them.
 
 Nothing in a turn may block or escape: sends to a worker never block (see
 :mod:`agentpool.worker.protocol`), a worker that cannot be started backs
@@ -40,8 +42,9 @@ from agentpool.errors import CapacityError
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
 from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import NodeApi, NodeInputs, TickResult
-from agentpool.supervisor import statuses
+from agentpool.supervisor import fences, statuses
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import (
     Launch,
@@ -58,7 +61,14 @@ from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, Work
 from agentpool.supervisor.statuses import StatusSink
 from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.worker.nodefiles import NodeFiles
-from agentpool.worker.protocol import Stopped, StopWorker, TickReport, frame
+from agentpool.worker.protocol import (
+    DUMP_SIGNAL,
+    EXIT_FENCED,
+    Stopped,
+    StopWorker,
+    TickReport,
+    frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +132,8 @@ class Supervisor:
         """How many workers the descriptor limit allows; owning more nodes is fatal."""
         self.elastic = elastic
         """Elastic pool membership and handoff; None in a static pool or a daemonset."""
+        self._pod_fence: FenceTimes | None = None
+        """The elastic pool's worker fence as last sent to the workers."""
         self.workers: dict[str, WorkerHandle] = {}
         self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -191,7 +203,7 @@ class Supervisor:
         self._apply_events()
         self._read_reports(now)
         self._reap(now)
-        self._turn_elastic()
+        self._turn_elastic(now)
         scan = now >= self._next_scan
         if scan:
             self._next_scan = now + self.loop_period_s
@@ -203,23 +215,29 @@ class Supervisor:
             self._reconcile_scope(now)
         if scan:
             self._restart_due(now)
+            self._refresh_fences(now)
         self._deliver_inputs(now)
         if scan:
             reap_orphans()
         if scan or self._table_changed:
             self._publish()
 
-    def _turn_elastic(self) -> None:
-        """Elastic pool: renewals only while this loop turns; the handoff says what may run."""
+    def _turn_elastic(self, now: float) -> None:
+        """Elastic pool: renewals only while this loop turns; the handoff's actions say which
+        nodes may run, and each renewal moves every worker's fence."""
         if self.elastic is None:
             return
-        self.elastic.turn(self.view.selected())
-        for node in self.elastic.releasing() - self.workers.keys():
-            self.elastic.stopped(node)  # never started (or already forgotten): nothing to stop
-        running = self.elastic.running()
-        if running != self.view.elastic_running:
-            self.view.elastic_running = running
+        actions = self.elastic.turn(self.view.selected())
+        if actions:
+            running = self.view.elastic_running or set()
+            self.view.elastic_running = (running - actions.stop) | actions.start
             self._scope_stale = True
+        for node in actions.stop - self.workers.keys():
+            self.elastic.stopped(node)  # never started (or already forgotten): nothing to stop
+        fence = self.elastic.worker_fence()
+        if fence != self._pod_fence:
+            self._pod_fence = fence
+            self._refresh_fences(now)
 
     def _handle_signals(self) -> None:
         while True:
@@ -277,6 +295,7 @@ class Supervisor:
             self._offer_status(handle.node, message.result)
         elif isinstance(message, Stopped):
             handle.restore_problems = message.problems
+            handle.exit_reason = message.reason
 
     def _writer(self, resource: Resource) -> StatusSink | None:
         return self.twin_status if resource is Resource.NODE_TWINS else self.status
@@ -332,6 +351,7 @@ class Supervisor:
             if process.exitcode is None:  # not gone after all: wait for the next wake-up
                 continue
             self._read_from(handle, now)  # a Stopped message may still be in the pipe
+            handle.exit_code = process.exitcode
             handle.exit_how = describe_exit(process.exitcode)
             pid = process.pid
             self.io.unregister(process.sentinel)
@@ -360,6 +380,9 @@ class Supervisor:
                 self._forget(node)
                 self._scope_stale = True  # it may have come back meanwhile
             return
+        if reason is None and handle.exit_code == EXIT_FENCED:
+            self._fenced_itself(handle, pid, now)
+            return
         cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
         delay = self._back_off(handle, now, handle.started_at)
         restart = handle.policy.restarts + 1
@@ -367,6 +390,17 @@ class Supervisor:
         _node_log(ERROR, node, message, pid, cause, how, restart, delay)
         restarting = statuses.restarting(cause, how, restart, delay)
         self._offer_status(node, statuses.with_gpu(restarting, handle.last_result))
+
+    def _fenced_itself(self, handle: WorkerHandle, pid: int | None, now: float) -> None:
+        """The worker stopped on its own when its fence passed (this loop was not turning,
+        or its renewals failed): no crash, and no status written for it (another pod may
+        own the node by now). If the node is still this pod's, it starts again at once."""
+        why = handle.exit_reason or "its fence passed"
+        message = "worker for node %s (pid %s) stopped on its own: %s"
+        _node_log(WARNING, handle.node, message, pid, why)
+        handle.state, handle.restart_at = WorkerState.BACKOFF, now
+        handle.stop_reason, handle.kill_at = None, None
+        self._table_changed = True
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         self._table_changed = True
@@ -409,8 +443,11 @@ class Supervisor:
         for handle in self.workers.values():
             if (why := handle.hung(now)) is None:
                 continue
-            message = "worker for node %s (pid %s) %s: terminating"
-            _node_log(ERROR, handle.node, message, handle.pid, why)
+            message = ("worker for node %s (pid %s) %s: its stack follows (%s), then SIGTERM, "
+                       "and SIGKILL in %gs")
+            _node_log(ERROR, handle.node, message, handle.pid, why, DUMP_SIGNAL.name,
+                      KILL_GRACE_S)
+            handle.dump_stack()
             self._stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
 
     def _set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
@@ -512,6 +549,7 @@ class Supervisor:
         handle.last_sent = inputs
         self._set_heartbeat(handle, inputs)
         self.io.add_worker(handle)
+        self._send_fence(handle, now)
         self._table_changed = True
 
     def _restart_due(self, now: float) -> None:
@@ -553,6 +591,21 @@ class Supervisor:
             handle = self.workers.get(node)
             if handle is not None:
                 self.io.flush(handle, now)
+
+    # -- fences: the deadlines after which workers stop on their own ---------------------------
+
+    def _send_fence(self, handle: WorkerHandle, now: float) -> None:
+        if handle.conn is None:
+            return
+        times = fences.due(handle, now, self.elastic is not None, self._pod_fence)
+        if times is not None:
+            handle.fence_unsent = times
+            self.io.flush(handle, now)
+
+    def _refresh_fences(self, now: float) -> None:
+        """Stopping workers too: a restore may take until their write limit."""
+        for handle in self.workers.values():
+            self._send_fence(handle, now)
 
     def _publish(self) -> None:
         self._table_changed = False

@@ -22,6 +22,7 @@ from agentpool.supervisor.handles import StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
 from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.worker.nodefiles import metrics_id
+from agentpool.worker.protocol import Fence
 
 from .fakeworkers import FakeLauncher, Loop, power, telemetry
 
@@ -177,7 +178,8 @@ def test_a_worker_whose_pipe_stays_full_is_treated_as_hung_and_the_loop_never_bl
         # The healthy worker got every change, the latest last.
         latest = None
         while healthy.pipe.poll(0):
-            latest = healthy.pipe.recv()
+            message = healthy.pipe.recv()
+            latest = latest if isinstance(message, Fence) else message
         assert loop.handle("b").last_sent.power_profile["spec"]["cpu"]["packagePowerCapWatts"] == (
             3000.5
         )

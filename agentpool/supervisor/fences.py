@@ -1,0 +1,30 @@
+"""Which deadlines each worker must hold, and when to send them (agentpool/pool/fence.py).
+
+Elastic pool: every worker holds the pod's lease fence, which only a
+successful renewal moves; it is sent at a worker's start and whenever it
+changes. Static pool and daemonset: a worker stops acting once it has heard
+nothing from the supervisor for its heartbeat limit, the same bound the
+supervisor gives the worker (:func:`~agentpool.supervisor.scope.heartbeat_limit`);
+the deadline is renewed once half of it is spent, so a worker hears from a
+turning loop twice per bound, and from a stopped one never.
+"""
+
+from __future__ import annotations
+
+from agentpool.pool.fence import FenceTimes, silence_fence
+from agentpool.supervisor.handles import WorkerHandle
+
+
+def due(
+    handle: WorkerHandle, now: float, elastic: bool, lease: FenceTimes | None
+) -> FenceTimes | None:
+    """The deadlines to send this worker now, if it needs new ones.
+
+    ``lease``: the pod's worker fence (elastic pools; None before the first renewal).
+    """
+    current = handle.fence_unsent or handle.fence_sent
+    if elastic:
+        return lease if lease is not None and lease != current else None
+    if current is None or current.stop_at - now < handle.heartbeat_s / 2:
+        return silence_fence(now, handle.heartbeat_s)
+    return None
