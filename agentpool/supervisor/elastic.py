@@ -144,6 +144,14 @@ class ElasticPool:
         self._results.put(result)
         self.wake()
 
+    def holds(self, node: str) -> bool:
+        """Whether this pod may speak for ``node`` now: it runs or is stopping its worker,
+        and its lease renewal is not overdue (another pod may have the node otherwise)."""
+        state = self.state
+        if state is None or state.handoff.fenced(self.clock()):
+            return False
+        return state.handoff.phase(node) in (NodePhase.RUNNING, NodePhase.RELEASING)
+
     def worker_fence(self) -> FenceTimes | None:
         """The deadlines this pod's workers hold now (None before the first renewal)."""
         if self.state is None:

@@ -300,7 +300,15 @@ class Supervisor:
     def _writer(self, resource: Resource) -> StatusSink | None:
         return self.twin_status if resource is Resource.NODE_TWINS else self.status
 
-    def _offer_status(self, node: str, result: TickResult, force: bool = False) -> None:
+    def _offer_status(
+        self, node: str, result: TickResult, force: bool = False, unowned: bool = False
+    ) -> None:
+        """Offer the node's status to its object's writer. In an elastic pool only while
+        this pod holds the node: a report read late (after a stall, say) must not
+        overwrite what the node's new owner wrote. ``unowned``: no pod controls the node
+        any more (it left every pod's selector)."""
+        if not unowned and self.elastic is not None and not self.elastic.holds(node):
+            return
         target = self.view.status_target(node)
         previous = self._status_homes.get(node)
         if previous is not None and previous != target:
@@ -374,7 +382,12 @@ class Supervisor:
         node, how, reason = handle.node, handle.exit_how, handle.stop_reason
         self.files.worker_gone(node)
         if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
-            _node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+            if handle.exit_code == EXIT_FENCED:  # it stopped on its own before it was asked
+                why = handle.exit_reason or "its fence passed"
+                message = "worker for node %s (pid %s) stopped on its own: %s"
+                _node_log(WARNING, node, message, pid, why)
+            else:
+                _node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
             if reason is StopReason.SCOPE:
                 self._final_scope_status(handle)
                 self._forget(node)
@@ -423,7 +436,7 @@ class Supervisor:
         if not self.view.matches_selector(handle.node):
             result = statuses.not_controlled(self.settings, handle.restore_problems)
             result = statuses.with_gpu(result, handle.last_result)
-            self._offer_status(handle.node, result, force=True)
+            self._offer_status(handle.node, result, force=True, unowned=True)
 
     def _forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and its files."""
