@@ -10,23 +10,17 @@ wrapping are those of :mod:`agentpool.backends.httpclient`.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from agentpool.backends.httpclient import (
-    _GET_HEADERS,
-    _POST_HEADERS,
     DEFAULT_USER_AGENT,
     ControlAnswer,
-    _exchange,
-    _json,
-    _now_rfc3339,
-    parse_answer,
+    get_telemetry,
+    post_action,
 )
 from agentpool.errors import HttpBackendError
-from agentpool.spec.values import HttpEndpoint
+from agentpool.spec.values import HttpEndpoint, json_count, json_number
 
 GPU_ACTION = "gpu.set_power_cap_watts"
 
@@ -51,28 +45,24 @@ def _watts(url: str, block: dict[str, Any], key: str) -> float | None:
     value = block.get(key)
     if value is None:
         return None
-    # "[N/A]" or NaN is not a reading: refuse it rather than read it as 0 W.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    watts = json_number(value)  # "[N/A]" or NaN is not a reading: never 0 W
+    if watts is None:
         raise HttpBackendError(url, f"gpu.{key} is not a number: {value!r}")
-    return float(value)
+    return watts
 
 
 def read_gpu_telemetry(
     endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
 ) -> GpuTelemetry | None:
     """The ``gpu`` object of the node's telemetry; None when the answer has none."""
-    url = endpoint.url(node)
-    headers = {**_GET_HEADERS, "User-Agent": agent}
-    payload = _json(url, _exchange(url, "GET", headers, None, endpoint.timeout_s))
-    if not isinstance(payload, dict):
-        raise HttpBackendError(url, "answer is not a JSON object")
+    url, payload = get_telemetry(endpoint, node, agent)
     gpu = payload.get("gpu")
     if gpu is None:
         return None
     if not isinstance(gpu, dict):
         raise HttpBackendError(url, f"gpu is not an object: {gpu!r}")
     count = gpu.get("count")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+    if count is not None and (json_count(count) is None or count < 0):
         raise HttpBackendError(url, f"gpu.count is not a count: {count!r}")
     present = gpu.get("present")
     vendor = gpu.get("vendor")
@@ -94,10 +84,4 @@ def post_gpu_cap(
     endpoint: HttpEndpoint, node: str, watts_per_gpu: float, agent: str = DEFAULT_USER_AGENT
 ) -> ControlAnswer:
     """POST ``gpu.set_power_cap_watts``; honours ``result``/``message``/``state``."""
-    url = endpoint.url(node)
-    body = json.dumps(
-        {"node": node, "action": GPU_ACTION, "capWattsPerGpu": watts_per_gpu, "ts": _now_rfc3339()}
-    ).encode()
-    raw = _exchange(
-        url, "POST", {**_POST_HEADERS, "User-Agent": agent}, body, endpoint.timeout_s)
-    return parse_answer(url, GPU_ACTION, raw)
+    return post_action(endpoint, node, GPU_ACTION, {"capWattsPerGpu": watts_per_gpu}, agent)

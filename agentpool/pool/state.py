@@ -50,10 +50,6 @@ class PoolNumbers:
     fenced: bool
 
 
-def _merge(a: Actions, b: Actions) -> Actions:
-    return Actions(start=a.start | b.start, stop=a.stop | b.stop)
-
-
 class PoolState:
     """Membership and handoff of one pool pod. Not thread safe: the supervisor loop owns it."""
 
@@ -94,7 +90,7 @@ class PoolState:
         self._has_view = True
         actions = self._reassign(now)
         blocking = self.tracker.claims_of_others(self.me, now)
-        return _merge(actions, self.handoff.read(writes_before, blocking, now))
+        return actions | self.handoff.read(writes_before, blocking, now)
 
     def worker_fence(self, shutdown_s: float) -> FenceTimes | None:
         """The deadlines of this pod's workers (None before the first renewal): this pod
@@ -115,7 +111,7 @@ class PoolState:
         self._nodes = nodes if isinstance(nodes, frozenset) else frozenset(nodes)
         actions = self.handoff.fence(now)
         if self._has_view:
-            actions = _merge(actions, self._reassign(now))
+            actions = actions | self._reassign(now)
         return actions
 
     def stopped(self, node: str) -> None:

@@ -27,7 +27,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -85,10 +85,6 @@ class _CycleDone:
 
 
 _Result = _Resumed | _Written | _Read | _Replicas | _CycleDone
-
-
-def _merge(a: Actions, b: Actions) -> Actions:
-    return Actions(start=a.start | b.start, stop=a.stop | b.stop)
 
 
 class ElasticPool:
@@ -168,7 +164,7 @@ class ElasticPool:
                 self._submit(None, now)
                 self._next_cycle = now + min(self.elastic.renew_s, 1.0)
             return actions
-        actions = _merge(actions, state.turn(nodes, now))
+        actions = actions | state.turn(nodes, now)
         if not self._busy and now >= self._next_cycle:
             self._submit(state.next_write(), now)
             pending = state.handoff.nodes(NodePhase.CLAIMING, NodePhase.CLAIMED,
@@ -198,7 +194,7 @@ class ElasticPool:
                 result = self._results.get_nowait()
             except queue.Empty:
                 return actions
-            actions = _merge(actions, self._apply(result, now))
+            actions = actions | self._apply(result, now)
 
     def _apply(self, result: _Result, now: float) -> Actions:
         state = self.state

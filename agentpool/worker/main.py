@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Any
 
 from agentpool.backends.sysfs.files import Originals
-from agentpool.config.settings import AgentMode, Settings
+from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
 from agentpool.errors import FencedError
 from agentpool.logs import setup_logging
@@ -134,7 +134,7 @@ def _use_node_metrics_files(node: str) -> None:
 
 def run_worker(
     node: str,
-    settings: Settings,
+    settings: WorkerSettings,
     conn: Connection,
     journal: str | None,
     inputs: NodeInputs | None = None,
@@ -158,13 +158,13 @@ def run_worker(
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor
         # Written from the C handler, so it works while the process hangs in a system call.
         faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
-        fence = WorkerFence(required=settings.mode is AgentMode.POOL and settings.elastic.lease)
+        fence = WorkerFence(required=settings.requires_fence)
         setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
         _use_node_metrics_files(node)
         from agentpool.controller.metrics import NodeMetrics
 
         originals = Originals(Path(journal) if journal else None)
-        controller = NodeController(settings, node, NodeMetrics(node), originals)
+        controller = NodeController(settings.controller, node, NodeMetrics(node), originals)
         tick = tick_with_faults(node, controller.tick)
         if inputs is not None:
             controller.update(inputs)
@@ -208,7 +208,7 @@ def _pending(conn: Connection) -> bool:
 def _loop(
     controller: NodeController,
     tick: Callable[[], TickResult],
-    settings: Settings,
+    settings: WorkerSettings,
     conn: Connection,
     stop: _StopFlag,
     fence: WorkerFence,

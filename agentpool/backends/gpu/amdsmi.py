@@ -28,8 +28,7 @@ from typing import Any
 from agentpool.backends.gpu.host import DeviceOutcome, journal_key, journal_owner, journaled
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.gpu import DeviceLimits, GpuBackend, GpuCap, resolve_cap
-from agentpool.spec.values import Result
+from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result, json_number, resolve_cap
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ def _load_binding() -> ModuleType:
 
 
 def _watts(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return json_number(value)  # the binding answers "N/A" where a device has no value
 
 
 class AmdSmiGpus:

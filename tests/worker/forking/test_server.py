@@ -36,7 +36,8 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ForkServ
 def spawn(server: ForkServer, node: str) -> tuple[ForkedWorker, Connection]:
     ours, theirs = Pipe(duplex=True)
     try:
-        worker = server.spawn(node, Settings(reconcile_interval_s=0.2), None, None, theirs.fileno())
+        settings = Settings(reconcile_interval_s=0.2).worker()
+        worker = server.spawn(node, settings, None, None, theirs.fileno())
     finally:
         theirs.close()
     return worker, ours
