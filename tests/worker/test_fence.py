@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from agentpool.config.settings import AgentMode, ElasticSettings, Membership, Settings
+from agentpool.config.options import AgentMode, Membership
+from agentpool.config.settings import ElasticSettings, Settings, WorkerSettings
 from agentpool.pool.fence import FenceTimes
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.spec.values import NodeInputs
@@ -43,10 +44,10 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ForkServ
         fork_server.stop()
 
 
-def settings(root: Path, lease: bool) -> Settings:
+def settings(root: Path, lease: bool) -> WorkerSettings:
     elastic = ElasticSettings(Membership.LEASE if lease else Membership.STATIC)
     return Settings(mode=AgentMode.POOL, reconcile_interval_s=0.2, elastic=elastic,
-                    sysfs_root=str(root / "{node}"), pod_name="pool-1")
+                    sysfs_root=str(root / "{node}"), pod_name="pool-1").worker()
 
 
 def inputs(cap: float) -> NodeInputs:
