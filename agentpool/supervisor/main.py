@@ -59,6 +59,8 @@ RESERVED_FDS = 256
 FDS_PER_NODE = 5
 """A worker's pipe and exit sentinel, and its three metrics files the collector keeps open."""
 OPEN_METRICS_FILES_PER_NODE = 3
+FORK_SERVER_READY_S = 120.0
+"""Its imports and warm-up took about 1 s here, 10 s on a loaded 2-core box."""
 
 
 class _Service(Protocol):
@@ -285,6 +287,8 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         component.start()
         stack.callback(component.stop)
     _log_start(settings, server.port, capacity)
+    if not fork_server.wait_ready(FORK_SERVER_READY_S):
+        raise StartupError(f"the fork server did not get ready within {FORK_SERVER_READY_S:g}s")
     code = supervisor.run()
     if elastic is not None:
         # After a clean stop every worker is gone: releasing lets the others take over now.

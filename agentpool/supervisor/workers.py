@@ -23,6 +23,7 @@ from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import fences, statuses
 from agentpool.supervisor.elastic import ElasticPool
+from agentpool.supervisor.forkclient import ForkServerStarting
 from agentpool.supervisor.handles import (
     Launch,
     StopReason,
@@ -284,6 +285,10 @@ class WorkerTable:
         self.note_api(handle.node)
         try:
             process, conn = self.launch(handle.node, inputs)
+        except ForkServerStarting:  # a new fork server warming up: not this node's failure
+            handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
+            self.changed = True
+            return
         except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
             delay = self._back_off(handle, now, now)
             how = f"{type(exc).__name__}: {exc}"

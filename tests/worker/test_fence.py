@@ -37,7 +37,7 @@ DEADLINE_S = 30.0
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ForkServer]:
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     fork_server = ForkServer()
-    fork_server.ensure_running()
+    assert fork_server.wait_ready(60.0)
     try:
         yield fork_server
     finally:

@@ -30,8 +30,8 @@ from multiprocessing.connection import Connection
 
 from agentpool.config.settings import WorkerSettings
 from agentpool.spec.values import NodeInputs
-from agentpool.worker.forking import preload  # noqa: F401 - imports, warms and freezes the heap
-from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, REPLY, STATUS, recv_exact
+from agentpool.worker.forking import preload  # imports, warms and freezes the heap
+from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, READY, REPLY, STATUS, recv_exact
 from agentpool.worker.main import EXIT_CRASH, probe, run_worker
 
 
@@ -132,6 +132,11 @@ class _Server:
 
 def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[1]))
+    report = "\n".join(preload.REPORT).encode()
+    try:
+        control.sendall(READY.pack(len(report)) + report)
+    except OSError:  # the supervisor is gone already
+        return 0
     _Server(control).serve()
     return 0
 
