@@ -16,6 +16,7 @@ import threading
 
 import pytest
 
+from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.spec.values import Result
 from agentpool.supervisor.handles import StopReason, WorkerState
@@ -113,7 +114,7 @@ def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
 
 
 def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
-    # A TelemetryProfile may legally let one tick wait 3 x 300 s on a slow endpoint: the
+    # A TelemetryProfile may legally let one tick wait 4 x 300 s on a slow endpoint: the
     # heartbeat limit follows the profile, so such a worker is not killed as hung.
     with Loop() as loop:
         loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a", 300), "ADDED")
@@ -127,7 +128,7 @@ def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
         assert a.process.signals == []
         assert b.process.signals == ["SIGTERM"], "no TelemetryProfile: 3 x 10 s + 30 s"
         limit = loop.handle("a").heartbeat_s
-        assert limit == 10.0 + 3 * 300.0 + 30.0
+        assert limit == 10.0 + 4 * 300.0 + 30.0
         loop.turn(limit - 200.0 + 1.0)
         assert a.process.signals == ["SIGTERM"]
 
@@ -137,9 +138,9 @@ def test_heartbeat_limit_rules() -> None:
         settings = loop.settings
     assert heartbeat_limit(settings, None) == 3 * 10.0 + 30.0
     assert heartbeat_limit(settings, telemetry("t", "a", 2)) == 3 * 10.0 + 30.0
-    assert heartbeat_limit(settings, telemetry("t", "a", 60)) == 10.0 + 180.0 + 30.0
-    # Malformed timeouts count as the longest legal one; the worker reports the error.
-    assert heartbeat_limit(settings, telemetry("t", "a", 10_000)) == 10.0 + 900.0 + 30.0
+    assert heartbeat_limit(settings, telemetry("t", "a", 60)) == 10.0 + 4 * 60.0 + 30.0
+    # A malformed timeout sends nothing: the worker reports the error at once.
+    assert heartbeat_limit(settings, telemetry("t", "a", 10_000)) == 3 * 10.0 + 30.0
     with Loop(heartbeat_timeout_s=5.0) as loop:
         assert heartbeat_limit(loop.settings, telemetry("t", "a", 300)) == 5.0
 
@@ -350,3 +351,23 @@ def test_node_files_follow_the_worker(reason: str) -> None:
             loop.launcher.started[0].process.exit(70)
             loop.turn()
             assert os.path.exists(journal), "kept for the restarted worker"
+
+
+def test_the_heartbeat_covers_endpoints_routed_by_the_environment_and_gpu_requests() -> None:
+    # The NodeTwin API has no TelemetryProfile: TELEMETRY_* route every node, with
+    # TELEMETRY_HTTP_TIMEOUT_SECONDS up to 300 s, GPU requests included.
+    env = {
+        "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": "http://sim/t/{node}",
+        "TELEMETRY_CPU_CONTROL": "http",
+        "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": "http://sim/c/{node}",
+        "TELEMETRY_HTTP_TIMEOUT_SECONDS": "300",
+    }
+    env["AGENT_MODE"] = "pool"
+    cpu_only = load_settings({**env, "RECONCILE_INTERVAL": "10s"})
+    assert heartbeat_limit(cpu_only, None) == 10.0 + 4 * 300.0 + 30.0
+    gpu = load_settings({**env, "RECONCILE_INTERVAL": "10s", "TELEMETRY_GPU_CONTROL": "http",
+                         "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "http://sim/c/{node}"})
+    # Its GPU telemetry rides on the CPU telemetry endpoint: one read and one cap more.
+    assert heartbeat_limit(gpu, None) == 10.0 + 6 * 300.0 + 30.0
+    # A TelemetryProfile targeting the node still wins over the variables.
+    assert heartbeat_limit(gpu, telemetry("t", "a", 2)) == 3 * 10.0 + 30.0
