@@ -114,6 +114,8 @@ class WorkerHandle:
     """Its exit status (negative: the signal that killed it)."""
     exit_reason: str = ""
     """Why it stopped, in its own words (its last message: a crash, a fence that passed)."""
+    last_failure: str = ""
+    """How the last failure went (died, killed as hung, not started), for the metrics."""
     last_result: TickResult | None = None
     restore_problems: tuple[str, ...] | None = None
 

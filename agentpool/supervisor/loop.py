@@ -348,15 +348,25 @@ class Supervisor:
             if (pending := self.workers.get(node)) is not None:
                 self.io.flush(pending, now)
 
+    def _worker_view(self, h: WorkerHandle, now: float) -> WorkerView:
+        backoff = h.state is WorkerState.BACKOFF and h.process is None
+        # A worker that ticks again is not failing, whatever its count of deaths in a row
+        # (reset only after ten healthy minutes, by the restart policy).
+        failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
+        return WorkerView(
+            h.state, h.policy.restarts, h.pid, self.table.apis.get(h.node),
+            failures=h.policy.failures, crash_looping=failing and h.policy.crash_looping,
+            next_restart_at=time.time() + max(0.0, h.restart_at - now) if backoff else None,
+            last_failure=h.last_failure if failing else "",
+        )
+
     def _publish(self) -> None:
         self.table.changed = False
+        now = self.clock()
         s = self.settings
         self.collector.publish(
             Snapshot(
-                workers={
-                    node: WorkerView(h.state, h.policy.restarts, h.pid, self.table.apis.get(node))
-                    for node, h in self.workers.items()
-                },
+                workers={node: self._worker_view(h, now) for node, h in self.workers.items()},
                 shard_id=s.pool_shard_id,
                 shards=max(1, s.pool_shards),
                 synced=self.synced(),

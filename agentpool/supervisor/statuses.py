@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
+from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
@@ -119,13 +120,34 @@ def _restore_outcome(settings: Settings, problems: tuple[str, ...] | None) -> tu
     return Result.NONE, "limits left as set"
 
 
-def restarting(cause: str, how: str, restart: int, delay_s: float) -> TickResult:
-    """The worker died or was killed; the next start is scheduled."""
-    return TickResult(
-        Backend.NONE,
-        Result.ERROR,
-        f"controller restarting: worker {cause} ({how}); restart {restart} in {delay_s:.0f}s",
-    )
+def restarting(
+    cause: str,
+    how: str,
+    restart: int,
+    delay_s: float,
+    reason: str = "",
+    failures: int = 1,
+    next_at: str = "",
+) -> TickResult:
+    """The worker died or was killed (``reason``: its own last words, such as the
+    exception that ended it); the next start is scheduled, at ``next_at`` (RFC 3339).
+    After :data:`~agentpool.backoff.CRASH_LOOP_FAILURES` deaths in a row the node is
+    crash-looping, and the status says so, with the count."""
+    message = f"controller restarting: worker {cause} ({how})"
+    if reason:
+        message += f": {reason}"
+    looping = failures >= CRASH_LOOP_FAILURES
+    if looping:
+        message += f"; crash-looping: {failures} failures in a row"
+    message += f"; restart {restart} in {delay_s:.0f}s"
+    observed: dict[str, object] = {"crashLooping": looping, "failures": failures,
+                                   "restart": restart}
+    if next_at:
+        message += f" (at {next_at})"
+        observed["nextAttempt"] = next_at
+    if reason:
+        observed["reason"] = reason
+    return TickResult(Backend.NONE, Result.ERROR, message, observed)
 
 
 def not_controlled(settings: Settings, problems: tuple[str, ...] | None) -> TickResult:

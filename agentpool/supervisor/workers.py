@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
@@ -50,6 +51,12 @@ log = logging.getLogger(__name__)
 KILL_GRACE_S = 2.0
 """A silent worker gets SIGTERM, then SIGKILL this much later; after the shutdown
 deadline, how long the SIGKILLed workers are waited for."""
+
+
+def wall_time(now: float, at: float) -> str:
+    """``at`` on the loop's monotonic clock (``now`` is its present) in RFC 3339 UTC."""
+    stamp = datetime.fromtimestamp(time.time() + (at - now), UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_log(level: int, node: str, message: str, *args: object) -> None:
@@ -190,10 +197,25 @@ class WorkerTable:
             return
         cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
         delay = self._back_off(handle, now, handle.started_at)
-        restart = handle.policy.restarts + 1
-        message = "worker for node %s (pid %s) %s: %s; restart %d in %.1fs"
-        node_log(ERROR, node, message, pid, cause, how, restart, delay)
-        restarting = statuses.restarting(cause, how, restart, delay)
+        self._report_failure(handle, pid, cause, how, handle.exit_reason, delay)
+
+    def _report_failure(
+        self, handle: WorkerHandle, pid: int | None, cause: str, how: str, reason: str,
+        delay: float,
+    ) -> None:
+        """Say how the worker failed, in the log, the node's status and the metrics, and
+        that the node is crash-looping once it keeps failing."""
+        node, policy = handle.node, handle.policy
+        restart = policy.restarts + 1
+        handle.last_failure = f"{cause} ({how})" + (f": {reason}" if reason else "")
+        looping = f"; crash-looping ({policy.failures} failures in a row)" if (
+            policy.crash_looping) else ""
+        process = f" (pid {pid})" if pid is not None else ""
+        message = "worker for node %s%s %s%s; restart %d in %.1fs"
+        node_log(ERROR, node, message, process, handle.last_failure, looping, restart, delay)
+        next_at = wall_time(self.clock(), handle.restart_at)
+        restarting = statuses.restarting(cause, how, restart, delay, reason, policy.failures,
+                                         next_at)
         self.statuses.offer(node, statuses.with_gpu(restarting, handle.last_result))
 
     def _fenced_itself(self, handle: WorkerHandle, pid: int | None, now: float) -> None:
@@ -291,11 +313,8 @@ class WorkerTable:
             return
         except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
             delay = self._back_off(handle, now, now)
-            how = f"{type(exc).__name__}: {exc}"
-            message = "worker for node %s could not be started: %s; retry in %.1fs"
-            node_log(ERROR, handle.node, message, how, delay)
-            status = statuses.restarting("not started", how, handle.policy.restarts + 1, delay)
-            self.statuses.offer(handle.node, status)
+            self._report_failure(handle, None, "not started", f"{type(exc).__name__}: {exc}",
+                                 "", delay)
             return
         handle.started(process, conn, now)
         handle.last_sent = inputs

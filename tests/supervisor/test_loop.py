@@ -13,8 +13,11 @@ import itertools
 import os
 import subprocess
 import threading
+import time
+from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
@@ -23,7 +26,7 @@ from agentpool.supervisor.handles import StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
 from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.worker.nodefiles import metrics_id
-from agentpool.worker.protocol import Fence
+from agentpool.worker.protocol import Fence, Stopped
 
 from .fakeworkers import FakeLauncher, Loop, power, telemetry
 
@@ -371,3 +374,76 @@ def test_the_heartbeat_covers_endpoints_routed_by_the_environment_and_gpu_reques
     assert heartbeat_limit(gpu, None) == 10.0 + 6 * 300.0 + 30.0
     # A TelemetryProfile targeting the node still wins over the variables.
     assert heartbeat_limit(gpu, telemetry("t", "a", 2)) == 3 * 10.0 + 30.0
+
+
+def test_a_node_whose_worker_keeps_dying_is_reported_crash_looping() -> None:
+    with Loop() as loop:
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-b", "b"), "ADDED")
+        loop.nodes("a", "b")
+        loop.turn()
+        for worker in loop.launcher.started:
+            worker.report()
+        loop.turn()
+        for death in range(1, 4):
+            latest = loop.launcher.of("a")[-1]
+            # The worker's last words, as run_worker sends them after a crash.
+            latest.pipe.send(Stopped("a", (), "crashed: KeyError: 'spec'"))
+            latest.process.exit(70)
+            loop.turn()
+            status = loop.status.last("a")
+            assert status is not None
+            assert ("crash-looping" in status.message) == (death >= 3), status.message
+            loop.turn(loop.handle("a").restart_at - loop.clock.now + 0.01)
+            assert len(loop.launcher.of("a")) == death + 1
+        assert "crashed: KeyError: 'spec'" in status.message
+        assert status.observed["failures"] == 3
+        # The metrics say it too, while the worker is between attempts; its neighbour is fine.
+        loop.launcher.of("a")[-1].process.exit(-11)  # no last words this time
+        loop.turn()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(loop.supervisor.collector)
+        value = registry.get_sample_value
+        assert value("agentpool_worker_crash_looping", {"node": "a"}) == 1
+        assert value("agentpool_worker_crash_looping", {"node": "b"}) == 0
+        assert value("agentpool_worker_consecutive_failures", {"node": "a"}) == 4
+        due = value("agentpool_worker_next_restart_timestamp_seconds", {"node": "a"})
+        assert due is not None
+        assert time.time() < due < time.time() + 60
+        assert value("agentpool_worker_last_failure_info", {
+            "node": "a", "reason": "died (killed by SIGSEGV)"}) == 1
+        # Running again, it is not reported as failing any more.
+        loop.turn(loop.handle("a").restart_at - loop.clock.now + 0.01)
+        loop.launcher.of("a")[-1].report()
+        loop.turn()
+        assert value("agentpool_worker_crash_looping", {"node": "a"}) == 0
+
+
+def fences_of(worker: Any) -> list[Fence]:
+    found = []
+    while worker.pipe.poll(0):
+        message = worker.pipe.recv()
+        if isinstance(message, Fence):
+            found.append(message)
+    return found
+
+
+def test_a_static_pools_workers_get_a_silence_fence_renewed_while_the_loop_turns() -> None:
+    with Loop(heartbeat_timeout_s=60.0) as loop:
+        loop.nodes("a")
+        loop.turn()
+        (worker,) = loop.launcher.started
+        (first,) = fences_of(worker)  # sent with the start
+        assert first.times.write_until is None  # nobody else can own a static pool's node
+        assert first.times.stop_at == pytest.approx(loop.clock.now + 60.0)
+        loop.turn(20.0)
+        assert fences_of(worker) == []  # two thirds left: nothing to say
+        loop.turn(11.0)
+        (renewed,) = fences_of(worker)  # less than half left
+        assert renewed.times.stop_at == pytest.approx(loop.clock.now + 60.0)
+        # A short HEARTBEAT_TIMEOUT does not make a busy loop's workers stop early.
+    with Loop(heartbeat_timeout_s=2.0) as loop:
+        loop.nodes("a")
+        loop.turn()
+        (first,) = fences_of(loop.launcher.started[0])
+        assert first.times.stop_at == pytest.approx(loop.clock.now + 30.0)
