@@ -91,6 +91,8 @@ class ClusterView:
         """The desired-state watch has failed for SPEC_READ_TIMEOUT (set by the supervisor)."""
         self.node_objects: dict[str, dict[str, Any]] = {}
         """NodeTwin API: each node's labels, capacity and allocatable (for NodeHardware)."""
+        self._selected: frozenset[str] | None = None
+        """:meth:`selected`, until the next node event."""
         self.elastic_running: set[str] | None = set() if settings.elastic.lease else None
         """Elastic pool: the nodes the handoff lets this pod run (None: static ownership)."""
 
@@ -98,6 +100,8 @@ class ClusterView:
 
     def apply(self, event: InformerEvent) -> set[str]:
         """Apply an informer event; returns the nodes whose inputs or scope may have changed."""
+        if event.resource is Resource.NODES:
+            self._selected = None
         if event.resource in twinview.RESOURCES:
             return self.twins.apply(event)
         if isinstance(event, Relisted):
@@ -198,9 +202,15 @@ class ClusterView:
             return node in self.elastic_running
         return owns(node, s.pool_shards, s.pool_shard_id)
 
-    def selected(self) -> set[str]:
-        """Every node this mode's selector picks, whoever owns it (what a pool shares)."""
-        return {n for n in self.labels if self.matches_selector(n)}
+    def selected(self) -> frozenset[str]:
+        """Every node this mode's selector picks, whoever owns it (what a pool shares).
+
+        Asked at every loop turn of an elastic pool, it changes only with the nodes: the
+        same object comes back until a node event, so its users' caches compare cheaply.
+        """
+        if self._selected is None:
+            self._selected = frozenset(n for n in self.labels if self.matches_selector(n))
+        return self._selected
 
     def matches_selector(self, node: str) -> bool:
         """Selected by this mode's scope, whichever shard owns it."""
