@@ -35,7 +35,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from agentpool.config.settings import ElasticSettings
 from agentpool.errors import KubeError
 from agentpool.kube.leases import LEASE_REQUEST_S, LeaseClient
-from agentpool.pool.fence import FenceTimes
+from agentpool.pool.fence import KILL_MARGIN_S, FenceTimes
 from agentpool.pool.handoff import Actions, NodePhase
 from agentpool.pool.membership import LeaseRecord
 from agentpool.pool.state import LeaseWrite, PoolNumbers, PoolState
@@ -100,8 +100,9 @@ class ElasticPool:
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.elastic = elastic
-        self.shutdown_s = grace_s if shutdown_s is None else shutdown_s
-        """SHUTDOWN_TIMEOUT: how long workers restore after their fence's stop."""
+        self.shutdown_s = max(0.0, grace_s - KILL_MARGIN_S) if shutdown_s is None else shutdown_s
+        """SHUTDOWN_TIMEOUT: how long workers restore after their fence's stop (by default
+        what the grace implies)."""
         self.release_on_stop = False
         """:meth:`stop` releases the lease (set once every worker stopped cleanly)."""
         self.wake = wake
