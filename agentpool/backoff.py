@@ -24,6 +24,9 @@ JITTER_S = 0.5
 """...plus up to this much, so workers that died together do not restart together..."""
 RESET_AFTER_S = 600.0
 """...and a worker that ran healthily this long starts again from the first delay."""
+CRASH_LOOP_FAILURES = 3
+"""A node whose worker died this many times in a row (no healthy stretch between) is
+reported as crash-looping: in its status, its metrics and the log."""
 
 
 def exponential_delay(
@@ -82,3 +85,7 @@ class RestartPolicy:
 
     def on_restart(self) -> None:
         self.restarts += 1
+
+    @property
+    def crash_looping(self) -> bool:
+        return self.failures >= CRASH_LOOP_FAILURES

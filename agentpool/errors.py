@@ -11,6 +11,7 @@
     │   ├── RaplUnavailableError    no writable package zone, or a limit that does not stick
     │   ├── HttpBackendError   the HTTP simulator/endpoint failed (wraps URLError, bad JSON)
     │   └── GpuUnavailableError     no GPU control library/driver on the host (status ``blocked``)
+    ├── FencedError            a write refused: it could land after the worker's fence
     └── KubeError              the Kubernetes API failed (wraps ApiException)
         └── KubeTemporaryError worth retrying after ``delay`` seconds
 
@@ -76,6 +77,24 @@ class HttpBackendError(BackendError):
         self.url = url
         self.status = status
         super().__init__(f"{url}: {problem}")
+
+
+class FencedError(AgentError):
+    """A write to the node was refused: it could take effect after this worker's fence,
+    when another pod may own the node (:mod:`agentpool.backends.fencing`).
+
+    Not a :class:`BackendError`: nothing that handles a failed backend may swallow it
+    and write on."""
+
+    def __init__(self, what: str, late_s: float) -> None:
+        self.what = what
+        self.late_s = late_s
+        when = (
+            "before this worker got its first fence" if late_s == float("inf")
+            else f"{late_s:.1f}s after this worker's fence"
+        )
+        super().__init__(f"{what} not sent: it could land {when}, when another pod may own "
+                         "the node")
 
 
 class KubeError(AgentError):

@@ -24,10 +24,11 @@ import time
 from agentpool.config.options import Membership
 from agentpool.config.settings import ElasticSettings
 from agentpool.pool.assignment import Assignment
+from agentpool.pool.fence import grace_for
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import MetricsSampler, PoolDriver, Timings, request_overlaps
-from agentpool.supervisor.elastic import grace_for, takeover_bound_s
+from agentpool.supervisor.elastic import takeover_bound_s
 
 GOAL_S = 30.0
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentpool import __version__
+from agentpool.backends import fencing
 from agentpool.backends.httpauth import HttpAuth
 from agentpool.config.settings import HttpAuthSettings
 from agentpool.durations import utc_timestamp
@@ -126,7 +127,9 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
 
     A request that fails on a reused connection (the server closed it while
     idle) is sent once more on a new one; the control actions are idempotent
-    (set a cap, set a throttle), so a repeat is harmless.
+    (set a cap, set a throttle), so a repeat is harmless. A POST (a control
+    action) is sent only if it lands before this worker's fence
+    (:mod:`agentpool.backends.fencing`).
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -135,6 +138,8 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
     headers = {**headers, **_auth.headers(url)}
     context = _auth.context(url)
     for attempt in (1, 2):
+        if method == "POST":
+            fencing.permit(f"POST {url}", timeout)
         conn = _connection(parts.scheme, parts.netloc, timeout, context)
         reused = conn.sock is not None
         try:

@@ -190,6 +190,9 @@ class WorkerSettings:
     log_level: str = _TOP["log_level"]
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     """What its node controller reads."""
+    requires_fence: bool = False
+    """An elastic pool's worker: it acts on nothing before its supervisor sent it a fence
+    (:mod:`agentpool.worker.fence`), as another pod may own the node without one."""
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,8 @@ class Settings:
     def worker(self) -> WorkerSettings:
         """The part a worker process reads."""
         return WorkerSettings(
-            self.reconcile_interval_s, self.log_format, self.log_level, self.controller()
+            self.reconcile_interval_s, self.log_format, self.log_level, self.controller(),
+            requires_fence=self.mode is AgentMode.POOL and self.elastic.lease,
         )
 
     def controller(self) -> ControllerSettings:

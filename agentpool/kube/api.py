@@ -237,10 +237,11 @@ class KubeApi:
         resource: AnyResource,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> Listing:
         kwargs: dict[str, Any] = {
             "_preload_content": False,
-            "_request_timeout": (CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+            "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s),
         }
         kwargs.update(_selectors(label_selector, field_selector))
         lister = self._lister(resource)

@@ -5,7 +5,8 @@ elastic pool): each pool pod holds a ``coordination.k8s.io/v1`` Lease named
 after itself in its namespace, labelled ``agentpool.joulie.io/pool=<pool>``,
 with ``spec.holderIdentity`` = the pod, ``spec.leaseDurationSeconds``,
 ``spec.renewTime`` rewritten at every renewal, and two annotations: the
-compact set of nodes it claims and the digest of its view. A clean exit
+compact set of nodes it claims, the digest of its view and the grace its
+claims keep blocking for after its lease expired. A clean exit
 clears the holder and the claims. Also follows the StatefulSet's
 ``spec.replicas`` by list + watch with a ``metadata.name`` field selector.
 
@@ -27,11 +28,14 @@ from agentpool.errors import KubeError
 from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, abort_read, json_body
 from agentpool.pool.membership import (
     ANNOTATION_CLAIMS,
+    ANNOTATION_GRACE,
     ANNOTATION_VIEW,
     LABEL_POOL,
     LeaseRecord,
     decode_claims,
+    decode_grace,
     encode_claims,
+    encode_grace,
 )
 from agentpool.spec.values import json_count
 
@@ -40,6 +44,9 @@ log = logging.getLogger(__name__)
 LEASE_TIMEOUT_S = 5.0
 """Read timeout of lease requests: a renewal that takes longer is as good as failed."""
 _TIMEOUT = (CONNECT_TIMEOUT_S, LEASE_TIMEOUT_S)
+LEASE_REQUEST_S = 2 * (CONNECT_TIMEOUT_S + LEASE_TIMEOUT_S)
+"""The longest one call of :class:`LeaseClient` takes: a write after a conflict reads the
+Lease first, so two requests, each within its connect and read timeouts."""
 
 
 def lease_record(obj: dict[str, Any]) -> LeaseRecord:
@@ -47,9 +54,10 @@ def lease_record(obj: dict[str, Any]) -> LeaseRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
-    claims, error = frozenset[str](), None
+    claims, error, grace = frozenset[str](), None, None
     try:
         claims = decode_claims(annotations.get(ANNOTATION_CLAIMS))
+        grace = decode_grace(annotations.get(ANNOTATION_GRACE))
     except ValueError as exc:
         error = str(exc)
     duration = spec.get("leaseDurationSeconds")
@@ -61,13 +69,16 @@ def lease_record(obj: dict[str, Any]) -> LeaseRecord:
         claims=claims,
         view=str(annotations.get(ANNOTATION_VIEW) or ""),
         claims_error=error,
+        grace_s=grace,
     )
 
 
 class LeaseClient:
     """This pod's Lease (create, renew, release) and a consistent read of the pool's."""
 
-    def __init__(self, api: KubeApi, pod: str, pool: str, duration_s: float) -> None:
+    def __init__(
+        self, api: KubeApi, pod: str, pool: str, duration_s: float, grace_s: float
+    ) -> None:
         if api.namespace is None:
             raise KubeError("lease membership needs a namespace")
         self._api = api
@@ -75,6 +86,7 @@ class LeaseClient:
         self.pod = pod
         self.pool = pool
         self._duration = max(1, math.ceil(duration_s))
+        self._grace = grace_s
         self._current: dict[str, Any] | None = None
         """Our Lease as last read or written (its resourceVersion is the next precondition)."""
 
@@ -112,7 +124,8 @@ class LeaseClient:
         meta["name"], meta["namespace"] = self.pod, self._namespace
         meta["labels"] = {**(meta.get("labels") or {}), LABEL_POOL: self.pool}
         meta["annotations"] = {**(meta.get("annotations") or {}),
-                               ANNOTATION_CLAIMS: encode_claims(claims), ANNOTATION_VIEW: view}
+                               ANNOTATION_CLAIMS: encode_claims(claims), ANNOTATION_VIEW: view,
+                               ANNOTATION_GRACE: encode_grace(self._grace)}
         meta.pop("managedFields", None)
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": meta, "spec": spec}
@@ -151,7 +164,8 @@ class LeaseClient:
 
     def members(self) -> list[LeaseRecord]:
         """Every Lease of the pool, from a quorum read (a LIST without resourceVersion)."""
-        listing = self._api.list(PoolResource.LEASES, label_selector=self.selector)
+        listing = self._api.list(PoolResource.LEASES, label_selector=self.selector,
+                                 timeout_s=LEASE_TIMEOUT_S)
         return [lease_record(obj) for obj in listing.items]
 
 

@@ -19,6 +19,11 @@ drive it with a fake clock; the coordinator with ``time.monotonic``):
 4. A pod restarted under the same name resumes the claims its lease still
    carries: they count as published, so after its first renewal and one
    read it starts them again without waiting for anyone's release.
+5. A pod whose renewal came after its fence (its loop stalled, its lease may
+   have expired and its nodes been taken) acts as a newcomer: a claim counts
+   as published only from that renewal on, so nothing starts before a read
+   begun after it; its workers have stopped on their own meanwhile
+   (:mod:`agentpool.pool.fence`).
 
 Nothing here does I/O or reads a clock; the caller reports what happened.
 """
@@ -98,6 +103,11 @@ class Handoff:
         """Successful lease writes so far; pass it to :meth:`read` for a read begun now."""
         return self._writes
 
+    @property
+    def renewed_at(self) -> float | None:
+        """When the last successful renewal was sent (None before the first one)."""
+        return self._renewed_at
+
     def fence_at(self) -> float | None:
         """When workers must stop for want of a renewal; None before the first one."""
         if self._renewed_at is None:
@@ -145,6 +155,12 @@ class Handoff:
     def published(self, sent_at: float, claims: Iterable[str]) -> None:
         """A lease write (renewal) carrying ``claims`` succeeded; it was sent at ``sent_at``."""
         self._writes += 1
+        fence = self.fence_at()
+        if fence is not None and sent_at >= fence:
+            # A lapse (rule 5): what earlier writes published may have expired meanwhile.
+            for node in self.nodes(NodePhase.CLAIMED):
+                self._phase[node] = NodePhase.CLAIMING
+                del self._published_in[node]
         if self._renewed_at is None or sent_at > self._renewed_at:
             self._renewed_at = sent_at
         for node in claims:
@@ -153,18 +169,21 @@ class Handoff:
                 self._published_in[node] = self._writes
 
     def read(
-        self, writes_before: int, blocking: Mapping[str, Iterable[str]], now: float
+        self, writes_before: int, blocking: Mapping[str, Iterable[str] | None], now: float
     ) -> Actions:
         """A consistent read of every lease, begun when :attr:`writes` was ``writes_before``.
 
         ``blocking``: other pods' claims that still count (live, or expired
-        within the grace). Claimed nodes published before the read began and
-        claimed by nobody else start now.
+        within the grace); None for a pod whose claims are unknown, which blocks
+        every node. Claimed nodes published before the read began and claimed
+        by nobody else start now.
         """
         if self.fenced(now):
             return Actions()
         taken: set[str] = set()
         for claims in blocking.values():
+            if claims is None:
+                return Actions()
             taken.update(claims)
         start = {
             node for node in self.nodes(NodePhase.CLAIMED)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ ANNOTATION_CLAIMS = "agentpool.joulie.io/claims"
 """The nodes the holder controls or is about to control (see :func:`encode_claims`)."""
 ANNOTATION_VIEW = "agentpool.joulie.io/view"
 """The holder's :func:`view_digest`: pods acting on different views disagree."""
+ANNOTATION_GRACE = "agentpool.joulie.io/grace-seconds"
+"""How long the holder's claims still block after its lease expired (its own
+:func:`~agentpool.pool.fence.grace_for` of its SHUTDOWN_TIMEOUT), in seconds."""
 
 _CLAIMS_PREFIX = "z1:"
 
@@ -82,7 +86,28 @@ class LeaseRecord:
     claims: frozenset[str] = frozenset()
     view: str = ""
     claims_error: str | None = None
-    """Why the claims annotation did not decode (its nodes are then unknown)."""
+    """Why the claims or grace annotation did not decode (its nodes are then unknown,
+    and its claims block every node)."""
+    grace_s: float | None = None
+    """The grace the holder published; None from a holder that publishes none (an older
+    agent), whose grace is taken to be the observer's own."""
+
+
+def encode_grace(grace_s: float) -> str:
+    return f"{grace_s:g}"
+
+
+def decode_grace(text: str | None) -> float | None:
+    """Inverse of :func:`encode_grace` (None: not published); ValueError on anything else."""
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"grace {text!r} is not a finite number of seconds >= 0")
+    return value
 
 
 @dataclass
@@ -97,8 +122,9 @@ class MemberTracker:
     """The leases one pod has seen, and what they mean at a given moment."""
 
     grace_s: float
-    """After a lease expires its claims still block nodes this long: time for the
-    holder, which stopped its workers when it could not renew, to finish stopping them."""
+    """After a lease expires its claims still block nodes this long, unless its holder
+    published its own grace: time for the holder, which stopped its workers when it
+    could not renew, to finish stopping them."""
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     def observe(self, records: Iterable[LeaseRecord], now: float) -> None:
@@ -123,18 +149,24 @@ class MemberTracker:
         return {name for name, seen in self._seen.items()
                 if (end := self._expires(seen)) is not None and now < end}
 
-    def claims_of_others(self, me: str, now: float) -> dict[str, frozenset[str]]:
-        """Claims that still block nodes: of live members, and of expired ones within grace.
+    def claims_of_others(self, me: str, now: float) -> dict[str, frozenset[str] | None]:
+        """Claims that still block nodes: of live members, and of expired ones within the
+        grace each published (or ours, from a holder that publishes none).
 
-        A lease whose claims did not decode blocks nothing it named, but is
-        reported with an empty set so that callers can see it.
+        A lease whose annotations did not decode may claim anything: it maps to
+        None, which blocks every node, until it expired and its grace (ours: its
+        own is unknown too) has passed.
         """
-        blocking: dict[str, frozenset[str]] = {}
+        blocking: dict[str, frozenset[str] | None] = {}
         for name, seen in self._seen.items():
             end = self._expires(seen)
-            if name == me or end is None or now >= end + self.grace_s:
+            if name == me or end is None:
                 continue
-            blocking[name] = seen.record.claims
+            record = seen.record
+            grace = record.grace_s if record.grace_s is not None else self.grace_s
+            if now >= end + grace:
+                continue
+            blocking[name] = None if record.claims_error is not None else record.claims
         return blocking
 
     def views(self, now: float) -> dict[str, str]:
@@ -173,3 +205,29 @@ def desired_nodes(
     if me not in members:
         return set()
     return {node for node in nodes if owner_of(node, members, assignment) == me}
+
+
+class DesiredNodes:
+    """:func:`desired_nodes` of one pod, recomputed only when the nodes or members change.
+
+    The supervisor asks at every loop turn, and the answer costs a hash per node
+    and member (tens of milliseconds at thousands of nodes); the inputs change only
+    with the cluster. Pass the same frozenset while the nodes are unchanged and
+    the check is one comparison.
+    """
+
+    def __init__(self, me: str, assignment: Assignment) -> None:
+        self.me = me
+        self.assignment = assignment
+        self.computed = 0
+        """How many times the answer was computed (not taken from the cache)."""
+        self._key: tuple[frozenset[str], tuple[str, ...]] | None = None
+        self._value: frozenset[str] = frozenset()
+
+    def __call__(self, nodes: frozenset[str], members: list[str]) -> frozenset[str]:
+        key = (nodes, tuple(members))
+        if key != self._key:
+            self._key = key
+            self._value = frozenset(desired_nodes(nodes, members, self.me, self.assignment))
+            self.computed += 1
+        return self._value

@@ -15,12 +15,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentpool.pool.assignment import Assignment
+from agentpool.pool.fence import FenceTimes, worker_fence
 from agentpool.pool.handoff import Actions, Handoff, NodePhase
 from agentpool.pool.membership import (
+    DesiredNodes,
     LeaseRecord,
     MemberTracker,
     assignment_members,
-    desired_nodes,
     view_digest,
 )
 
@@ -68,7 +69,8 @@ class PoolState:
         self.replicas: int | None = None
         """The StatefulSet's ``spec.replicas`` when known."""
         self.members: list[str] = []
-        self._nodes: set[str] = set()
+        self._nodes: frozenset[str] = frozenset()
+        self._desired = DesiredNodes(me, assignment)
         self._has_view = False
         self._claimed_elsewhere: dict[str, str] = {}
         """Selected nodes another pod's lease claimed in a read (the last such pod)."""
@@ -112,13 +114,23 @@ class PoolState:
         taken, self._taken_over = self._taken_over, {}
         return taken
 
+    def worker_fence(self, shutdown_s: float) -> FenceTimes | None:
+        """The deadlines of this pod's workers (None before the first renewal): this pod
+        publishes the grace its tracker uses for holders that publish none."""
+        renewed = self.handoff.renewed_at
+        if renewed is None:
+            return None
+        h = self.handoff
+        return worker_fence(renewed, h.duration_s, h.renew_interval_s, shutdown_s,
+                            self.tracker.grace_s)
+
     def set_replicas(self, replicas: int | None, now: float) -> Actions:
         self.replicas = replicas
         return self._reassign(now) if self._has_view else Actions()
 
     def turn(self, nodes: Iterable[str], now: float) -> Actions:
         """Every loop turn: the selected nodes as they are now; fences if renewals stopped."""
-        self._nodes = set(nodes)
+        self._nodes = nodes if isinstance(nodes, frozenset) else frozenset(nodes)
         actions = self.handoff.fence(now)
         if self._has_view:
             actions = actions | self._reassign(now)
@@ -129,8 +141,7 @@ class PoolState:
 
     def _reassign(self, now: float) -> Actions:
         self.members = assignment_members(self.tracker.live(now), self.replicas)
-        desired = desired_nodes(self._nodes, self.members, self.me, self.assignment)
-        return self.handoff.want(desired, now)
+        return self.handoff.want(self._desired(self._nodes, self.members), now)
 
     def numbers(self, now: float) -> PoolNumbers:
         views = self.tracker.views(now)

@@ -12,7 +12,13 @@ and the pod's lease runs out instead of vouching for a hung supervisor.
 
 A blocked or failing API cannot stall the loop either: fencing (stopping
 every worker when the last successful renewal is too old) is decided in the
-loop from the clock, whatever the thread is stuck in.
+loop from the clock, whatever the thread is stuck in. And a loop that stalls
+cannot keep workers writing: each worker holds the deadlines of
+:meth:`ElasticPool.worker_fence` (:mod:`agentpool.pool.fence`), which only a
+renewal moves, and stops on its own when they pass.
+
+Only the thread uses the :class:`LeaseClient` (it is not thread safe): the
+release on a clean exit is the thread's last request too.
 """
 
 from __future__ import annotations
@@ -21,14 +27,15 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from agentpool.config.settings import ElasticSettings
 from agentpool.errors import KubeError
-from agentpool.kube.leases import LeaseClient
+from agentpool.kube.leases import LEASE_REQUEST_S, LeaseClient
+from agentpool.pool.fence import KILL_MARGIN_S, FenceTimes
 from agentpool.pool.handoff import Actions, NodePhase
 from agentpool.pool.membership import LeaseRecord
 from agentpool.pool.state import LeaseWrite, PoolNumbers, PoolState
@@ -37,21 +44,6 @@ log = logging.getLogger(__name__)
 
 HANDOFF_CYCLE_S = 0.5
 """Cycle period while nodes wait to be acquired or released (renewals are slower)."""
-
-
-KILL_MARGIN_S = 1.0
-"""Added to SHUTDOWN_TIMEOUT for the grace: the supervisor notices an overdue worker
-within one loop period (0.5 s) and SIGKILLs it; the rest is slack."""
-
-
-def grace_for(shutdown_timeout_s: float) -> float:
-    """How long a silent pod's claims still block after its lease expired.
-
-    A pod that cannot renew starts stopping its workers one renew period
-    before its lease expires; each is SIGKILLed at most SHUTDOWN_TIMEOUT
-    later, so by the end of this grace none of them can still act.
-    """
-    return shutdown_timeout_s + KILL_MARGIN_S
 
 
 def takeover_bound_s(elastic: ElasticSettings, grace_s: float) -> float:
@@ -78,6 +70,8 @@ class _Written:
 @dataclass(frozen=True)
 class _Read:
     records: list[LeaseRecord]
+    writes_before: int
+    """Successful lease writes when the read began: only claims they published count."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +95,14 @@ class ElasticPool:
         elastic: ElasticSettings,
         leases: LeaseClient,
         grace_s: float,
+        shutdown_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.elastic = elastic
+        self.shutdown_s = max(0.0, grace_s - KILL_MARGIN_S) if shutdown_s is None else shutdown_s
+        """SHUTDOWN_TIMEOUT: how long workers restore after their fence's stop (by default
+        what the grace implies)."""
         self.release_on_stop = False
         """:meth:`stop` releases the lease (set once every worker stopped cleanly)."""
         self.wake = wake
@@ -122,6 +120,11 @@ class ElasticPool:
         self._numbers: PoolNumbers | None = None
         self._phases: dict[str, NodePhase] = {}
         self._lock = threading.Lock()
+        self._written = 0
+        """Successful writes the thread made since the resume (= ``handoff.writes`` once
+        their results are applied, which happens in order)."""
+        self._release = False
+        """Set by :meth:`close` for the thread: release the lease, then stop."""
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pool-leases", daemon=True)
 
@@ -138,28 +141,19 @@ class ElasticPool:
         self._results.put(result)
         self.wake()
 
-    def follow(self, selected: Iterable[str], workers: Collection[str]) -> set[str]:
-        """The loop's turn of the pool: renew and hand over, then the nodes this pod may run.
+    def holds(self, node: str) -> bool:
+        """Whether this pod may speak for ``node`` now: it runs or is stopping its worker,
+        and its lease renewal is not overdue (another pod may have the node otherwise)."""
+        state = self.state
+        if state is None or state.handoff.fenced(self.clock()):
+            return False
+        return state.handoff.phase(node) in (NodePhase.RUNNING, NodePhase.RELEASING)
 
-        A node being released that has no worker (never started, or already
-        forgotten) has nothing to stop: it is released at once.
-        """
-        self.turn(selected)
-        for node in self.releasing() - set(workers):
-            self.stopped(node)
-        return self.running()
-
-    def releasing(self) -> set[str]:
-        """Nodes being handed over: each needs :meth:`stopped` once its worker is gone."""
+    def worker_fence(self) -> FenceTimes | None:
+        """The deadlines this pod's workers hold now (None before the first renewal)."""
         if self.state is None:
-            return set()
-        return self.state.handoff.nodes(NodePhase.RELEASING)
-
-    def running(self) -> set[str]:
-        """The nodes whose workers must run now (the handoff's running phase)."""
-        if self.state is None:
-            return set()
-        return self.state.handoff.nodes(NodePhase.RUNNING)
+            return None
+        return self.state.worker_fence(self.shutdown_s)
 
     def turn(self, nodes: Iterable[str]) -> Actions:
         """One loop turn with the currently selected nodes: what to start and stop now."""
@@ -227,9 +221,14 @@ class ElasticPool:
             if result.claims:
                 log.info("resuming %d nodes this pod's lease still claims", len(result.claims))
         elif state is not None and isinstance(result, _Written):
+            fence = state.handoff.fence_at()
+            if fence is not None and result.sent_at >= fence:
+                log.warning("pool lease renewed %.1fs after this pod's fence: acting as a "
+                            "newcomer (its claims count again only from this renewal on)",
+                            result.sent_at - fence)
             state.written(result.sent_at, result.write)
         elif state is not None and isinstance(result, _Read):
-            return state.read(state.handoff.writes, result.records, now)
+            return state.read(result.writes_before, result.records, now)
         return Actions()
 
     def stop(self) -> None:
@@ -240,16 +239,34 @@ class ElasticPool:
         """Stop the thread; with ``release``, clear this pod's holder and claims.
 
         Call after every worker stopped: the release tells the others they may
-        take the nodes at once instead of after the lease expires.
+        take the nodes at once instead of after the lease expires. The thread
+        sends it, after the request it may be in (:data:`CLOSE_WAIT_S`); if it
+        is still busy by then, the lease is left to expire.
         """
-        self._cycles.put(None)
+        with self._lock:
+            self._release = release and self.state is not None
         self._stopping.set()
-        self._thread.join(LEASE_JOIN_S)
-        if release and self.state is not None:
-            try:
-                self.leases.release()
-            except KubeError as exc:
-                log.warning("could not release lease %s: %s", self.leases.pod, exc)
+        self._cycles.put(None)
+        if self._thread.ident is None:  # never started: nobody else uses the client
+            self._release_now()
+            return
+        self._thread.join(CLOSE_WAIT_S)
+        if self._thread.is_alive():
+            with self._lock:
+                abandoned, self._release = self._release, False
+            if abandoned:
+                log.warning("lease %s not released: its request is still in flight after "
+                            "%.0fs; it expires on its own", self.leases.pod, CLOSE_WAIT_S)
+
+    def _release_now(self) -> None:
+        with self._lock:
+            release, self._release = self._release, False
+        if not release:
+            return
+        try:
+            self.leases.release()
+        except KubeError as exc:
+            log.warning("could not release lease %s: %s", self.leases.pod, exc)
 
     # -- the thread's side -------------------------------------------------------------------
 
@@ -261,7 +278,7 @@ class ElasticPool:
             except queue.Empty:
                 continue
             if self._stopping.is_set():
-                return
+                break
             try:
                 if not resumed:
                     own = self.leases.own()
@@ -277,12 +294,17 @@ class ElasticPool:
                 log.exception("pool lease cycle failed unexpectedly")
             finally:
                 self._put(_CycleDone())
+        self._release_now()
 
     def _cycle(self, write: LeaseWrite) -> None:
         sent_at = self.clock()
         self.leases.write(write.claims, write.view)
+        self._written += 1
         self._put(_Written(sent_at, write))
-        self._put(_Read(self.leases.members()))
+        if self._stopping.is_set():
+            return  # closing: the release is the next request, not a read
+        writes_before = self._written
+        self._put(_Read(self.leases.members(), writes_before))
 
     # -- metrics -----------------------------------------------------------------------------
 
@@ -293,8 +315,10 @@ class ElasticPool:
         yield from pool_metrics(numbers, phases, takeover_bound_s(self.elastic, self.grace_s))
 
 
-LEASE_JOIN_S = 6.0
-"""How long :meth:`ElasticPool.close` waits for a lease request in flight."""
+CLOSE_WAIT_S = LEASE_REQUEST_S + 1.0
+"""How long :meth:`ElasticPool.close` waits for the thread: the request it may be in,
+then the release (each one request, unless a conflict makes it two); beyond that the
+release is given up rather than sent from a second thread."""
 
 
 def pool_metrics(

@@ -5,11 +5,20 @@ interpreter started with ``subprocess``, so it inherits none of the
 supervisor's threads, sockets, locks or imported modules. It is started
 again, lazily, at the next spawn after it died; the workers it had exit on
 their parent-death signal and are reported dead through their status pipes.
+
+Nothing here may stall the supervisor's loop: a spawn waits at most
+:data:`SPAWN_TIMEOUT_S` for the server's answer, and a server that does not
+answer in time is taken as lost (killed; its workers follow). A new server
+takes its imports and warm-up before it can fork (seconds): until its ready
+message has arrived, a spawn fails at once with :class:`ForkServerStarting`
+rather than wait for it. At start-up the supervisor waits for it once
+(:meth:`ForkServer.wait_ready`), and logs the server's preload report.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import signal
@@ -21,12 +30,19 @@ import threading
 from agentpool.config.settings import WorkerSettings
 from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.orphans import spare_pids
-from agentpool.worker.forking.wire import HEADER, REPLY, STATUS, recv_exact
+from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact
+
+log = logging.getLogger(__name__)
 
 SERVER_MODULE = "agentpool.worker.forking.server"
 TITLE_ROOM = " " * 96
 """An ignored last argument: argv memory the fork server and its workers rename themselves
 in (agentpool.proctitle), so a worker's title has room for a long node name."""
+SPAWN_TIMEOUT_S = 2.0
+"""The longest a spawn waits for the server's answer (a fork takes milliseconds): beyond
+it the server counts as stuck, and is replaced."""
+DISCARD_WAIT_S = 0.2
+"""How long a discarded server gets to exit at EOF before SIGKILL (inside the loop)."""
 LOST_EXIT_CODE = 255
 """The exit code reported for a worker whose fork server died before it did (as
 multiprocessing's fork server reports it)."""
@@ -80,6 +96,10 @@ class ForkedWorker:
             self._fd = -1
 
 
+class ForkServerStarting(OSError):  # noqa: N818 - an OSError, as callers catch it
+    """The fork server is still importing and warming up: try again shortly."""
+
+
 class ForkServer:
     """Owns the fork server process; thread-safe (one request at a time)."""
 
@@ -87,6 +107,9 @@ class ForkServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
+        self._ready = False
+        """The server's ready message (and its preload report) has been read."""
+        self._greeting = bytearray()
 
     @property
     def pid(self) -> int | None:
@@ -113,7 +136,39 @@ class ForkServer:
         finally:
             theirs.close()
         self._sock = ours
+        self._ready, self._greeting = False, bytearray()
         spare_pids.add(self._process.pid)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait for the server's ready message (start-up only: this blocks)."""
+        with self._lock:
+            self._ensure_running()
+            return self._read_ready(timeout)
+
+    def _read_ready(self, timeout: float) -> bool:
+        """Read what has come of the ready message within ``timeout`` (0: what is there)."""
+        sock = self._sock
+        assert sock is not None
+        sock.settimeout(timeout if timeout > 0 else 0.0)
+        try:
+            while not self._ready:
+                need = READY.size if len(self._greeting) < READY.size else (
+                    READY.size + READY.unpack_from(self._greeting)[0])
+                chunk = sock.recv(need - len(self._greeting))
+                if not chunk:
+                    raise EOFError("fork server exited while starting")
+                self._greeting += chunk
+                if len(self._greeting) >= READY.size and len(self._greeting) == READY.size + (
+                        READY.unpack_from(self._greeting)[0]):
+                    self._ready = True
+                    report = bytes(self._greeting[READY.size:]).decode(errors="replace")
+                    for line in filter(None, report.split("\n")):
+                        log.info("fork server (pid %s): %s", self.pid, line)
+        except (BlockingIOError, TimeoutError):
+            pass
+        finally:
+            sock.settimeout(None)
+        return self._ready
 
     def spawn(
         self, node: str, settings: WorkerSettings, journal: str | None, inputs: NodeInputs | None,
@@ -126,17 +181,31 @@ class ForkServer:
             self._ensure_running()
             sock = self._sock
             assert sock is not None
+            try:
+                if not self._ready and not self._read_ready(0):
+                    raise ForkServerStarting(f"fork server (pid {self.pid}) is still starting")
+            except (OSError, EOFError) as exc:
+                if isinstance(exc, ForkServerStarting):
+                    raise
+                self._discard(DISCARD_WAIT_S)
+                raise OSError(f"fork server lost while starting: {exc!r}") from exc
             status_r, status_w = os.pipe()
+            sock.settimeout(SPAWN_TIMEOUT_S)
             try:
                 socket.send_fds(sock, [HEADER.pack(len(payload))], [conn_fd, status_w])
                 sock.sendall(payload)
                 reply = recv_exact(sock, REPLY.size)
             except (OSError, EOFError) as exc:
                 os.close(status_r)
-                self._discard()  # dead or confused: a new one at the next spawn
-                raise OSError(f"fork server lost: {exc!r}") from exc
+                stuck = isinstance(exc, TimeoutError)
+                # Dead, confused or stuck: it is killed, and a new one starts at the next spawn.
+                self._discard(DISCARD_WAIT_S)
+                what = f"no answer within {SPAWN_TIMEOUT_S:g}s" if stuck else repr(exc)
+                raise OSError(f"fork server lost: {what}") from exc
             finally:
                 os.close(status_w)
+                if self._sock is not None:
+                    self._sock.settimeout(None)
         (pid,) = REPLY.unpack(reply)
         if pid <= 0:
             os.close(status_r)
@@ -149,9 +218,11 @@ class ForkServer:
             self._discard(timeout)
 
     def _discard(self, timeout: float = 5.0) -> None:
+        """Close the socket (the server exits at EOF); SIGKILL it past ``timeout``."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        self._ready = False
         process, self._process = self._process, None
         if process is None:
             return
@@ -159,6 +230,6 @@ class ForkServer:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait()
+            process.wait()  # prompt after SIGKILL, even for a stopped process
         spare_pids.discard(process.pid)
 

@@ -25,9 +25,11 @@ import psutil
 
 from agentpool.backoff import RestartPolicy
 from agentpool.config.settings import WorkerSettings
+from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.supervisor.forkclient import ForkServer
 from agentpool.worker.nodefiles import NodeFiles
+from agentpool.worker.protocol import DUMP_SIGNAL
 
 
 class WorkerState(enum.StrEnum):
@@ -99,11 +101,21 @@ class WorkerHandle:
     """The rest of a message the pipe could not take at once."""
     outbox_since: float | None = None
     """Since when the pipe has refused part of a message (a worker that stopped reading)."""
+    fence_sent: FenceTimes | None = None
+    """The deadlines last handed to the pipe (:mod:`agentpool.supervisor.fences`)."""
+    fence_unsent: FenceTimes | None = None
+    """Newer deadlines waiting for the pipe to drain; only the latest is kept."""
     lingering: int | None = None
     """Pid of this node's previous process, reported dead but still running (it lost its
     fork server and is restoring the host): no new worker starts until it is gone."""
     exit_how: str = ""
     """How the last process ended, for the log and status once it is settled."""
+    exit_code: int | None = None
+    """Its exit status (negative: the signal that killed it)."""
+    exit_reason: str = ""
+    """Why it stopped, in its own words (its last message: a crash, a fence that passed)."""
+    last_failure: str = ""
+    """How the last failure went (died, killed as hung, not started), for the metrics."""
     last_result: TickResult | None = None
     restore_problems: tuple[str, ...] | None = None
 
@@ -128,6 +140,13 @@ class WorkerHandle:
         self.stop_reason, self.kill_at = None, None
         return delay
 
+    def dump_stack(self) -> None:
+        """Ask the worker to write its threads' stacks to the log (it keeps running)."""
+        pid = self.pid
+        if pid is not None and self.process is not None and self.process.exitcode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, DUMP_SIGNAL)
+
     def kill(self) -> bool:
         """SIGKILL the node's process, or its lingering predecessor; False if none runs."""
         process = self.process
@@ -147,7 +166,9 @@ class WorkerHandle:
         self.started_at = self.last_seen = now
         self.stop_reason, self.kill_at = None, None
         self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
+        self.fence_sent = self.fence_unsent = None
         self.restore_problems = None
+        self.exit_code, self.exit_reason = None, ""
 
 
 class ForkServerLauncher:

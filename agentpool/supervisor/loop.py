@@ -9,10 +9,12 @@ are no locks around the worker table. Each turn of the loop:
 3. read worker reports (tick results double as heartbeats);
 4. notice dead workers, decode how they died, schedule restarts with backoff,
    but never start a node's new process while its previous one still runs;
-5. kill workers that went silent or stopped reading their pipe, SIGKILL
-   workers that overstayed a stop;
+5. kill workers that went silent or stopped reading their pipe (their stack
+   dumped to the log first), SIGKILL workers that overstayed a stop;
 6. start/stop workers so that exactly the owned nodes have one, and hand each
-   worker its node's latest inputs when its pipe can take them.
+   worker its node's latest inputs, and its fence (the deadlines after which
+   it stops on its own: :mod:`agentpool.supervisor.fences`), when its pipe can
+   take them.
 
 The worker table (:mod:`agentpool.supervisor.workers`) carries out what
 concerns one worker (steps 3 to 5, starts and stops); the loop decides,
@@ -109,7 +111,9 @@ class Supervisor:
         self.launch = launch
         self.view = view
         self.status = status
-        self.statuses = StatusRouter(view, status, twin_status)
+        self.statuses = StatusRouter(
+            view, status, twin_status, holds=elastic.holds if elastic is not None else None
+        )
         """Offers each node's status to the writer of the object that carries it."""
         self.collector = collector
         self.files = files
@@ -190,7 +194,7 @@ class Supervisor:
         self._apply_events()
         self.table.read_reports(now)
         self.table.reap(now)
-        self._turn_elastic()
+        self._turn_elastic(now)
         scan = now >= self._next_scan
         if scan:
             self._next_scan = now + self.loop_period_s
@@ -204,6 +208,7 @@ class Supervisor:
             self._reconcile_scope(now)
         if scan:
             self.table.restart_due(now)
+            self.table.refresh_fences(now)
         changed = self._changed_inputs()
         self._offer_hardware(changed)
         self._deliver_inputs(changed, now)
@@ -212,17 +217,25 @@ class Supervisor:
         if scan or self.table.changed:
             self._publish()
 
-    def _turn_elastic(self) -> None:
-        """Elastic pool: renewals only while this loop turns; the handoff says what may run."""
+    def _turn_elastic(self, now: float) -> None:
+        """Elastic pool: renewals only while this loop turns; the handoff's actions say which
+        nodes may run, and each renewal moves every worker's fence."""
         if self.elastic is None:
             return
-        running = self.elastic.follow(self.view.selected(), self.workers.keys())
+        actions = self.elastic.turn(self.view.selected())
         if self.node_events is not None:
             for node, previous in self.elastic.takeovers().items():
                 self.node_events.taken_over(node, previous)
-        if running != self.view.elastic_running:
-            self.view.elastic_running = running
+        if actions:
+            running = self.view.elastic_running or set()
+            self.view.elastic_running = (running - actions.stop) | actions.start
             self._scope_stale = True
+        for node in actions.stop - self.workers.keys():
+            self.elastic.stopped(node)  # never started (or already forgotten): nothing to stop
+        fence = self.elastic.worker_fence()
+        if fence != self.table.pod_fence:
+            self.table.pod_fence = fence
+            self.table.refresh_fences(now)
 
     def _handle_signals(self) -> None:
         while True:
@@ -342,15 +355,25 @@ class Supervisor:
             if (pending := self.workers.get(node)) is not None:
                 self.io.flush(pending, now)
 
+    def _worker_view(self, h: WorkerHandle, now: float) -> WorkerView:
+        backoff = h.state is WorkerState.BACKOFF and h.process is None
+        # A worker that ticks again is not failing, whatever its count of deaths in a row
+        # (reset only after ten healthy minutes, by the restart policy).
+        failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
+        return WorkerView(
+            h.state, h.policy.restarts, h.pid, self.table.apis.get(h.node),
+            failures=h.policy.failures, crash_looping=failing and h.policy.crash_looping,
+            next_restart_at=time.time() + max(0.0, h.restart_at - now) if backoff else None,
+            last_failure=h.last_failure if failing else "",
+        )
+
     def _publish(self) -> None:
         self.table.changed = False
+        now = self.clock()
         s = self.settings
         self.collector.publish(
             Snapshot(
-                workers={
-                    node: WorkerView(h.state, h.policy.restarts, h.pid, self.table.apis.get(node))
-                    for node, h in self.workers.items()
-                },
+                workers={node: self._worker_view(h, now) for node, h in self.workers.items()},
                 shard_id=s.pool_shard_id,
                 shards=max(1, s.pool_shards),
                 synced=self.synced(),

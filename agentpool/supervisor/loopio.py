@@ -6,8 +6,9 @@ registered when the worker starts and unregistered before they are closed,
 so a turn of the loop touches only the workers that have something to say.
 
 Writes to a worker go through its handle's outbox: only the latest inputs
-are kept (:attr:`WorkerHandle.unsent`), framed when the previous message has
-left, and handed to the socket with a non-blocking send. What the socket
+(:attr:`WorkerHandle.unsent`) and the latest fence
+(:attr:`WorkerHandle.fence_unsent`, sent first) are kept, framed when the
+previous message has left, and handed to the socket with a non-blocking send. What the socket
 does not take waits for the selector to report the pipe writable again, and
 :attr:`WorkerHandle.outbox_since` tells the loop for how long a worker has
 not been reading. Only the loop's thread uses this object, except
@@ -21,8 +22,9 @@ import os
 import selectors
 import signal
 
+from agentpool.pool.fence import FenceTimes
 from agentpool.supervisor.handles import WorkerHandle
-from agentpool.worker.protocol import frame, send_nowait
+from agentpool.worker.protocol import Fence, frame, send_nowait
 
 READ = selectors.EVENT_READ
 READ_WRITE = selectors.EVENT_READ | selectors.EVENT_WRITE
@@ -41,6 +43,8 @@ class LoopIO:
         """Nodes whose worker pipe can take more of a pending message."""
         self.exited: set[str] = set()
         """Nodes whose worker's exit sentinel fired since the last reap."""
+        self._fence_frame: tuple[FenceTimes, bytes] | None = None
+        """The last fence framed: a renewal sends the same one to every worker."""
 
     def wake(self) -> None:
         """Make the current or next ``wait`` return (thread safe)."""
@@ -105,11 +109,18 @@ class LoopIO:
         self.readable.discard(handle.node)
         self.writable.discard(handle.node)
         handle.unsent, handle.outbox, handle.outbox_since = None, bytearray(), None
+        handle.fence_unsent = None
         if conn is None:
             return
         with contextlib.suppress(OSError):
             self.unregister(conn.fileno())
         conn.close()
+
+    def _framed(self, times: FenceTimes) -> bytes:
+        cached = self._fence_frame
+        if cached is None or cached[0] != times:
+            cached = self._fence_frame = (times, frame(Fence(times)))
+        return cached[1]
 
     def flush(self, handle: WorkerHandle, now: float) -> None:
         """Hand the pipe as much as it takes now; ask for a wake-up when it can take more."""
@@ -118,6 +129,9 @@ class LoopIO:
             return
         try:
             while True:
+                if not handle.outbox and handle.fence_unsent is not None:
+                    handle.outbox += self._framed(handle.fence_unsent)
+                    handle.fence_sent, handle.fence_unsent = handle.fence_unsent, None
                 if not handle.outbox and handle.unsent is not None:
                     handle.outbox += frame(handle.unsent)
                     handle.last_sent, handle.unsent = handle.unsent, None
@@ -128,7 +142,7 @@ class LoopIO:
                 if handle.outbox:
                     break
         except OSError:  # the worker's end is gone; its sentinel tells how it ended
-            handle.unsent, handle.outbox = None, bytearray()
+            handle.unsent, handle.fence_unsent, handle.outbox = None, None, bytearray()
         full = bool(handle.outbox)
         if not full:
             handle.outbox_since = None

@@ -38,9 +38,10 @@ from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
 from agentpool.logs import setup_logging
+from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
 from agentpool.supervisor.collector import FastMultiProcessCollector
-from agentpool.supervisor.elastic import ElasticPool, grace_for
+from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.handles import ForkServerLauncher
@@ -64,6 +65,8 @@ RESERVED_FDS = 256
 FDS_PER_NODE = 5
 """A worker's pipe and exit sentinel, and its three metrics files the collector keeps open."""
 OPEN_METRICS_FILES_PER_NODE = 3
+FORK_SERVER_READY_S = 120.0
+"""Its imports and warm-up took about 1 s here, 10 s on a loaded 2-core box."""
 
 
 class _Service(Protocol):
@@ -360,6 +363,8 @@ def _run(
         component.start()
         stack.callback(component.stop)
     _log_start(settings, server.port, capacity)
+    if not fork_server.wait_ready(FORK_SERVER_READY_S):
+        raise StartupError(f"the fork server did not get ready within {FORK_SERVER_READY_S:g}s")
     code = supervisor.run()
     readiness.final = readiness()
     if elastic is not None:
@@ -377,8 +382,10 @@ def _elastic_pool(
         return None, None
     assert settings.pod_name is not None  # validated with lease membership
     assert elastic.statefulset is not None
-    leases = LeaseClient(api, settings.pod_name, elastic.statefulset, elastic.lease_duration_s)
-    pool = ElasticPool(elastic, leases, grace_for(settings.shutdown_timeout_s))
+    grace = grace_for(settings.shutdown_timeout_s)
+    leases = LeaseClient(api, settings.pod_name, elastic.statefulset, elastic.lease_duration_s,
+                         grace)
+    pool = ElasticPool(elastic, leases, grace, settings.shutdown_timeout_s)
     watch = ReplicasWatch(api, elastic.statefulset, pool.replicas, settings.watch_timeout_s)
     return pool, watch
 

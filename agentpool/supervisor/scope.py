@@ -24,28 +24,25 @@ from typing import Any
 
 from agentpool.config.options import AgentMode, JoulieApi
 from agentpool.config.settings import Settings
+from agentpool.controller.budget import longest_tick_s
 from agentpool.hardware.labels import gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.pool.assignment import owns
 from agentpool.spec.parse import (
-    MAX_TIMEOUT_S,
     metadata_name,
     oldest_claim,
     target_of,
     target_problem,
 )
 from agentpool.spec.selectors import parse_selector
-from agentpool.spec.values import DEFAULT_HTTP_TIMEOUT_S, NodeApi, NodeInputs
+from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import twinview
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SLACK_S = 30.0
 """Added to the ticks a worker may legally spend silent."""
-HTTP_REQUESTS_PER_TICK = 3
-"""The most HTTP requests one reconcile makes: a RAPL control request refused, then the
-DVFS fallback's telemetry read and its throttle request."""
 
 
 def _trim(obj: dict[str, Any]) -> dict[str, Any]:
@@ -67,42 +64,20 @@ def _tp_node(obj: dict[str, Any]) -> str | None:
     return node if scope == "node" and node else None
 
 
-def longest_tick_s(telemetry_profile: dict[str, Any] | None) -> float:
-    """How long one tick may legally spend waiting on this profile's HTTP endpoints.
-
-    Each request may take its endpoint's ``timeoutSeconds`` (at most
-    :data:`MAX_TIMEOUT_S`, as the parser and the CRD schema allow); a
-    malformed value counts as the longest, since the worker will report the
-    error rather than wait on it.
-    """
-    spec = (telemetry_profile or {}).get("spec")
-    if not isinstance(spec, dict):
-        return 0.0
-    longest = 0.0
-    for part in ("sources", "controls"):
-        section = spec.get(part)
-        for entry in section.values() if isinstance(section, dict) else ():
-            http = entry.get("http") if isinstance(entry, dict) else None
-            if not isinstance(http, dict):
-                continue
-            timeout = http.get("timeoutSeconds", DEFAULT_HTTP_TIMEOUT_S)
-            legal = isinstance(timeout, int | float) and 0 < timeout <= MAX_TIMEOUT_S
-            longest = max(longest, float(timeout) if legal else MAX_TIMEOUT_S)
-    return HTTP_REQUESTS_PER_TICK * longest
-
-
 def heartbeat_limit(settings: Settings, telemetry_profile: dict[str, Any] | None) -> float:
     """How long a node's worker may stay silent before it is killed as hung.
 
     ``HEARTBEAT_TIMEOUT`` when set; otherwise three reconcile intervals plus
-    slack, and never less than one interval plus the longest tick the node's
-    TelemetryProfile makes legal, so a slow but valid endpoint is not taken
-    for a hang.
+    slack, and never less than one interval plus the node's longest legal tick
+    (:func:`~agentpool.controller.budget.longest_tick_s`: its TelemetryProfile's
+    or the TELEMETRY_* variables' timeouts, CPU and GPU), so a slow but valid
+    endpoint is not taken for a hang.
     """
     if settings.heartbeat_timeout_s is not None:
         return settings.heartbeat_timeout_s
     interval = settings.reconcile_interval_s
-    return max(3 * interval, interval + longest_tick_s(telemetry_profile)) + HEARTBEAT_SLACK_S
+    tick = longest_tick_s(telemetry_profile, settings.routing)
+    return max(3 * interval, interval + tick) + HEARTBEAT_SLACK_S
 
 
 class ClusterView:
@@ -124,6 +99,8 @@ class ClusterView:
         """The desired-state watch has failed for SPEC_READ_TIMEOUT (set by the supervisor)."""
         self.node_objects: dict[str, dict[str, Any]] = {}
         """NodeTwin API: each node's labels, capacity and allocatable (for NodeHardware)."""
+        self._selected: frozenset[str] | None = None
+        """:meth:`selected`, until the next node event."""
         self.elastic_running: set[str] | None = set() if settings.elastic.lease else None
         """Elastic pool: the nodes the handoff lets this pod run (None: static ownership)."""
         self._misdirected: set[str] = set()
@@ -133,6 +110,8 @@ class ClusterView:
 
     def apply(self, event: InformerEvent) -> set[str]:
         """Apply an informer event; returns the nodes whose inputs or scope may have changed."""
+        if event.resource is Resource.NODES:
+            self._selected = None
         if event.resource in twinview.RESOURCES:
             return self.twins.apply(event)
         if isinstance(event, Relisted):
@@ -246,9 +225,15 @@ class ClusterView:
             return node in self.elastic_running
         return owns(node, s.pool_shards, s.pool_shard_id)
 
-    def selected(self) -> set[str]:
-        """Every node this mode's selector picks, whoever owns it (what a pool shares)."""
-        return {n for n in self.labels if self.matches_selector(n)}
+    def selected(self) -> frozenset[str]:
+        """Every node this mode's selector picks, whoever owns it (what a pool shares).
+
+        Asked at every loop turn of an elastic pool, it changes only with the nodes: the
+        same object comes back until a node event, so its users' caches compare cheaply.
+        """
+        if self._selected is None:
+            self._selected = frozenset(n for n in self.labels if self.matches_selector(n))
+        return self._selected
 
     def matches_selector(self, node: str) -> bool:
         """Selected by this mode's scope, whichever shard owns it."""

@@ -21,6 +21,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.spec.values import NodeApi
 from agentpool.supervisor.handles import WorkerState
 
@@ -32,6 +33,13 @@ class WorkerView:
     pid: int | None
     api: NodeApi | None = None
     """The Joulie API the node follows (None: not decided yet)."""
+    failures: int = 0
+    """Deaths in a row (:attr:`~agentpool.backoff.RestartPolicy.failures`)."""
+    crash_looping: bool = False
+    next_restart_at: float | None = None
+    """Unix time of the next start of a worker in backoff."""
+    last_failure: str = ""
+    """How its last failure went (died, killed as hung, not started; and why)."""
 
 
 @dataclass(frozen=True)
@@ -166,13 +174,37 @@ def _worker_families(snap: Snapshot) -> list[Metric]:
         "agentpool_node_api", "1, labelled with the Joulie API a node follows",
         labels=["node", "api"],
     )
+    looping = GaugeMetricFamily(
+        "agentpool_worker_crash_looping",
+        f"1 while a node's worker has died {CRASH_LOOP_FAILURES} or more times in a row",
+        labels=["node"],
+    )
+    failures = GaugeMetricFamily(
+        "agentpool_worker_consecutive_failures",
+        "Deaths in a row of a node's worker (0 after a healthy stretch)", labels=["node"],
+    )
+    next_restart = GaugeMetricFamily(
+        "agentpool_worker_next_restart_timestamp_seconds",
+        "When a node's worker in backoff starts again (Unix time)", labels=["node"],
+    )
+    # Info-style, only while the node is failing: its label says how (bounded text).
+    failure = GaugeMetricFamily(
+        "agentpool_worker_last_failure_info",
+        "1, labelled with how a failing node's worker last failed", labels=["node", "reason"],
+    )
     for node, view in sorted(snap.workers.items()):
         restarts.add_metric([node], view.restarts)
         if view.pid is not None and view.state is not WorkerState.BACKOFF:
             pids.add_metric([node], view.pid)
         if view.api is not None:
             apis.add_metric([node, view.api.value], 1)
-    return [owned, by_state, restarts, pids, apis]
+        looping.add_metric([node], 1 if view.crash_looping else 0)
+        failures.add_metric([node], view.failures)
+        if view.next_restart_at is not None:
+            next_restart.add_metric([node], view.next_restart_at)
+        if view.failures and view.last_failure:
+            failure.add_metric([node, view.last_failure[:200]], 1)
+    return [owned, by_state, restarts, pids, apis, looping, failures, next_restart, failure]
 
 
 def _pool_families(snap: Snapshot) -> list[Metric]:

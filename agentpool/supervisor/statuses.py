@@ -10,8 +10,10 @@ must say so rather than keep claiming that a cap is applied. The wording lives h
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Protocol
 
+from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
@@ -40,18 +42,28 @@ class StatusRouter:
     gets a last word saying so (:func:`moved`). Not thread safe: the loop's."""
 
     def __init__(
-        self, homes: StatusHomes, profiles: StatusSink | None, twins: StatusSink | None
+        self, homes: StatusHomes, profiles: StatusSink | None, twins: StatusSink | None,
+        holds: Callable[[str], bool] | None = None,
     ) -> None:
         self._view = homes
         self._profiles = profiles
         self._twins = twins
+        self._holds = holds
+        """Elastic pool: whether this pod holds a node now (else it does not speak for it)."""
         self._homes: dict[str, tuple[Resource, str]] = {}
         """Where each node's status was last offered."""
 
     def _writer(self, resource: Resource) -> StatusSink | None:
         return self._twins if resource is Resource.NODE_TWINS else self._profiles
 
-    def offer(self, node: str, result: TickResult, force: bool = False) -> None:
+    def offer(
+        self, node: str, result: TickResult, force: bool = False, unowned: bool = False
+    ) -> None:
+        """In an elastic pool, only while this pod holds the node: a report read late (after
+        a stall, say) must not overwrite what the node's new owner wrote. ``unowned``: no
+        pod controls the node any more (it left every pod's selector)."""
+        if not unowned and self._holds is not None and not self._holds(node):
+            return
         target = self._view.status_target(node)
         previous = self._homes.get(node)
         if previous is not None and previous != target:
@@ -108,13 +120,34 @@ def _restore_outcome(settings: Settings, problems: tuple[str, ...] | None) -> tu
     return Result.NONE, "limits left as set"
 
 
-def restarting(cause: str, how: str, restart: int, delay_s: float) -> TickResult:
-    """The worker died or was killed; the next start is scheduled."""
-    return TickResult(
-        Backend.NONE,
-        Result.ERROR,
-        f"controller restarting: worker {cause} ({how}); restart {restart} in {delay_s:.0f}s",
-    )
+def restarting(
+    cause: str,
+    how: str,
+    restart: int,
+    delay_s: float,
+    reason: str = "",
+    failures: int = 1,
+    next_at: str = "",
+) -> TickResult:
+    """The worker died or was killed (``reason``: its own last words, such as the
+    exception that ended it); the next start is scheduled, at ``next_at`` (RFC 3339).
+    After :data:`~agentpool.backoff.CRASH_LOOP_FAILURES` deaths in a row the node is
+    crash-looping, and the status says so, with the count."""
+    message = f"controller restarting: worker {cause} ({how})"
+    if reason:
+        message += f": {reason}"
+    looping = failures >= CRASH_LOOP_FAILURES
+    if looping:
+        message += f"; crash-looping: {failures} failures in a row"
+    message += f"; restart {restart} in {delay_s:.0f}s"
+    observed: dict[str, object] = {"crashLooping": looping, "failures": failures,
+                                   "restart": restart}
+    if next_at:
+        message += f" (at {next_at})"
+        observed["nextAttempt"] = next_at
+    if reason:
+        observed["reason"] = reason
+    return TickResult(Backend.NONE, Result.ERROR, message, observed)
 
 
 def not_controlled(settings: Settings, problems: tuple[str, ...] | None) -> TickResult:

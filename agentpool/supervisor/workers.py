@@ -15,14 +15,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
 from agentpool.events.hooks import NodeEvents
 from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import NodeApi, NodeInputs
-from agentpool.supervisor import statuses
+from agentpool.supervisor import fences, statuses
 from agentpool.supervisor.elastic import ElasticPool
+from agentpool.supervisor.forkclient import ForkServerStarting
 from agentpool.supervisor.handles import (
     Launch,
     StopReason,
@@ -35,13 +38,26 @@ from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.statuses import StatusRouter
 from agentpool.worker.nodefiles import NodeFiles
-from agentpool.worker.protocol import Stopped, StopWorker, TickReport, frame
+from agentpool.worker.protocol import (
+    DUMP_SIGNAL,
+    EXIT_FENCED,
+    Stopped,
+    StopWorker,
+    TickReport,
+    frame,
+)
 
 log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 2.0
 """A silent worker gets SIGTERM, then SIGKILL this much later; after the shutdown
 deadline, how long the SIGKILLed workers are waited for."""
+
+
+def wall_time(now: float, at: float) -> str:
+    """``at`` on the loop's monotonic clock (``now`` is its present) in RFC 3339 UTC."""
+    stamp = datetime.fromtimestamp(time.time() + (at - now), UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_log(level: int, node: str, message: str, *args: object) -> None:
@@ -86,6 +102,8 @@ class WorkerTable:
         """A node left the table for good: which nodes this pod owns may have changed."""
         self.apis: dict[str, NodeApi] = {}
         """The API each worker's node follows, as last logged (``agentpool_node_api``)."""
+        self.pod_fence: FenceTimes | None = None
+        """Elastic pool: the fence every worker holds (the loop sets it at each renewal)."""
 
     def note_api(self, node: str) -> None:
         """Log once, and export, which API the node follows when that changes."""
@@ -132,6 +150,7 @@ class WorkerTable:
                 self.node_events.tick(handle.node, result)
         elif isinstance(message, Stopped):
             handle.restore_problems = message.problems
+            handle.exit_reason = message.reason
 
     # -- deaths ----------------------------------------------------------------------------------
 
@@ -145,6 +164,7 @@ class WorkerTable:
             if process.exitcode is None:  # not gone after all: wait for the next wake-up
                 continue
             self._read_from(handle, now)  # a Stopped message may still be in the pipe
+            handle.exit_code = process.exitcode
             handle.exit_how = describe_exit(process.exitcode)
             pid = process.pid
             self.io.unregister(process.sentinel)
@@ -167,7 +187,12 @@ class WorkerTable:
         node, how, reason = handle.node, handle.exit_how, handle.stop_reason
         self.files.worker_gone(node)
         if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
-            node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+            if handle.exit_code == EXIT_FENCED:  # it stopped on its own before it was asked
+                why = handle.exit_reason or "its fence passed"
+                message = "worker for node %s (pid %s) stopped on its own: %s"
+                node_log(WARNING, node, message, pid, why)
+            else:
+                node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
             if self.node_events is not None:
                 self.node_events.stopped(node, self._why_stopped(node, reason),
                                          handle.restore_problems)
@@ -176,12 +201,30 @@ class WorkerTable:
                 self.forget(node)
                 self.rescope = True  # it may have come back meanwhile
             return
+        if reason is None and handle.exit_code == EXIT_FENCED:
+            self._fenced_itself(handle, pid, now)
+            return
         cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
         delay = self._back_off(handle, now, handle.started_at)
-        restart = handle.policy.restarts + 1
-        message = "worker for node %s (pid %s) %s: %s; restart %d in %.1fs"
-        node_log(ERROR, node, message, pid, cause, how, restart, delay)
-        restarting = statuses.restarting(cause, how, restart, delay)
+        self._report_failure(handle, pid, cause, how, handle.exit_reason, delay)
+
+    def _report_failure(
+        self, handle: WorkerHandle, pid: int | None, cause: str, how: str, reason: str,
+        delay: float,
+    ) -> None:
+        """Say how the worker failed, in the log, the node's status and the metrics, and
+        that the node is crash-looping once it keeps failing."""
+        node, policy = handle.node, handle.policy
+        restart = policy.restarts + 1
+        handle.last_failure = f"{cause} ({how})" + (f": {reason}" if reason else "")
+        looping = f"; crash-looping ({policy.failures} failures in a row)" if (
+            policy.crash_looping) else ""
+        process = f" (pid {pid})" if pid is not None else ""
+        message = "worker for node %s%s %s%s; restart %d in %.1fs"
+        node_log(ERROR, node, message, process, handle.last_failure, looping, restart, delay)
+        next_at = wall_time(self.clock(), handle.restart_at)
+        restarting = statuses.restarting(cause, how, restart, delay, reason, policy.failures,
+                                         next_at)
         self.statuses.offer(node, statuses.with_gpu(restarting, handle.last_result))
         if self.node_events is not None:
             self.node_events.restarting(node, cause, how)
@@ -193,6 +236,17 @@ class WorkerTable:
         if self.view.matches_selector(node):
             return "node handed over to another pool pod"
         return "node deleted or no longer selected"
+
+    def _fenced_itself(self, handle: WorkerHandle, pid: int | None, now: float) -> None:
+        """The worker stopped on its own when its fence passed (the loop was not turning,
+        or renewals failed): no crash, and no status written for it (another pod may own
+        the node by now). If the node is still this pod's, it starts again at once."""
+        why = handle.exit_reason or "its fence passed"
+        message = "worker for node %s (pid %s) stopped on its own: %s"
+        node_log(WARNING, handle.node, message, pid, why)
+        handle.state, handle.restart_at = WorkerState.BACKOFF, now
+        handle.stop_reason, handle.kill_at = None, None
+        self.changed = True
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         self.changed = True
@@ -215,7 +269,7 @@ class WorkerTable:
         if not self.view.matches_selector(handle.node):
             result = statuses.not_controlled(self.settings, handle.restore_problems)
             result = statuses.with_gpu(result, handle.last_result)
-            self.statuses.offer(handle.node, result, force=True)
+            self.statuses.offer(handle.node, result, force=True, unowned=True)
 
     def forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and its files."""
@@ -237,8 +291,11 @@ class WorkerTable:
         for handle in self.workers.values():
             if (why := handle.hung(now)) is None:
                 continue
-            message = "worker for node %s (pid %s) %s: terminating"
-            node_log(ERROR, handle.node, message, handle.pid, why)
+            message = ("worker for node %s (pid %s) %s: its stack follows (%s), then SIGTERM, "
+                       "and SIGKILL in %gs")
+            node_log(ERROR, handle.node, message, handle.pid, why, DUMP_SIGNAL.name,
+                     KILL_GRACE_S)
+            handle.dump_stack()
             self.stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
 
     def set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
@@ -271,20 +328,20 @@ class WorkerTable:
         self.note_api(handle.node)
         try:
             process, conn = self.launch(handle.node, inputs)
+        except ForkServerStarting:  # a new fork server warming up: not this node's failure
+            handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
+            self.changed = True
+            return
         except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
             delay = self._back_off(handle, now, now)
-            how = f"{type(exc).__name__}: {exc}"
-            message = "worker for node %s could not be started: %s; retry in %.1fs"
-            node_log(ERROR, handle.node, message, how, delay)
-            status = statuses.restarting("not started", how, handle.policy.restarts + 1, delay)
-            self.statuses.offer(handle.node, status)
-            if self.node_events is not None:
-                self.node_events.restarting(handle.node, "could not be started", how)
+            self._report_failure(handle, None, "not started", f"{type(exc).__name__}: {exc}",
+                                 "", delay)
             return
         handle.started(process, conn, now)
         handle.last_sent = inputs
         self.set_heartbeat(handle, inputs)
         self.io.add_worker(handle)
+        self.send_fence(handle, now)
         self.changed = True
 
     def restart_due(self, now: float) -> None:
@@ -295,6 +352,21 @@ class WorkerTable:
                 message = "restarting worker for node %s (restart %d)"
                 node_log(INFO, handle.node, message, handle.policy.restarts)
                 self.start(handle, now)
+
+    # -- fences: the deadlines after which workers stop on their own ---------------------------
+
+    def send_fence(self, handle: WorkerHandle, now: float) -> None:
+        if handle.conn is None:
+            return
+        times = fences.due(handle, now, self.elastic is not None, self.pod_fence)
+        if times is not None:
+            handle.fence_unsent = times
+            self.io.flush(handle, now)
+
+    def refresh_fences(self, now: float) -> None:
+        """Stopping workers too: a restore may take until their write limit."""
+        for handle in self.workers.values():
+            self.send_fence(handle, now)
 
     def running(self) -> set[str]:
         return {n for n, h in self.workers.items() if h.process is not None or h.lingering}

@@ -6,13 +6,16 @@ It ticks at once when new inputs arrive and otherwise every reconcile
 interval. It exits cleanly (restoring host values) on SIGTERM, on a
 :class:`StopWorker` message, when the pipe closes, or when its parent dies
 (``PR_SET_PDEATHSIG``), so a SIGKILLed supervisor leaves no worker behind and
-no host throttled.
+no host throttled. And it stops on its own, without waiting for anyone, when
+its fence passes (:mod:`agentpool.worker.fence`): then no write of it lands
+where another pod may already control the node.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
@@ -28,12 +31,21 @@ from typing import Any
 from agentpool.backends.sysfs.files import Originals
 from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
+from agentpool.errors import FencedError
 from agentpool.logs import setup_logging
 from agentpool.proctitle import set_title, worker_title
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.worker.faults import tick_with_faults
+from agentpool.worker.fence import WorkerFence
 from agentpool.worker.nodefiles import metrics_id
-from agentpool.worker.protocol import Stopped, StopWorker, TickReport
+from agentpool.worker.protocol import (
+    DUMP_SIGNAL,
+    EXIT_FENCED,
+    Fence,
+    Stopped,
+    StopWorker,
+    TickReport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +149,7 @@ def run_worker(
     restoring what could be restored, never in multiprocessing's generic 1.
     """
     code = 0
+    reason = ""
     controller: NodeController | None = None
     try:
         probe(node, "bootstrap")
@@ -145,6 +158,9 @@ def run_worker(
         stop = _StopFlag()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor
+        # Written from the C handler, so it works while the process hangs in a system call.
+        faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+        fence = WorkerFence(required=settings.requires_fence)
         setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
         _use_node_metrics_files(node)
         from agentpool.controller.metrics import NodeMetrics
@@ -157,18 +173,38 @@ def run_worker(
         if _PROBE_DIR is not None:
             probe(node, "setup")
             tick = _probed(node, tick)
-        _loop(controller, tick, settings, conn, stop)
-    except BaseException:  # report how we died, then exit non-zero; the supervisor restarts us
+        if _loop(controller, tick, settings, conn, stop, fence):
+            reason = fence.reason(time.monotonic())
+            log.error("node %s: %s", node, reason)
+            code = EXIT_FENCED
+    except BaseException as exc:  # report how we died, then exit non-zero; we are restarted
         log.error("worker for node %s crashed:\n%s", node, traceback.format_exc())
+        reason = f"crashed: {type(exc).__name__}: {exc}"[:500]
         code = EXIT_CRASH
-    problems = controller.restore() if controller is not None else []
+    problems = _restore(controller) if controller is not None else []
     for problem in problems:
         log.error("node %s: could not restore host value: %s", node, problem)
     # If the supervisor is gone the send fails; the host was restored all the same.
     with contextlib.suppress(OSError, EOFError):
-        conn.send(Stopped(node, tuple(problems)))
+        conn.send(Stopped(node, tuple(problems), reason))
     sys.stdout.flush()
     os._exit(code)
+
+
+def _restore(controller: NodeController) -> list[str]:
+    """What a graceful stop restores, as far as the fence lets it (nothing at all once
+    another pod may own the node: a restore must never overwrite a new owner)."""
+    try:
+        return controller.restore()
+    except FencedError as exc:
+        return [str(exc)]
+
+
+def _pending(conn: Connection) -> bool:
+    try:
+        return conn.poll(0)
+    except (OSError, EOFError):
+        return False
 
 
 def _loop(
@@ -177,36 +213,46 @@ def _loop(
     settings: WorkerSettings,
     conn: Connection,
     stop: _StopFlag,
-) -> None:
+    fence: WorkerFence,
+) -> bool:
+    """Tick until asked to stop (False) or until the fence passes (True)."""
     interval = settings.reconcile_interval_s
     next_tick = time.monotonic()
     while not stop.requested():
-        wait = max(0.0, next_tick - time.monotonic())
+        now = time.monotonic()
+        if fence.passed(now) and not _pending(conn):  # a newer fence may be waiting
+            return True
         try:
-            ready = conn.poll(wait)
+            ready = conn.poll(max(0.0, fence.wake_at(next_tick, now) - now))
         except (OSError, EOFError):
-            return
+            return False
         if stop.requested():
-            return
+            return False
         if ready:
             try:
                 message = conn.recv()
             except (OSError, EOFError):
                 log.info("node %s: supervisor pipe closed, stopping", controller.node)
-                return
+                return False
             if isinstance(message, StopWorker):
-                return
-            if isinstance(message, NodeInputs):
+                return False
+            if isinstance(message, Fence):
+                fence.update(message.times)
+            elif isinstance(message, NodeInputs):
                 controller.update(message)
                 next_tick = time.monotonic()  # act on a change at once
             continue
-        started = time.monotonic()
+        now = time.monotonic()
+        if now < next_tick or not fence.may_act() or fence.passed(now):
+            continue  # woken for the fence, or still waiting for the first one
+        started = now
         result = tick()
         duration = time.monotonic() - started
         try:
             conn.send(TickReport(controller.node, result, duration))
         except (OSError, EOFError):
-            return
+            return False
         next_tick += interval
         if next_tick <= time.monotonic():  # fell behind (a slow endpoint): do not burst
             next_tick = time.monotonic() + interval
+    return False

@@ -1,7 +1,9 @@
 """Messages between the supervisor and a worker over their pipe (pickled), and how the
 supervisor sends them without ever blocking.
 
-Supervisor -> worker: :class:`NodeInputs` (new desired state: tick now) or
+Supervisor -> worker: :class:`NodeInputs` (new desired state: tick now),
+:class:`Fence` (the deadlines after which it stops acting on its own: at
+start, with each lease renewal, and as the reply to its heartbeats) or
 :class:`StopWorker`. Worker -> supervisor: :class:`TickReport` after every
 tick (doubles as the heartbeat) and :class:`Stopped` once host values were
 restored on the way out.
@@ -16,12 +18,21 @@ length, then the pickle), so the worker's ``recv`` reads both alike.
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
+from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import TickResult
+
+EXIT_FENCED = 75
+"""A worker's exit status when its fence passed and it stopped on its own (EX_TEMPFAIL):
+the supervisor neither counts it as a crash nor writes the node's status for it."""
+DUMP_SIGNAL = signal.SIGUSR1
+"""Makes a worker write every thread's stack to stderr (``faulthandler``), even while it
+hangs in a system call: sent before a hung worker is killed, so the log says where."""
 
 MAX_FRAME = 0x7FFFFFFF
 """Larger messages need ``Connection``'s 12-byte header; no message comes close."""
@@ -30,6 +41,18 @@ MAX_FRAME = 0x7FFFFFFF
 @dataclass(frozen=True)
 class StopWorker:
     """Restore host values and exit 0."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Stop acting at ``times.stop_at``; write nothing after ``times.write_until``.
+
+    Both on CLOCK_MONOTONIC, which every process of the host shares. Each one
+    replaces the last; a worker that must hold one (lease mode) does not tick
+    before the first.
+    """
+
+    times: FenceTimes
 
 
 @dataclass(frozen=True)
@@ -44,6 +67,9 @@ class Stopped:
     node: str
     problems: tuple[str, ...]
     """Host values that could not be restored (empty when all went back)."""
+    reason: str = ""
+    """Why the worker stopped on its own (a crash, a fence that passed); empty when it
+    was asked to stop."""
 
 
 def frame(message: object) -> bytes:

@@ -11,7 +11,12 @@ from kubernetes import client
 from agentpool.errors import KubeTemporaryError
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.leases import LeaseClient, ReplicasWatch, lease_record
-from agentpool.pool.membership import ANNOTATION_CLAIMS, LABEL_POOL, encode_claims
+from agentpool.pool.membership import (
+    ANNOTATION_CLAIMS,
+    ANNOTATION_GRACE,
+    LABEL_POOL,
+    encode_claims,
+)
 from agentpool.sim.polling import wait_until
 from tests.sim.fixtures import Backend
 
@@ -35,22 +40,23 @@ def api(backend: Backend) -> Iterator[KubeApi]:
 
 
 def test_a_lease_is_created_renewed_released_and_read_back(api: KubeApi, pool: str) -> None:
-    leases = LeaseClient(api, f"{pool}-0", pool, 2.5)
+    leases = LeaseClient(api, f"{pool}-0", pool, 2.5, 3.0)
     assert leases.own() is None
     leases.write(frozenset({"n1", "n2"}), "abcd0123")
-    other = LeaseClient(api, f"{pool}-1", pool, 2.5)
+    other = LeaseClient(api, f"{pool}-1", pool, 2.5, 3.0)
     other.write(frozenset(), "abcd0123")
     records = {r.name: r for r in leases.members()}
     assert set(records) == {f"{pool}-0", f"{pool}-1"}
     first = records[f"{pool}-0"]
     assert (first.holder, first.duration_s) == (f"{pool}-0", 3.0)  # whole seconds, rounded up
     assert (first.claims, first.view) == ({"n1", "n2"}, "abcd0123")
+    assert first.grace_s == 3.0  # what its peers wait after its lease expired
     leases.write(frozenset({"n1"}), "ffff0000")
     renewed = {r.name: r for r in leases.members()}[f"{pool}-0"]
     assert renewed.renewal != first.renewal
     assert renewed.claims == {"n1"}
     # A new incarnation of the same pod finds what the last one claimed.
-    again = LeaseClient(api, f"{pool}-0", pool, 2.5)
+    again = LeaseClient(api, f"{pool}-0", pool, 2.5, 3.0)
     own = again.own()
     assert own is not None
     assert own.claims == {"n1"}
@@ -63,9 +69,9 @@ def test_a_lease_is_created_renewed_released_and_read_back(api: KubeApi, pool: s
 def test_a_stale_writer_gets_a_conflict_and_recovers_on_the_next_write(
     api: KubeApi, pool: str
 ) -> None:
-    first = LeaseClient(api, f"{pool}-0", pool, 2.0)
+    first = LeaseClient(api, f"{pool}-0", pool, 2.0, 3.0)
     first.write(frozenset({"a"}), "v")
-    second = LeaseClient(api, f"{pool}-0", pool, 2.0)  # the same pod, restarted
+    second = LeaseClient(api, f"{pool}-0", pool, 2.0, 3.0)  # the same pod, restarted
     second.own()
     second.write(frozenset({"b"}), "v")
     with pytest.raises(KubeTemporaryError, match="409"):
@@ -81,6 +87,11 @@ def test_undecodable_claims_are_reported_not_fatal() -> None:
     })
     assert record.claims == frozenset()
     assert record.claims_error is not None
+    bad_grace = lease_record({
+        "metadata": {"name": "p-0", "annotations": {ANNOTATION_GRACE: "soon"}},
+        "spec": {"holderIdentity": "p-0", "leaseDurationSeconds": 5, "renewTime": "x"},
+    })
+    assert bad_grace.claims_error is not None  # its claims then block every node
     good = lease_record({"metadata": {"name": "p-1", "annotations": {
         ANNOTATION_CLAIMS: encode_claims(["x"])}}, "spec": {}})
     assert (good.holder, good.duration_s, good.claims) == (None, 0.0, {"x"})

@@ -4,21 +4,27 @@ The first part drives :class:`~agentpool.pool.handoff.Handoff` by hand with a fa
 clock. The second runs whole pools of production
 :class:`~agentpool.pool.state.PoolState` objects in :mod:`.model` through
 random schedules of renewals, reads, stops, crashes, restarts, partitions,
-graceful exits and rescaling, checking after every step that no node is
-controlled by two pods, and that a pool left alone converges to exactly
-one controller per node, the one the assignment names.
+graceful exits, rescaling and loops that stop turning for a while (their
+workers then stop on their own fences), checking after every step that no
+node is controlled by two pods, and that a pool left alone converges to
+exactly one controller per node, the one the assignment names. The last
+part shows the model would catch a pool without those fences, with grace
+judged locally, or with clocks further apart than the fence inequality
+assumes.
 """
 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from agentpool.pool.assignment import Assignment, owner_of
+from agentpool.pool.fence import CLOCK_RATE_ERROR
 from agentpool.pool.handoff import Actions, Handoff, NodePhase
 
-from .model import DURATION_S, GRACE_S, RENEW_S, World
+from .model import DURATION_S, GRACE_S, RENEW_S, DoubleControlError, Pod, World
 
 
 def fresh(resumed: tuple[str, ...] = ()) -> Handoff:
@@ -252,7 +258,7 @@ def test_pods_disagreeing_on_the_view_never_both_start_a_node_with_requests_in_f
     world.start("pool-0")
     world.start("pool-1")
     a, b = world.pods["pool-0"], world.pods["pool-1"]
-    world._apply(a, a.state.set_replicas(1, world.now))
+    world._apply(a, a.state.set_replicas(1, a.clock(world.now)))
     for pod in (a, b):
         world.write(pod.name)
     for pod in (a, b):
@@ -314,3 +320,124 @@ def test_a_crashed_pods_nodes_are_reported_taken_over_from_it() -> None:
     got_back = world.pods["pool-1"].state.takeovers()
     assert set(got_back) <= lost
     assert set(got_back.values()) <= {"pool-0", "pool-2"}
+
+
+def test_a_pod_whose_claims_are_unknown_blocks_every_start() -> None:
+    h = fresh()
+    h.published(0.0, frozenset())
+    claim_and_publish(h, {"a", "b"}, 0.1)
+    assert h.read(h.writes, {"pool-9": None, "pool-1": {"a"}}, 0.2) == Actions()
+    assert h.read(h.writes, {"pool-1": {"a"}}, 0.3) == Actions(start=frozenset({"b"}))
+
+
+def test_after_a_lapse_claims_published_before_it_count_no_more() -> None:
+    h = fresh()
+    h.published(0.0, frozenset())
+    claim_and_publish(h, {"a"}, 0.5)
+    before_lapse = h.writes
+    # The loop stalled: the next renewal is sent after the fence (0.5 + 10 - 2 = 8.5).
+    h.published(20.0, h.claims())
+    assert h.phase("a") is NodePhase.CLAIMED
+    # A read begun before that renewal proves nothing about who took "a" meanwhile.
+    assert h.read(before_lapse, {}, 20.1) == Actions()
+    assert h.read(h.writes, {}, 20.2) == Actions(start=frozenset({"a"}))
+
+
+# -- loops that stop turning (a stopped supervisor, a system call that never returns) -----
+
+
+def two_pods(world: World, **starts: dict[str, float]) -> tuple[Pod, Pod]:
+    for name in ("pool-0", "pool-1"):
+        world.start(name, **starts.get(name, {}))
+    world.settle(20.0)
+    first, second = world.pods["pool-0"], world.pods["pool-1"]
+    assert first.running
+    assert second.running
+    return first, second
+
+
+def test_a_stalled_loops_workers_stop_on_their_own_before_anyone_takes_over() -> None:
+    world = World(NODES)
+    _, stalled = two_pods(world)
+    mine = set(stalled.running)
+    world.stall("pool-1", 45.0)
+    # World.check() raises DoubleControlError at the first overlap.
+    world.settle(40.0)
+    assert not stalled.controlling()
+    assert set(world.pods["pool-0"].running) >= mine  # taken over meanwhile
+    world.settle(30.0)  # the loop turns again: it rejoins as a newcomer
+    assert_converged(world)
+
+
+def test_without_worker_fences_a_stalled_loop_means_two_controllers() -> None:
+    world = World(NODES, fences=False)
+    two_pods(world)
+    world.stall("pool-1", 45.0)
+    with pytest.raises(DoubleControlError):
+        world.settle(40.0)
+
+
+@pytest.mark.parametrize("publish_grace", [True, False])
+def test_a_peer_is_waited_for_with_the_grace_it_published(publish_grace: bool) -> None:
+    # A rolling update gave pool-1 a SHUTDOWN_TIMEOUT of 20 s; pool-0 still has 1 s.
+    world = World(NODES, publish_grace=publish_grace)
+    two_pods(world, **{"pool-0": {"shutdown": 1.0}, "pool-1": {"shutdown": 20.0}})
+    world.stall("pool-1", 60.0)
+    if publish_grace:
+        world.settle(50.0)
+        assert not world.pods["pool-1"].controlling()
+    else:
+        with pytest.raises(DoubleControlError):
+            world.settle(50.0)
+
+
+@pytest.mark.parametrize(("rate_error", "safe"), [(CLOCK_RATE_ERROR, True), (0.2, False)])
+def test_clocks_within_the_assumed_rate_error_keep_the_fence_safe(
+    rate_error: float, safe: bool
+) -> None:
+    # The stalled pod's clock slow, the taker's fast: the worst case the inequality covers.
+    world = World(NODES)
+    two_pods(world, **{"pool-0": {"rate": 1 + rate_error}, "pool-1": {"rate": 1 - rate_error}})
+    world.stall("pool-1", 60.0)
+    if safe:
+        world.settle(50.0)
+    else:
+        with pytest.raises(DoubleControlError):
+            world.settle(50.0)
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_random_stalls_never_control_a_node_twice_and_then_converge(seed: int) -> None:
+    world = chaos(seed)
+    for name in PODS:
+        pod = world.pods[name]
+        pod.partitioned = False
+        pod.stalled_until = 0.0
+        if not pod.alive:
+            world.start(name)
+    world.settle(90.0)
+    assert_converged(world)
+
+
+def chaos(seed: int, **world: Any) -> World:
+    rng = random.Random(seed)
+    made = World(NODES, shutdowns=(0.5, 4.0, 20.0), seed=seed, **world)
+    for name in PODS:
+        made.start(name)
+    for _ in range(400):
+        made.random_step(rng, PODS, stalls=True)
+    return made
+
+
+@pytest.mark.parametrize("broken", [{"fences": False}, {"publish_grace": False},
+                                    {"rate_error": 0.2}])
+def test_random_stalls_find_the_overlap_when_a_safeguard_is_missing(broken: dict[str, Any]) -> None:
+    # The model has teeth: without worker fences, with peers judging each other's grace by
+    # their own, or with clocks 200 times further apart than the inequality assumes, some
+    # schedule of the ones above controls a node twice.
+    for seed in range(150):
+        try:
+            chaos(seed, **broken)
+        except DoubleControlError:
+            return
+    pytest.fail(f"no double control found with {broken}")

@@ -120,3 +120,69 @@ def test_pool_metrics_describe_this_pods_view() -> None:
     # Before the first read only the bound is known.
     first = [m.name for m in pool_metrics(None, {}, 8.5)]
     assert first == ["agentpool_pool_takeover_bound_seconds"]
+
+
+def test_a_peers_claims_block_for_the_grace_it_published_not_ours() -> None:
+    # A rolling update raised SHUTDOWN_TIMEOUT: the new pod's workers may restore for
+    # 60 s after their fence, and its claims must block that long, whatever ours is.
+    tracker = MemberTracker(grace_s=5.0)
+    slow = LeaseRecord("p-0", "p-0", 10.0, "r1", frozenset({"a"}), grace_s=61.0)
+    tracker.observe([slow, rec("me")], now=0.0)
+    assert tracker.claims_of_others("me", 15.0) == {"p-0": frozenset({"a"})}
+    assert tracker.claims_of_others("me", 70.9) == {"p-0": frozenset({"a"})}
+    assert tracker.claims_of_others("me", 71.0) == {}
+    # A quicker one is taken over sooner; one that publishes none gets ours.
+    quick = LeaseRecord("p-1", "p-1", 10.0, "r1", frozenset({"b"}), grace_s=1.0)
+    tracker.observe([quick, rec("p-2", claims=frozenset({"c"}))], now=100.0)
+    assert tracker.claims_of_others("me", 111.0) == {"p-2": frozenset({"c"})}
+    assert tracker.claims_of_others("me", 115.0) == {}
+
+
+def test_undecodable_claims_block_every_node_until_expiry_plus_grace() -> None:
+    # A newer agent may publish claims this one cannot read: it must not lose its nodes.
+    tracker = MemberTracker(grace_s=5.0)
+    newer = LeaseRecord("p-9", "p-9", 10.0, "r1", claims_error="claims do not start with 'z1:'")
+    tracker.observe([newer], now=0.0)
+    assert tracker.claims_of_others("me", 0.0) == {"p-9": None}
+    assert tracker.claims_of_others("me", 14.9) == {"p-9": None}
+    assert tracker.claims_of_others("me", 15.0) == {}
+
+
+def test_grace_round_trips_and_bad_values_are_errors() -> None:
+    from agentpool.pool.membership import decode_grace, encode_grace
+
+    assert decode_grace(encode_grace(21.0)) == 21.0
+    assert decode_grace(encode_grace(0.5)) == 0.5
+    assert decode_grace(None) is None
+    assert decode_grace("") is None
+    for bad in ("soon", "-1", "nan", "inf"):
+        with pytest.raises(ValueError, match="grace"):
+            decode_grace(bad)
+
+
+def test_desired_nodes_are_computed_again_only_when_nodes_or_members_change() -> None:
+    from agentpool.pool.membership import DesiredNodes
+
+    desired = DesiredNodes("pool-0", Assignment.RENDEZVOUS)
+    nodes = frozenset(f"n-{i}" for i in range(100))
+    members = ["pool-0", "pool-1"]
+    first = desired(nodes, members)
+    assert first == desired_nodes(nodes, members, "pool-0", Assignment.RENDEZVOUS)
+    for _ in range(5):
+        assert desired(nodes, list(members)) == first
+    assert desired.computed == 1
+    assert desired(nodes | {"n-new"}, members) >= first
+    assert desired(nodes, ["pool-0"]) == nodes
+    assert desired.computed == 3
+
+
+def test_pool_state_turns_do_not_recompute_an_unchanged_view() -> None:
+    from agentpool.pool.state import PoolState
+
+    state = PoolState("pool-0", Assignment.RENDEZVOUS, 10.0, 2.0, 5.0)
+    state.written(0.0, state.next_write())
+    state.read(state.handoff.writes, [rec("pool-0"), rec("pool-1")], 0.1)
+    nodes = frozenset(f"n-{i}" for i in range(50))
+    for step in range(20):
+        state.turn(nodes, 0.2 + step * 0.01)
+    assert state._desired.computed == 2  # the read (no nodes yet), then these nodes once

@@ -75,7 +75,8 @@ class Pod:
         self.name = name
         self.table = table
         self.api = KubeApi(load_client(str(kubeconfig)), namespace=NS)
-        self.elastic = ElasticPool(ELASTIC, LeaseClient(self.api, name, pool, 2.0), GRACE_S)
+        leases = LeaseClient(self.api, name, pool, 2.0, GRACE_S)
+        self.elastic = ElasticPool(ELASTIC, leases, GRACE_S)
         self.watch = ReplicasWatch(self.api, pool, self.elastic.replicas, watch_timeout_s=30)
         self.stopping: dict[str, float] = {}
         self.running: set[str] = set()
@@ -315,3 +316,54 @@ def _renew_time(coord: client.CoordinationV1Api, name: str) -> object:
         return coord.read_namespaced_lease(name, NS).spec.renew_time
     except client.ApiException:
         return None
+
+
+class RecordingLeases(LeaseClient):
+    """The production LeaseClient, recording which thread calls it and when (it is not
+    thread safe: no two calls may overlap)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.calls: list[tuple[str, str, float, float]] = []
+        self._lock = threading.Lock()
+
+    def _record(self, what: str, began: float) -> None:
+        with self._lock:
+            self.calls.append((what, threading.current_thread().name, began, time.monotonic()))
+
+    def write(self, claims: frozenset[str], view: str, holder: str | None = "") -> None:
+        began = time.monotonic()
+        try:
+            super().write(claims, view, holder)
+        finally:
+            self._record("release" if holder is None else "write", began)
+
+
+def test_close_releases_from_the_lease_thread_after_the_request_in_flight(
+    backend: Backend, pool: str
+) -> None:
+    if backend.name != "emulator":
+        pytest.skip("needs the emulator's fault injection")
+    api = KubeApi(load_client(str(backend.kubeconfig)), namespace=NS)
+    leases = RecordingLeases(api, f"{pool}-0", pool, 2.0, GRACE_S)
+    elastic = ElasticPool(ELASTIC, leases, GRACE_S)
+    elastic.start()
+    try:
+        wait_until(lambda: elastic.turn(NODES) is not None
+                   and any(c[0] == "write" for c in leases.calls), 10)
+        # The next renewal takes 7 s (a slow API server): longer than close() used to wait.
+        before = len(leases.calls)
+        rule = backend.direct.inject(  # type: ignore[attr-defined]
+            verb="update", resource="leases", fault="slow", delay=7.0, times=1)
+        # Turn until the lease thread sent that renewal (the server took the fault).
+        wait_until(lambda: elastic.turn(NODES) is not None and rule.remaining == 0, 10)
+        elastic.close(release=True)
+    finally:
+        api.close()
+    new = leases.calls[before:]
+    assert [c[0] for c in new] == ["write", "release"], new
+    (write, release) = new
+    assert release[1] == "pool-leases"  # the thread that owns the client
+    assert release[2] >= write[3]  # after the slow renewal came back, not during it
+    lease = client.CoordinationV1Api(backend.client).read_namespaced_lease(f"{pool}-0", NS)
+    assert lease.spec.holder_identity is None

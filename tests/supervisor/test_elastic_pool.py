@@ -27,13 +27,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentpool.config.options import Membership
 from agentpool.config.settings import ElasticSettings
 from agentpool.pool.assignment import Assignment, owner_of
+from agentpool.pool.fence import grace_for
 from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import MetricsSampler, Timings, request_overlaps, worker_nodes
 from agentpool.sim.poolwatch import PoolDriver as Pool
-from agentpool.supervisor.elastic import grace_for, takeover_bound_s
+from agentpool.supervisor.elastic import takeover_bound_s
 
 # Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

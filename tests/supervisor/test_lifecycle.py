@@ -16,7 +16,7 @@ from agentpool.sim.sysfs.trees import read_int
 from agentpool.supervisor.forkclient import SERVER_MODULE
 from agentpool.worker.main import EXIT_CRASH
 
-from .agents import alive, all_read, host_cluster, pl1_files, restarts, worker_pids
+from .agents import alive, all_read, host_cluster, pl1_files, restarts, series, worker_pids
 
 
 def test_a_killed_worker_is_restarted_and_the_others_untouched() -> None:
@@ -49,6 +49,8 @@ def test_a_crash_looping_worker_backs_off_and_does_not_delay_the_others() -> Non
         wait_until(lambda: restarts(agent, "bad") >= 2, 20)
         status = cluster.status("bad")
         assert status["result"] == "error"
+        # Its own last words reach the status: what it crashed on.
+        assert "crashed: InjectedFault: injected fault: crash-at-start" in status["message"]
         # A crash before the worker's first tick exits with the crash code too, not
         # multiprocessing's generic 1.
         assert status["message"].startswith(
@@ -63,6 +65,16 @@ def test_a_crash_looping_worker_backs_off_and_does_not_delay_the_others() -> Non
         ]
         assert len(delays) >= 2
         assert delays[1] > delays[0]
+        # After three deaths in a row the node is reported crash-looping, with its count
+        # and next attempt, in its status and its metrics (sampled between attempts).
+        wait_until(lambda: "crash-looping" in cluster.status("bad").get("message", ""), 30)
+        observed = cluster.status("bad")["observed"]
+        assert observed["crashLooping"] is True
+        assert observed["failures"] >= 3
+        assert observed["nextAttempt"].endswith("Z")
+        looping = ("agentpool_worker_crash_looping", (("node", "bad"),))
+        wait_until(lambda: series(agent.metrics()).get(looping) == 1.0, 30)
+        assert series(agent.metrics())[("agentpool_worker_crash_looping", (("node", "good"),))] == 0
         # The healthy node kept ticking every second all along.
         ticks = [r.monotonic for r in cluster.power.requests(node="good", kind="control")]
         assert len(ticks) >= 3
@@ -90,6 +102,9 @@ def test_a_hung_worker_is_killed_by_the_heartbeat_and_restarted() -> None:
         assert "worker for node stuck" in log
         assert "silent for" in log
         assert "unresponsive, killed" in log
+        # Its stack was dumped to the log before it was killed: where it hung.
+        assert "its stack follows (SIGUSR1)" in log
+        wait_until(lambda: "in faulty_tick" in agent.logs(), 10)
         assert agent.terminate() == 0
 
 

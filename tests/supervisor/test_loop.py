@@ -13,15 +13,20 @@ import itertools
 import os
 import subprocess
 import threading
+import time
+from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.spec.values import Result
 from agentpool.supervisor.handles import StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
 from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.worker.nodefiles import metrics_id
+from agentpool.worker.protocol import Fence, Stopped
 
 from .fakeworkers import FakeLauncher, Loop, power, telemetry
 
@@ -112,7 +117,7 @@ def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
 
 
 def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
-    # A TelemetryProfile may legally let one tick wait 3 x 300 s on a slow endpoint: the
+    # A TelemetryProfile may legally let one tick wait 4 x 300 s on a slow endpoint: the
     # heartbeat limit follows the profile, so such a worker is not killed as hung.
     with Loop() as loop:
         loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a", 300), "ADDED")
@@ -126,7 +131,7 @@ def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
         assert a.process.signals == []
         assert b.process.signals == ["SIGTERM"], "no TelemetryProfile: 3 x 10 s + 30 s"
         limit = loop.handle("a").heartbeat_s
-        assert limit == 10.0 + 3 * 300.0 + 30.0
+        assert limit == 10.0 + 4 * 300.0 + 30.0
         loop.turn(limit - 200.0 + 1.0)
         assert a.process.signals == ["SIGTERM"]
 
@@ -136,9 +141,9 @@ def test_heartbeat_limit_rules() -> None:
         settings = loop.settings
     assert heartbeat_limit(settings, None) == 3 * 10.0 + 30.0
     assert heartbeat_limit(settings, telemetry("t", "a", 2)) == 3 * 10.0 + 30.0
-    assert heartbeat_limit(settings, telemetry("t", "a", 60)) == 10.0 + 180.0 + 30.0
-    # Malformed timeouts count as the longest legal one; the worker reports the error.
-    assert heartbeat_limit(settings, telemetry("t", "a", 10_000)) == 10.0 + 900.0 + 30.0
+    assert heartbeat_limit(settings, telemetry("t", "a", 60)) == 10.0 + 4 * 60.0 + 30.0
+    # A malformed timeout sends nothing: the worker reports the error at once.
+    assert heartbeat_limit(settings, telemetry("t", "a", 10_000)) == 3 * 10.0 + 30.0
     with Loop(heartbeat_timeout_s=5.0) as loop:
         assert heartbeat_limit(loop.settings, telemetry("t", "a", 300)) == 5.0
 
@@ -177,7 +182,8 @@ def test_a_worker_whose_pipe_stays_full_is_treated_as_hung_and_the_loop_never_bl
         # The healthy worker got every change, the latest last.
         latest = None
         while healthy.pipe.poll(0):
-            latest = healthy.pipe.recv()
+            message = healthy.pipe.recv()
+            latest = latest if isinstance(message, Fence) else message
         assert loop.handle("b").last_sent.power_profile["spec"]["cpu"]["packagePowerCapWatts"] == (
             3000.5
         )
@@ -348,3 +354,96 @@ def test_node_files_follow_the_worker(reason: str) -> None:
             loop.launcher.started[0].process.exit(70)
             loop.turn()
             assert os.path.exists(journal), "kept for the restarted worker"
+
+
+def test_the_heartbeat_covers_endpoints_routed_by_the_environment_and_gpu_requests() -> None:
+    # The NodeTwin API has no TelemetryProfile: TELEMETRY_* route every node, with
+    # TELEMETRY_HTTP_TIMEOUT_SECONDS up to 300 s, GPU requests included.
+    env = {
+        "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": "http://sim/t/{node}",
+        "TELEMETRY_CPU_CONTROL": "http",
+        "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": "http://sim/c/{node}",
+        "TELEMETRY_HTTP_TIMEOUT_SECONDS": "300",
+    }
+    env["AGENT_MODE"] = "pool"
+    cpu_only = load_settings({**env, "RECONCILE_INTERVAL": "10s"})
+    assert heartbeat_limit(cpu_only, None) == 10.0 + 4 * 300.0 + 30.0
+    gpu = load_settings({**env, "RECONCILE_INTERVAL": "10s", "TELEMETRY_GPU_CONTROL": "http",
+                         "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "http://sim/c/{node}"})
+    # Its GPU telemetry rides on the CPU telemetry endpoint: one read and one cap more.
+    assert heartbeat_limit(gpu, None) == 10.0 + 6 * 300.0 + 30.0
+    # A TelemetryProfile targeting the node still wins over the variables.
+    assert heartbeat_limit(gpu, telemetry("t", "a", 2)) == 3 * 10.0 + 30.0
+
+
+def test_a_node_whose_worker_keeps_dying_is_reported_crash_looping() -> None:
+    with Loop() as loop:
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-b", "b"), "ADDED")
+        loop.nodes("a", "b")
+        loop.turn()
+        for worker in loop.launcher.started:
+            worker.report()
+        loop.turn()
+        for death in range(1, 4):
+            latest = loop.launcher.of("a")[-1]
+            # The worker's last words, as run_worker sends them after a crash.
+            latest.pipe.send(Stopped("a", (), "crashed: KeyError: 'spec'"))
+            latest.process.exit(70)
+            loop.turn()
+            status = loop.status.last("a")
+            assert status is not None
+            assert ("crash-looping" in status.message) == (death >= 3), status.message
+            loop.turn(loop.handle("a").restart_at - loop.clock.now + 0.01)
+            assert len(loop.launcher.of("a")) == death + 1
+        assert "crashed: KeyError: 'spec'" in status.message
+        assert status.observed["failures"] == 3
+        # The metrics say it too, while the worker is between attempts; its neighbour is fine.
+        loop.launcher.of("a")[-1].process.exit(-11)  # no last words this time
+        loop.turn()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(loop.supervisor.collector)
+        value = registry.get_sample_value
+        assert value("agentpool_worker_crash_looping", {"node": "a"}) == 1
+        assert value("agentpool_worker_crash_looping", {"node": "b"}) == 0
+        assert value("agentpool_worker_consecutive_failures", {"node": "a"}) == 4
+        due = value("agentpool_worker_next_restart_timestamp_seconds", {"node": "a"})
+        assert due is not None
+        assert time.time() < due < time.time() + 60
+        assert value("agentpool_worker_last_failure_info", {
+            "node": "a", "reason": "died (killed by SIGSEGV)"}) == 1
+        # Running again, it is not reported as failing any more.
+        loop.turn(loop.handle("a").restart_at - loop.clock.now + 0.01)
+        loop.launcher.of("a")[-1].report()
+        loop.turn()
+        assert value("agentpool_worker_crash_looping", {"node": "a"}) == 0
+
+
+def fences_of(worker: Any) -> list[Fence]:
+    found = []
+    while worker.pipe.poll(0):
+        message = worker.pipe.recv()
+        if isinstance(message, Fence):
+            found.append(message)
+    return found
+
+
+def test_a_static_pools_workers_get_a_silence_fence_renewed_while_the_loop_turns() -> None:
+    with Loop(heartbeat_timeout_s=60.0) as loop:
+        loop.nodes("a")
+        loop.turn()
+        (worker,) = loop.launcher.started
+        (first,) = fences_of(worker)  # sent with the start
+        assert first.times.write_until is None  # nobody else can own a static pool's node
+        assert first.times.stop_at == pytest.approx(loop.clock.now + 60.0)
+        loop.turn(20.0)
+        assert fences_of(worker) == []  # two thirds left: nothing to say
+        loop.turn(11.0)
+        (renewed,) = fences_of(worker)  # less than half left
+        assert renewed.times.stop_at == pytest.approx(loop.clock.now + 60.0)
+        # A short HEARTBEAT_TIMEOUT does not make a busy loop's workers stop early.
+    with Loop(heartbeat_timeout_s=2.0) as loop:
+        loop.nodes("a")
+        loop.turn()
+        (first,) = fences_of(loop.launcher.started[0])
+        assert first.times.stop_at == pytest.approx(loop.clock.now + 30.0)

@@ -141,6 +141,15 @@ def test_an_elastic_pool_runs_what_the_handoff_lets_it_among_the_selected_nodes(
     view.apply(Relisted(Resource.NODES, [node("a", **MANAGED), node("b", **MANAGED), node("c")]))
     # What a pool shares: every selected node, whoever runs it.
     assert view.selected() == {"a", "b"}
+    # The same object each turn until a node changes (the pool's caches compare it).
+    assert view.selected() is view.selected()
+    view.apply(Change(Resource.NODE_POWER_PROFILES, "ADDED", npp("p", "a", 100)))
+    assert view.selected() is view.selected()
+    before = view.selected()
+    view.apply(Change(Resource.NODES, "MODIFIED", node("c", **MANAGED)))
+    assert view.selected() == {"a", "b", "c"}
+    view.apply(Change(Resource.NODES, "MODIFIED", node("c")))
+    assert view.selected() == before
     # Nothing runs before the handoff says so, whatever the static formula would give.
     assert view.owned() == set()
     view.elastic_running = {"b", "c"}

@@ -37,3 +37,19 @@ def test_not_controlled_and_restarting() -> None:
     assert restarting.message == (
         "controller restarting: worker died (killed by SIGKILL); restart 3 in 4s"
     )
+
+
+def test_a_crash_looping_node_says_so_with_its_reason_count_and_next_attempt() -> None:
+    looping = statuses.restarting("died", "exited with code 70", 4, 8.2,
+                                  reason="crashed: KeyError: 'spec'", failures=4,
+                                  next_at="2026-01-01T00:00:08Z")
+    assert looping.message == (
+        "controller restarting: worker died (exited with code 70): crashed: KeyError: 'spec'; "
+        "crash-looping: 4 failures in a row; restart 4 in 8s (at 2026-01-01T00:00:08Z)"
+    )
+    assert looping.observed == {"crashLooping": True, "failures": 4, "restart": 4,
+                                "nextAttempt": "2026-01-01T00:00:08Z",
+                                "reason": "crashed: KeyError: 'spec'"}
+    once = statuses.restarting("died", "exited with code 70", 1, 1.0, failures=1)
+    assert "crash-looping" not in once.message
+    assert once.observed["crashLooping"] is False

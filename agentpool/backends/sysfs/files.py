@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from agentpool.backends import fencing
 from agentpool.errors import SysfsError
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ def try_read_int(path: Path) -> int | None:
 
 
 def write_int(path: Path, value: int) -> None:
+    """Write one attribute; refused (:class:`FencedError`) past this worker's fence."""
+    fencing.permit(f"write of {value} to {path}")
     try:
         with open(path, "w") as handle:
             handle.write(f"{value}\n")

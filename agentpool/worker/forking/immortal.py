@@ -23,9 +23,13 @@ that drops the last reference to one keeps it, which costs nothing shared).
 Nothing created after this call is affected.
 
 Only on builds whose layout is known: CPython 3.12 and 3.13, 64-bit, with
-the GIL (the free-threaded build counts references differently). Anywhere
-else it does nothing and says so in its return value; on 3.11 a worker then
-costs what BENCHMARKS.md shows for it.
+the GIL (the free-threaded build counts references differently), and only
+where a probe object's first word is seen to count its references (a
+``Py_TRACE_REFS`` build puts two list pointers there). Anywhere else it does
+nothing and :func:`unsupported` says why; on 3.11 a worker then costs what
+BENCHMARKS.md shows for it. The walk's own bookkeeping (the set of visited
+ids, the list of pending objects) is never made immortal: it is freed when
+the walk ends.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import ctypes
 import gc
 import sys
 import sysconfig
+import time
 import types
 
 IMMORTAL_REFCNT = 0xFFFFFFFF
@@ -42,19 +47,44 @@ IMMORTAL_REFCNT = 0xFFFFFFFF
 _LOW32 = 0xFFFFFFFF
 
 
-def supported() -> bool:
-    """Whether this interpreter's reference counts are laid out as this module assumes."""
-    return (
-        sys.implementation.name == "cpython"
-        and (3, 12) <= sys.version_info[:2] <= (3, 13)
-        and sys.maxsize > 2**32
-        and not sysconfig.get_config_var("Py_GIL_DISABLED")
-    )
-
-
 def _refcount_word(obj: object) -> ctypes.c_ssize_t:
     # ob_refcnt is the first word of every object; id() is the object's address.
     return ctypes.c_ssize_t.from_address(id(obj))
+
+
+def _probe_counts_references() -> bool:
+    """Whether the first word of an object follows its reference count here."""
+    probe = object()
+    before = _refcount_word(probe).value & _LOW32
+    if before not in (sys.getrefcount(probe) - 1, sys.getrefcount(probe)):
+        return False
+    held = [probe]  # one more reference
+    after = _refcount_word(probe).value & _LOW32
+    del held
+    return after == before + 1 and _refcount_word(probe).value & _LOW32 == before
+
+
+def unsupported() -> str | None:
+    """Why this interpreter's reference counts are not laid out as assumed (None: they are)."""
+    if sys.implementation.name != "cpython":
+        return f"{sys.implementation.name} is not CPython"
+    if not (3, 12) <= sys.version_info[:2] <= (3, 13):
+        return f"Python {sys.version_info[0]}.{sys.version_info[1]} has no immortal objects " \
+               "of this layout (3.12 and 3.13 have)"
+    if sys.maxsize <= 2**32:
+        return "a 32-bit build"
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return "the free-threaded build counts references differently"
+    if hasattr(sys, "getobjects") or sysconfig.get_config_var("Py_TRACE_REFS"):
+        return "a Py_TRACE_REFS build: two pointers come before the reference count"
+    if not _probe_counts_references():
+        return "a probe object's first word does not count its references"
+    return None
+
+
+def supported() -> bool:
+    """Whether this interpreter's reference counts are laid out as this module assumes."""
+    return unsupported() is None
 
 
 def is_immortal(obj: object) -> bool:
@@ -85,9 +115,12 @@ def immortalize() -> int:
     if not supported():
         return 0
     changed = 0
-    seen: set[int] = set()
     pending: list[object] = gc.get_objects()
     pending.extend(sys.modules.values())
+    # The walk's own containers are in that snapshot (or reachable from it): never theirs
+    # to keep, and what they hold (the visited ids) must not be walked either.
+    seen: set[int] = {id(pending)}
+    seen.add(id(seen))
     while pending:
         obj = pending.pop()
         if id(obj) in seen:
@@ -99,3 +132,13 @@ def immortalize() -> int:
             changed += 1
         pending.extend(_children(obj))
     return changed
+
+
+def make_heap_immortal() -> str:
+    """:func:`immortalize`, and one line saying what it did or why it did nothing."""
+    why = unsupported()
+    if why is not None:
+        return f"immortal heap skipped: {why}; workers copy the pages they read"
+    began = time.monotonic()
+    changed = immortalize()
+    return f"immortal heap: {changed} objects made immortal in {time.monotonic() - began:.2f}s"

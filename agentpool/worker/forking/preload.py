@@ -15,30 +15,46 @@ is then made immortal (:mod:`agentpool.worker.forking.immortal`), so a worker
 reading a shared object no longer copies its page to count a reference;
 ``AGENTPOOL_IMMORTALIZE=0`` turns that off (to measure it, or to rule it out).
 What each step saves: BENCHMARKS.md. Best effort: a failure here only costs
-that memory.
+that memory, and :data:`REPORT` says what was done and what was skipped, why.
 """
 
 import encodings.idna  # noqa: F401 - see the module docstring
 import gc
 import os
+import time
 
 import agentpool.controller.metrics
 import agentpool.controller.node
 import agentpool.worker.main  # noqa: F401 - imported for its side effect of loading
 
+REPORT: list[str] = []
+"""What preloading did and skipped, one line each: the server sends it to the supervisor,
+which logs it (this process has no logging set up)."""
+
+
+def _failed(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+_began = time.monotonic()
 try:
     from agentpool.worker.forking.warmup import warm_up
 
     warm_up()
-except Exception:  # best effort: never keep the fork server from starting
-    pass
+    REPORT.append(f"warm-up: every tick path taken in {time.monotonic() - _began:.2f}s")
+except Exception as exc:  # best effort: never keep the fork server from starting
+    REPORT.append(f"warm-up skipped ({_failed(exc)}): workers warm up on their own first ticks")
 
 gc.collect()
-if os.environ.get("AGENTPOOL_IMMORTALIZE", "1") != "0":
+if os.environ.get("AGENTPOOL_IMMORTALIZE", "1") == "0":
+    REPORT.append("immortal heap skipped: AGENTPOOL_IMMORTALIZE=0")
+else:
     try:
-        from agentpool.worker.forking.immortal import immortalize
+        from agentpool.worker.forking.immortal import make_heap_immortal
 
-        immortalize()
-    except Exception:  # best effort, as the warm-up: what was done stays done
-        pass
+        REPORT.append(make_heap_immortal())
+    except Exception as exc:  # best effort, as the warm-up: what was done stays done
+        REPORT.append(f"immortal heap skipped ({_failed(exc)}): workers copy the pages "
+                      "they read")
 gc.freeze()
+REPORT.append(f"heap frozen: {gc.get_freeze_count()} objects")

@@ -31,8 +31,8 @@ from multiprocessing.connection import Connection
 from agentpool.config.settings import WorkerSettings
 from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, set_title
 from agentpool.spec.values import NodeInputs
-from agentpool.worker.forking import preload  # noqa: F401 - imports, warms and freezes the heap
-from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, REPLY, STATUS, recv_exact
+from agentpool.worker.forking import preload  # imports, warms and freezes the heap
+from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, READY, REPLY, STATUS, recv_exact
 from agentpool.worker.main import EXIT_CRASH, probe, run_worker
 
 
@@ -136,6 +136,11 @@ def main(argv: list[str]) -> int:
     # Tools find the fork server by its module's name in its command line: keep it there.
     set_title(f"{TITLE_PREFIX}fork server ({__spec__.name if __spec__ else __name__})",
               f"{COMM_PREFIX}forkserver")
+    report = "\n".join(preload.REPORT).encode()
+    try:
+        control.sendall(READY.pack(len(report)) + report)
+    except OSError:  # the supervisor is gone already
+        return 0
     _Server(control).serve()
     return 0
 

@@ -1,6 +1,9 @@
 """The fork server's wire format, shared by both ends (and importing nothing heavy).
 
-A request is a header (the length of what follows) carrying two descriptors
+Once it has preloaded, the server sends one ready message: :data:`READY` (the
+length of what follows), then its preload report (UTF-8 lines: what was
+warmed, frozen or made immortal, and what was skipped and why). After that,
+a request is a header (the length of what follows) carrying two descriptors
 (the worker's end of its pipe, the write end of its status pipe), then the
 pickled worker arguments; the reply is the new worker's pid. When a worker
 exits, the fork server writes its exit code to its status pipe.
@@ -17,6 +20,8 @@ REPLY = struct.Struct("!q")
 """The new worker's pid, or minus the errno of a failed fork."""
 STATUS = struct.Struct("!i")
 """A child's exit code as its status pipe carries it (negative: killed by that signal)."""
+READY = struct.Struct("!I")
+"""Length of the preload report that follows, in the server's first message."""
 MAX_REQUEST = 1 << 20
 
 

@@ -167,3 +167,89 @@ def test_the_fork_servers_preload_leaves_its_heap_immortal_where_supported(
     assert out.returncode == 0, out.stderr
     expected = immortal.supported() and setting == "default"
     assert out.stdout.split() == [str(expected), str(expected)]
+
+
+WALK_SCRIPT = r"""
+import gc, json, sys, tracemalloc
+from agentpool.worker.forking import immortal
+if sys.argv[1] == "trace-refs":
+    sys.getobjects = lambda *args: []  # what a Py_TRACE_REFS build has
+probe = [object() for _ in range(3)]
+gc.collect()
+tracemalloc.start()
+before = tracemalloc.get_traced_memory()[0]
+changed = immortal.immortalize()
+gc.collect()
+# What the walk allocated and never freed (its own bookkeeping, made immortal).
+retained = tracemalloc.get_traced_memory()[0] - before
+tracemalloc.stop()
+print(json.dumps({"changed": changed, "retained": retained, "why": immortal.unsupported(),
+                  "line": immortal.make_heap_immortal() if changed == 0 else "",
+                  "probe": immortal.is_immortal(probe[0])}))
+"""
+
+
+def _walk(python: str, mode: str) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([python, "-c", WALK_SCRIPT, mode], env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def test_the_walk_leaves_its_own_bookkeeping_mortal() -> None:
+    # Its set of visited ids was reachable from the heap it walked, so it became
+    # immortal too, with an int per object visited, and was never freed. Measured on
+    # 3.12.1 for a bare interpreter: 3.7 MB kept before, 0.13 MB after.
+    python = _interpreter()
+    if python is None:
+        pytest.skip("no CPython 3.12 or 3.13 here (PATH or pyenv)")
+    result = _walk(python, "plain")
+    assert isinstance(result["changed"], int)
+    assert result["changed"] > 10_000
+    assert result["probe"] is True
+    retained = result["retained"]
+    assert isinstance(retained, int)
+    assert retained < 1_000_000, retained
+
+
+def test_a_build_with_another_object_layout_is_left_alone_and_says_why() -> None:
+    python = _interpreter()
+    if python is None:
+        pytest.skip("no CPython 3.12 or 3.13 here (PATH or pyenv)")
+    result = _walk(python, "trace-refs")
+    assert result["changed"] == 0
+    assert result["probe"] is False
+    assert "Py_TRACE_REFS" in str(result["why"])
+    assert str(result["line"]).startswith("immortal heap skipped: a Py_TRACE_REFS build")
+
+
+def test_this_interpreters_first_word_counts_references_where_supported() -> None:
+    if immortal.supported():
+        assert immortal._probe_counts_references()
+    else:
+        assert immortal.unsupported()
+        assert immortal.make_heap_immortal().startswith("immortal heap skipped: ")
+
+
+BROKEN_WARMUP = """
+from agentpool.worker.forking import warmup
+def broken():
+    raise RuntimeError("no temporary directory")
+warmup.warm_up = broken
+from agentpool.worker.forking import preload
+print("\\n".join(preload.REPORT))
+"""
+
+
+def test_the_preload_report_says_what_was_skipped_and_why() -> None:
+    out = subprocess.run([sys.executable, "-c", BROKEN_WARMUP], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == ("warm-up skipped (RuntimeError: no temporary directory): workers warm "
+                        "up on their own first ticks")
+    assert lines[1].startswith("immortal heap" if immortal.supported() else
+                               "immortal heap skipped: Python 3.")
+    assert lines[-1].startswith("heap frozen: ")
