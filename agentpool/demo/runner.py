@@ -120,7 +120,7 @@ class _Run:
             if duration is not None and snap.at >= duration:
                 if not self.pending():
                     return f"--duration {duration:g}s reached"
-                if snap.at >= duration + CONFIRM_GRACE_S:
+                if snap.at >= confirm_deadline(duration, self.moments):
                     return f"--duration {duration:g}s reached (plus {CONFIRM_GRACE_S:g}s grace)"
                 if not overtime_noted:
                     overtime_noted = True
@@ -154,6 +154,15 @@ class _Run:
         if not interrupted and self.pending():
             self.failures.append(f"not confirmed: {', '.join(self.pending())}")
         return lines
+
+
+def confirm_deadline(duration_s: float, moments: list[Moment]) -> float:
+    """When a run with ``--duration`` stops waiting for confirmations: the grace after the
+    duration, or after the last action if that came later. The actions wait for every
+    cap, so on a slow machine they may only happen after the duration; each still gets
+    the whole grace to be seen."""
+    acted = [m.performed_s for m in moments if m.performed_s is not None]
+    return max([duration_s, *acted]) + CONFIRM_GRACE_S
 
 
 def _stop_agents(agents: list[AgentProcess], view: View) -> list[int]:

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from agentpool.demo.observe import NodeRow, ShardMetrics, Snapshot, parse_metrics
+from agentpool.demo.runner import CONFIRM_GRACE_S, confirm_deadline
 from agentpool.demo.scenario import plan_nodes
 from agentpool.demo.timeline import FlipProfile, KillWorker, RemoveLabel, script
 from agentpool.demo.view import HOME_CLEAR, Header, ShardInfo, TtyView, table
@@ -209,6 +210,17 @@ def test_script_picks_three_different_nodes_and_scales_to_duration() -> None:
     plan = {p.name: p for p in plan_nodes(6, seed=0)}[flip.node]
     assert plan.profile.value == "eco"
     assert not plan.rapl_locked  # so the simulator's own cap confirms the flip
+
+
+def test_actions_made_late_by_a_slow_start_still_get_the_whole_grace() -> None:
+    # Seen on a loaded CI box: the first caps came 34 s into a 15 s run, the actions (which
+    # wait for every cap) at 36 s, and the run stopped at 35 s + grace without a look at them.
+    moments = script(plan_nodes(6, seed=0), duration_s=15)
+    assert confirm_deadline(15.0, moments) == 15.0 + CONFIRM_GRACE_S  # nothing done yet
+    moments[0].performed_s = 9.0  # on time: the grace still counts from the duration
+    assert confirm_deadline(15.0, moments) == 15.0 + CONFIRM_GRACE_S
+    moments[1].performed_s = 36.0
+    assert confirm_deadline(15.0, moments) == 36.0 + CONFIRM_GRACE_S
 
 
 def test_parse_metrics_reads_pids_restarts_and_caps() -> None:
