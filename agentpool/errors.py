@@ -20,6 +20,19 @@ kept and callers catch one family.
 
 from __future__ import annotations
 
+import reprlib
+
+_SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12 on
+_SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 60, 40, 60
+_SHOWN.maxlist = _SHOWN.maxdict = 4
+_SHOWN.maxlevel = 2
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, shortened: a bad value is quoted in messages that end up in an
+    object's status, and a megabyte string there would make the status write fail."""
+    return _SHOWN.repr(value)
+
 
 class AgentError(Exception):
     """Root of every error the agent raises deliberately."""
@@ -46,7 +59,7 @@ class ProfileError(AgentError):
         self.name = name
         self.field = field
         self.problem = problem
-        super().__init__(f"{kind} {name!r}: {field}: {problem}")
+        super().__init__(f"{kind} {shown(name)}: {field}: {problem}")
 
 
 class BackendError(AgentError):

@@ -11,13 +11,12 @@ backends (HTTP, NVML, AMD SMI) report :class:`DeviceLimits`, and
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentpool.errors import ProfileError
-from agentpool.spec.values import Result
+from agentpool.errors import ProfileError, shown
+from agentpool.spec.values import Result, finite_number
 
 
 class GpuBackend(enum.StrEnum):
@@ -71,7 +70,7 @@ def resolve_cap(cap: GpuCap, limits: DeviceLimits) -> tuple[float, float]:
 
 def _number(value: Any) -> bool:
     # bool is an int subclass; JSON true is not a wattage. NaN/inf are not either.
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    return finite_number(value) is not None
 
 
 def parse_gpu_cap(
@@ -96,10 +95,10 @@ def parse_gpu_cap(
         raise ProfileError(kind, name, where, f"expected an object, got {type(block).__name__}")
     watts, pct = block.get("capWattsPerGpu"), block.get("capPctOfMax")
     if watts is not None and (not _number(watts) or watts <= 0):
-        problem = f"{watts!r} must be a number > 0"
+        problem = f"{shown(watts)} must be a number > 0"
         raise ProfileError(kind, name, f"{where}.capWattsPerGpu", problem)
     if pct is not None and (not _number(pct) or not 0 < pct <= 100):
-        problem = f"{pct!r} must be a number, 0 < pct <= 100"
+        problem = f"{shown(pct)} must be a number, 0 < pct <= 100"
         raise ProfileError(kind, name, f"{where}.capPctOfMax", problem)
     if watts is not None:
         return GpuCap(watts_per_gpu=float(watts))

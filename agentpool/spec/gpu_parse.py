@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentpool.errors import ProfileError
+from agentpool.errors import ProfileError, shown
 from agentpool.spec.parse import TP, _endpoint, _mapping, object_name
 from agentpool.spec.values import ControlType, HttpEndpoint, SourceType
 
@@ -46,7 +46,7 @@ def _kind(
         return kinds(raw)
     except ValueError:
         accepted = ", ".join(m.value for m in kinds)
-        raise ProfileError(TP, name, path, f"{raw!r} is not one of {accepted}") from None
+        raise ProfileError(TP, name, path, f"{shown(raw)} is not one of {accepted}") from None
 
 
 def parse_gpu_routing(obj: Mapping[str, Any] | None) -> GpuRouting:
@@ -67,9 +67,8 @@ def parse_gpu_routing(obj: Mapping[str, Any] | None) -> GpuRouting:
             mode = GpuControlMode(raw_mode)
         except ValueError:
             accepted = ", ".join(m.value for m in GpuControlMode)
-            raise ProfileError(
-                TP, name, "spec.controls.gpu.http.mode", f"{raw_mode!r} is not one of {accepted}"
-            ) from None
+            problem = f"{shown(raw_mode)} is not one of {accepted}"
+            raise ProfileError(TP, name, "spec.controls.gpu.http.mode", problem) from None
     telemetry = None
     for key in ("gpu", "cpu"):
         source = _mapping(sources, key, TP, name, f"spec.sources.{key}")

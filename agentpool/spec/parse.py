@@ -7,12 +7,10 @@ status ``error`` and writes nothing to the host.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-from agentpool.errors import ProfileError
+from agentpool.errors import ProfileError, shown
 from agentpool.spec.gpu import parse_gpu_cap
 from agentpool.spec.values import (
     DEFAULT_HTTP_TIMEOUT_S,
@@ -23,6 +21,8 @@ from agentpool.spec.values import (
     Profile,
     Routing,
     SourceType,
+    finite_number,
+    url_problem,
 )
 
 E = TypeVar("E", SourceType, ControlType, ControlMode)
@@ -53,10 +53,12 @@ def _mapping(
 
 
 def _number(value: Any, kind: str, name: str, path: str) -> float:
-    # bool is an int subclass in Python; JSON true is not a wattage.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ProfileError(kind, name, path, f"{value!r} is not a number")
-    return float(value)
+    # bool is an int subclass in Python; JSON true is not a wattage. An integer too large for
+    # a float (JSON has no limit) is no more a number of watts than NaN is.
+    number = finite_number(value)
+    if number is None:
+        raise ProfileError(kind, name, path, f"{shown(value)} is not a number")
+    return number
 
 
 def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
@@ -78,7 +80,7 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
         profile = None
     if profile is None:
         accepted = " or ".join(p.value for p in Profile)
-        raise ProfileError(kind, name, "spec.profile", f"{raw_profile!r} is not {accepted}")
+        raise ProfileError(kind, name, "spec.profile", f"{shown(raw_profile)} is not {accepted}")
     cpu = _mapping(spec, "cpu", kind, name, "spec.cpu")
     cap = cpu.get("packagePowerCapWatts")
     cap_watts: float | None = None
@@ -86,16 +88,15 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
         cap_watts = _number(cap, kind, name, "spec.cpu.packagePowerCapWatts")
         if cap_watts < 1:
             raise ProfileError(
-                kind, name, "spec.cpu.packagePowerCapWatts", f"{cap!r} must be a number >= 1"
+                kind, name, "spec.cpu.packagePowerCapWatts", f"{shown(cap)} must be a number >= 1"
             )
     pct = cpu.get("packagePowerCapPctOfMax")
     cap_pct: float | None = None
     if pct is not None:
         cap_pct = _number(pct, kind, name, "spec.cpu.packagePowerCapPctOfMax")
         if not 0 < cap_pct <= 100:
-            raise ProfileError(
-                kind, name, "spec.cpu.packagePowerCapPctOfMax", f"{pct!r} must be 0 < pct <= 100"
-            )
+            problem = f"{shown(pct)} must be 0 < pct <= 100"
+            raise ProfileError(kind, name, "spec.cpu.packagePowerCapPctOfMax", problem)
     policy = _mapping(spec, "policy", kind, name, "spec.policy")
     policy_name = policy.get("name")
     return PowerPolicy(
@@ -117,11 +118,9 @@ def _endpoint(
     endpoint = http.get("endpoint")
     if not isinstance(endpoint, str) or not endpoint:
         raise ProfileError(TP, name, f"{path}.http.endpoint", "required when type is http")
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ProfileError(
-            TP, name, f"{path}.http.endpoint", f"{endpoint!r} is not an http:// or https:// URL"
-        )
+    problem = url_problem(endpoint)
+    if problem is not None:
+        raise ProfileError(TP, name, f"{path}.http.endpoint", f"{shown(endpoint)} {problem}")
     timeout = http.get("timeoutSeconds", DEFAULT_HTTP_TIMEOUT_S)
     if (
         isinstance(timeout, bool)
@@ -132,7 +131,7 @@ def _endpoint(
             TP,
             name,
             f"{path}.http.timeoutSeconds",
-            f"{timeout!r} must be a number of seconds, 0 < t <= {MAX_TIMEOUT_S:g}",
+            f"{shown(timeout)} must be a number of seconds, 0 < t <= {MAX_TIMEOUT_S:g}",
         )
     return HttpEndpoint(endpoint, float(timeout)), http
 
@@ -145,7 +144,7 @@ def _choice(block: Mapping[str, Any], key: str, default: E, name: str, path: str
         return kind(raw)
     except ValueError:
         accepted = ", ".join(m.value for m in kind)
-        raise ProfileError(TP, name, path, f"{raw!r} is not one of {accepted}") from None
+        raise ProfileError(TP, name, path, f"{shown(raw)} is not one of {accepted}") from None
 
 
 def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:

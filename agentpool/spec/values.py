@@ -7,9 +7,10 @@ pipe); :mod:`agentpool.spec.parse` turns them into these values.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     from agentpool.spec.gpu import GpuCap, GpuTickResult
@@ -81,6 +82,47 @@ class PowerPolicy:
     def label(self) -> str:
         """The ``policy`` label value of ``joulie_policy_cap_watts``."""
         return self.profile.value
+
+
+def finite_number(value: Any) -> float | None:
+    """A decoded JSON number as a finite float; None for anything else.
+
+    Not a number: ``true``/``false`` (bool is an int subclass), NaN and
+    infinities (Python's json reads them), and integers too large for a
+    float (JSON numbers have no limit; ``math.isfinite`` would raise on them).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def url_problem(template: str) -> str | None:
+    """Why an endpoint (``{node}`` standing for a node name) cannot be requested; None if it can.
+
+    Checked when the endpoint is configured, so that a bad one is an error naming its field
+    or variable rather than a failure of every request: ``http.client`` refuses whitespace
+    and control characters, non-ASCII cannot go into a request line, and a port must be a
+    number from 1 to 65535.
+    """
+    url = template.replace("{node}", "node")
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        return "has whitespace, control or non-ASCII characters (percent-encode them)"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"is not a URL: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL"
+    if port == 0:
+        return "has port 0, which cannot be connected to"
+    if parts.username is not None or parts.password is not None:
+        return "has credentials, which are never sent (use HTTP_TOKEN_FILE)"
+    return None
 
 
 DEFAULT_HTTP_TIMEOUT_S = 2.0

@@ -209,3 +209,55 @@ def test_float_timeout() -> None:
 )
 def test_target_of_is_tolerant(obj: dict[str, Any], target: tuple[str, str | None]) -> None:
     assert target_of(obj) == target
+
+
+# -- shrunk examples of tests/properties/test_spec.py, kept as regressions -------------------
+
+
+@pytest.mark.parametrize("field", ["packagePowerCapWatts", "packagePowerCapPctOfMax"])
+def test_an_integer_beyond_float_range_is_not_a_number(field: str) -> None:
+    # JSON integers have no limit; math.isfinite() raised OverflowError on this one.
+    obj = {"spec": {"nodeName": "0", "profile": "performance", "cpu": {field: 10**400}}}
+    with pytest.raises(ProfileError) as caught:
+        parse_power_profile(obj)
+    assert caught.value.field == f"spec.cpu.{field}"
+    assert "is not a number" in str(caught.value)
+
+
+def test_a_huge_bad_value_is_quoted_shortened() -> None:
+    obj = {"spec": {"nodeName": "0", "profile": "performance",
+                    "cpu": {"packagePowerCapWatts": "x" * 1000}}}
+    with pytest.raises(ProfileError) as caught:
+        parse_power_profile(obj)
+    assert "spec.cpu.packagePowerCapWatts: 'xxxx" in str(caught.value)
+    assert len(str(caught.value)) < 200
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("http://[", "is not a URL: Invalid IPv6 URL"),  # urlsplit raised ValueError
+        ("http://:", "is not an http:// or https:// URL"),  # no host
+        ("http://sim:abc", "is not a URL: Port could not be cast"),  # http.client raised
+        ("http://sim:65536", "is not a URL: Port out of range"),
+        ("http://sim:0/", "port 0"),
+        ("http://sim/a b", "whitespace"),
+        ("http://sim/\x00", "control"),
+        ("http://sim/é", "non-ASCII"),
+        ("http://user:pw@sim/", "credentials"),
+    ],
+)
+def test_an_endpoint_that_cannot_be_requested_is_refused(endpoint: str, problem: str) -> None:
+    obj = tp(controls={"cpu": {"type": "http", "http": {"endpoint": endpoint}}})
+    with pytest.raises(ProfileError) as caught:
+        parse_telemetry_profile(obj)
+    assert caught.value.field == "spec.controls.cpu.http.endpoint"
+    assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["http://{node}.sim:8080/x", "HTTPS://sim/telemetry/{node}?a=b", "http://[::1]:9/"]
+)
+def test_usable_endpoints_are_kept(endpoint: str) -> None:
+    obj = tp(controls={"cpu": {"type": "http", "http": {"endpoint": endpoint}}})
+    assert parse_telemetry_profile(obj).control_http == HttpEndpoint(endpoint)
