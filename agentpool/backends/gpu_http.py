@@ -11,7 +11,6 @@ wrapping are those of :mod:`agentpool.backends.httpclient`.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +24,8 @@ from agentpool.backends.httpclient import (
     _now_rfc3339,
     parse_answer,
 )
-from agentpool.errors import HttpBackendError
-from agentpool.spec.values import HttpEndpoint
+from agentpool.errors import HttpBackendError, shown
+from agentpool.spec.values import HttpEndpoint, finite_number
 
 GPU_ACTION = "gpu.set_power_cap_watts"
 
@@ -47,14 +46,19 @@ class GpuTelemetry:
     default_cap: float | None = None
 
 
+MAX_GPUS = 1 << 16
+"""More GPUs than this on one node is not a count, it is junk."""
+
+
 def _watts(url: str, block: dict[str, Any], key: str) -> float | None:
     value = block.get(key)
     if value is None:
         return None
-    # "[N/A]" or NaN is not a reading: refuse it rather than read it as 0 W.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise HttpBackendError(url, f"gpu.{key} is not a number: {value!r}")
-    return float(value)
+    # "[N/A]", NaN or a negative power is not a reading: refuse it rather than read 0 W.
+    watts = finite_number(value)
+    if watts is None or watts < 0:
+        raise HttpBackendError(url, f"gpu.{key} is not a number of watts: {shown(value)}")
+    return watts
 
 
 def read_gpu_telemetry(
@@ -70,10 +74,12 @@ def read_gpu_telemetry(
     if gpu is None:
         return None
     if not isinstance(gpu, dict):
-        raise HttpBackendError(url, f"gpu is not an object: {gpu!r}")
+        raise HttpBackendError(url, f"gpu is not an object: {shown(gpu)}")
     count = gpu.get("count")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
-        raise HttpBackendError(url, f"gpu.count is not a count: {count!r}")
+    if count is not None and (
+        isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPUS
+    ):
+        raise HttpBackendError(url, f"gpu.count is not a count: {shown(count)}")
     present = gpu.get("present")
     vendor = gpu.get("vendor")
     return GpuTelemetry(
