@@ -48,6 +48,9 @@ class StopReason(enum.StrEnum):
     """The supervisor is stopping."""
     HEARTBEAT = "heartbeat"
     """The worker stopped reporting ticks, or stopped reading its pipe; it is restarted."""
+    PROTOCOL = "protocol"
+    """The worker wrote something that is not a message (a corrupt or cut frame); it is
+    restarted."""
 
 
 class WorkerProcess(Protocol):
@@ -99,6 +102,8 @@ class WorkerHandle:
     """The rest of a message the pipe could not take at once."""
     outbox_since: float | None = None
     """Since when the pipe has refused part of a message (a worker that stopped reading)."""
+    inbox: bytearray = field(default_factory=bytearray)
+    """The part of the worker's next message that has arrived so far."""
     lingering: int | None = None
     """Pid of this node's previous process, reported dead but still running (it lost its
     fork server and is restoring the host): no new worker starts until it is gone."""
@@ -147,6 +152,7 @@ class WorkerHandle:
         self.started_at = self.last_seen = now
         self.stop_reason, self.kill_at = None, None
         self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
+        self.inbox = bytearray()
         self.restore_problems = None
 
 

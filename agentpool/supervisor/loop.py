@@ -58,7 +58,14 @@ from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, Work
 from agentpool.supervisor.statuses import StatusSink
 from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.worker.nodefiles import NodeFiles
-from agentpool.worker.protocol import Stopped, StopWorker, TickReport, frame
+from agentpool.worker.protocol import (
+    ProtocolError,
+    Stopped,
+    StopWorker,
+    TickReport,
+    frame,
+    receive,
+)
 
 log = logging.getLogger(__name__)
 
@@ -252,9 +259,19 @@ class Supervisor:
         if conn is None:
             return
         try:
-            while conn.poll(0):
-                self._on_message(handle, conn.recv(), now)
-        except (EOFError, OSError):
+            messages, closed = receive(conn.fileno(), handle.inbox)
+        except ProtocolError as exc:
+            what = "worker for node %s (pid %s) sent %s: stopping it"
+            _node_log(ERROR, handle.node, what, handle.pid, exc)
+            self.io.close_conn(handle)
+            if handle.state in (WorkerState.STARTING, WorkerState.RUNNING):
+                self._stop(handle, StopReason.PROTOCOL, now, KILL_GRACE_S)
+            return
+        except OSError:
+            messages, closed = [], True
+        for message in messages:
+            self._on_message(handle, message, now)
+        if closed:
             self.io.close_conn(handle)  # the process sentinel tells us how it ended
 
     def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
@@ -322,7 +339,11 @@ class Supervisor:
                 self._forget(node)
                 self._scope_stale = True  # it may have come back meanwhile
             return
-        cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
+        cause = "died"
+        if reason is StopReason.HEARTBEAT:
+            cause = "unresponsive, killed"
+        elif reason is StopReason.PROTOCOL:
+            cause = "sent a corrupt message, stopped"
         delay = self._back_off(handle, now, handle.started_at)
         restart = handle.policy.restarts + 1
         message = "worker for node %s (pid %s) %s: %s; restart %d in %.1fs"

@@ -7,24 +7,41 @@ tick (doubles as the heartbeat) and :class:`Stopped` once host values were
 restored on the way out.
 
 The worker reads and writes with ``Connection.recv``/``send``. The supervisor
-reads the same way (only when the selector says data is there) but writes
-with :func:`frame` and :func:`send_nowait`: ``Connection.send`` blocks once the
-socket buffer is full, and a worker that stopped reading would then stop the
-whole loop. The framing is ``Connection.send``'s own (a 4-byte big-endian
-length, then the pickle), so the worker's ``recv`` reads both alike.
+never does, in either direction: it writes with :func:`frame` and
+:func:`send_nowait` (``Connection.send`` blocks once the socket buffer is
+full, and a worker that stopped reading would then stop the whole loop), and
+reads with :func:`receive` (``Connection.recv`` blocks until a whole message
+is there, so a frame cut short by a worker that hangs would stop the loop
+too, and it raises whatever unpickling a corrupt frame raises). The framing
+is ``Connection.send``'s own (a 4-byte big-endian length, then the pickle),
+so both ends read each other's frames alike.
+
+Anything else than whole, well-formed :class:`TickReport` and :class:`Stopped`
+messages from a worker is a :class:`ProtocolError`: the supervisor stops
+that worker (and restarts it after its backoff), and goes on.
 """
 
 from __future__ import annotations
 
+import pickle
 import socket
 import struct
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
-from agentpool.spec.values import TickResult
+from agentpool.spec.gpu import GpuBackend, GpuTickResult
+from agentpool.spec.values import Backend, Result, TickResult
 
 MAX_FRAME = 0x7FFFFFFF
 """Larger messages need ``Connection``'s 12-byte header; no message comes close."""
+MAX_REPORT = 16 << 20
+"""The largest message a worker may send (a report is a few KiB): a longer frame is junk,
+not something to wait for."""
+_LENGTH = struct.Struct("!i")
+
+
+class ProtocolError(Exception):
+    """A worker sent something that is not a whole, well-formed message (says what)."""
 
 
 @dataclass(frozen=True)
@@ -69,3 +86,84 @@ def send_nowait(fd: int, data: bytes | bytearray | memoryview) -> int:
         return 0
     finally:
         sock.detach()  # the descriptor stays the Connection's
+
+
+def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Stopped], bool]:
+    """Read what the socket ``fd`` holds now, without blocking; the whole messages in it.
+
+    ``inbox`` keeps the part of a frame that has not fully arrived, between
+    calls. Returns the messages and whether the worker's end is closed.
+    Raises :class:`ProtocolError` for a frame that is not a valid message;
+    the messages before it are lost with the worker.
+    """
+    closed = False
+    sock = socket.socket(fileno=fd)
+    try:
+        while True:
+            try:
+                chunk = sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            if not chunk:
+                closed = True
+                break
+            inbox += chunk
+    finally:
+        sock.detach()  # the descriptor stays the Connection's
+    messages: list[TickReport | Stopped] = []
+    while len(inbox) >= _LENGTH.size:
+        (size,) = _LENGTH.unpack_from(inbox)
+        if not 0 < size <= MAX_REPORT:
+            raise ProtocolError(f"a frame of {size} bytes")
+        if len(inbox) < _LENGTH.size + size:
+            break  # the rest is on its way
+        payload = bytes(inbox[_LENGTH.size : _LENGTH.size + size])
+        del inbox[: _LENGTH.size + size]
+        messages.append(_message(payload))
+    if closed and inbox:
+        raise ProtocolError(f"{len(inbox)} bytes of a frame cut short by the end of the pipe")
+    return messages, closed
+
+
+def _message(payload: bytes) -> TickReport | Stopped:
+    try:
+        message = pickle.loads(payload)
+    except Exception as exc:  # a corrupt pickle raises anything at all
+        problem = f"{type(exc).__name__}: {exc}"
+        raise ProtocolError(f"a frame that does not unpickle ({problem})") from exc
+    if not well_formed(message):
+        raise ProtocolError(f"an unexpected message: {type(message).__name__}")
+    assert isinstance(message, TickReport | Stopped)
+    return message
+
+
+def well_formed(message: object) -> bool:
+    """Whether ``message`` is a report or a stop notice the supervisor can act on."""
+    if isinstance(message, Stopped):
+        return (
+            isinstance(message.node, str)
+            and isinstance(message.problems, tuple)
+            and all(isinstance(p, str) for p in message.problems)
+        )
+    if not isinstance(message, TickReport):
+        return False
+    result, gpu = message.result, getattr(message.result, "gpu", None)
+    return (
+        isinstance(message.node, str)
+        and isinstance(message.duration_s, int | float)
+        and isinstance(result, TickResult)
+        and isinstance(result.backend, Backend)
+        and isinstance(result.result, Result)
+        and isinstance(result.message, str)
+        and isinstance(result.observed, dict)
+        and (
+            gpu is None
+            or (
+                isinstance(gpu, GpuTickResult)
+                and isinstance(gpu.backend, GpuBackend)
+                and isinstance(gpu.result, Result)
+                and isinstance(gpu.message, str)
+                and isinstance(gpu.observed, dict)
+            )
+        )
+    )
