@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,7 +32,7 @@ from agentpool.logs import setup_logging
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.worker.faults import tick_with_faults
 from agentpool.worker.nodefiles import metrics_id
-from agentpool.worker.protocol import Stopped, StopWorker, TickReport
+from agentpool.worker.protocol import ProtocolError, Stopped, StopWorker, TickReport, read_frames
 
 log = logging.getLogger(__name__)
 
@@ -176,28 +176,60 @@ def _loop(
     conn: Connection,
     stop: _StopFlag,
 ) -> None:
+    # SIGTERM must end a wait on the pipe at once: its handler only records it, and the
+    # wait (retried after a signal, PEP 475) would otherwise go on until the next tick.
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    try:
+        _turns(controller, tick, settings, conn, stop, wake_r)
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _turns(
+    controller: NodeController,
+    tick: Callable[[], TickResult],
+    settings: Settings,
+    conn: Connection,
+    stop: _StopFlag,
+    wake_r: int,
+) -> None:
     interval = settings.reconcile_interval_s
     next_tick = time.monotonic()
+    inbox = bytearray()  # a message from the supervisor that has not fully arrived yet
     while not stop.requested():
-        wait = max(0.0, next_tick - time.monotonic())
+        timeout = max(0.0, next_tick - time.monotonic())
         try:
-            ready = conn.poll(wait)
+            ready = wait([conn, wake_r], timeout)
         except (OSError, EOFError):
             return
         if stop.requested():
             return
-        if ready:
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 512)  # another signal: nothing to do but wait on
+        if conn in ready:
             try:
-                message = conn.recv()
-            except (OSError, EOFError):
-                log.info("node %s: supervisor pipe closed, stopping", controller.node)
-                return
-            if isinstance(message, StopWorker):
-                return
-            if isinstance(message, NodeInputs):
+                messages, closed = read_frames(conn.fileno(), inbox)
+            except OSError:
+                messages, closed = [], True
+            for message in messages:
+                if isinstance(message, StopWorker):
+                    return
+                if not isinstance(message, NodeInputs):
+                    raise ProtocolError(f"an unexpected message: {type(message).__name__}")
                 controller.update(message)
                 next_tick = time.monotonic()  # act on a change at once
+            if closed:
+                log.info("node %s: supervisor pipe closed, stopping", controller.node)
+                return
             continue
+        if ready:
+            continue  # only another signal woke us: wait on
         started = time.monotonic()
         result = tick()
         duration = time.monotonic() - started

@@ -6,19 +6,19 @@ Supervisor -> worker: :class:`NodeInputs` (new desired state: tick now) or
 tick (doubles as the heartbeat) and :class:`Stopped` once host values were
 restored on the way out.
 
-The worker reads and writes with ``Connection.recv``/``send``. The supervisor
-never does, in either direction: it writes with :func:`frame` and
-:func:`send_nowait` (``Connection.send`` blocks once the socket buffer is
-full, and a worker that stopped reading would then stop the whole loop), and
-reads with :func:`receive` (``Connection.recv`` blocks until a whole message
-is there, so a frame cut short by a worker that hangs would stop the loop
-too, and it raises whatever unpickling a corrupt frame raises). The framing
-is ``Connection.send``'s own (a 4-byte big-endian length, then the pickle),
-so both ends read each other's frames alike.
+The worker writes with ``Connection.send``. The supervisor writes with
+:func:`frame` and :func:`send_nowait` (``Connection.send`` blocks once the
+socket buffer is full, and a worker that stopped reading would then stop the
+whole loop). Both read with :func:`read_frames`, never ``Connection.recv``,
+which blocks until a whole message is there (a frame cut short would stop
+the supervisor's loop, or keep a worker from ever seeing its SIGTERM) and
+raises whatever unpickling a corrupt frame raises. The framing is
+``Connection.send``'s own (a 4-byte big-endian length, then the pickle).
 
 Anything else than whole, well-formed :class:`TickReport` and :class:`Stopped`
-messages from a worker is a :class:`ProtocolError`: the supervisor stops
-that worker (and restarts it after its backoff), and goes on.
+messages from a worker is a :class:`ProtocolError` (:func:`receive`): the
+supervisor stops that worker (and restarts it after its backoff), and goes
+on. A worker that reads one exits through its crash path, restoring its host.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from agentpool.spec.values import Backend, Result, TickResult
 
 MAX_FRAME = 0x7FFFFFFF
 """Larger messages need ``Connection``'s 12-byte header; no message comes close."""
-MAX_REPORT = 16 << 20
-"""The largest message a worker may send (a report is a few KiB): a longer frame is junk,
-not something to wait for."""
+MAX_MESSAGE = 16 << 20
+"""The largest message either end reads (a report or a node's inputs is a few KiB): a
+longer frame is junk, not something to wait for."""
 _LENGTH = struct.Struct("!i")
 
 
@@ -88,13 +88,14 @@ def send_nowait(fd: int, data: bytes | bytearray | memoryview) -> int:
         sock.detach()  # the descriptor stays the Connection's
 
 
-def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Stopped], bool]:
+def read_frames(fd: int, inbox: bytearray) -> tuple[list[object], bool]:
     """Read what the socket ``fd`` holds now, without blocking; the whole messages in it.
 
     ``inbox`` keeps the part of a frame that has not fully arrived, between
-    calls. Returns the messages and whether the worker's end is closed.
-    Raises :class:`ProtocolError` for a frame that is not a valid message;
-    the messages before it are lost with the worker.
+    calls. Returns the unpickled messages and whether the other end is
+    closed. Raises :class:`ProtocolError` for a frame of an impossible
+    length, one that does not unpickle, or one cut short by the end of the
+    pipe; the messages before it are lost with the peer.
     """
     closed = False
     sock = socket.socket(fileno=fd)
@@ -110,31 +111,36 @@ def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Stopped], bool
             inbox += chunk
     finally:
         sock.detach()  # the descriptor stays the Connection's
-    messages: list[TickReport | Stopped] = []
+    messages: list[object] = []
     while len(inbox) >= _LENGTH.size:
         (size,) = _LENGTH.unpack_from(inbox)
-        if not 0 < size <= MAX_REPORT:
+        if not 0 < size <= MAX_MESSAGE:
             raise ProtocolError(f"a frame of {size} bytes")
         if len(inbox) < _LENGTH.size + size:
             break  # the rest is on its way
         payload = bytes(inbox[_LENGTH.size : _LENGTH.size + size])
         del inbox[: _LENGTH.size + size]
-        messages.append(_message(payload))
+        messages.append(_unpickle(payload))
     if closed and inbox:
         raise ProtocolError(f"{len(inbox)} bytes of a frame cut short by the end of the pipe")
     return messages, closed
 
 
-def _message(payload: bytes) -> TickReport | Stopped:
+def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Stopped], bool]:
+    """The supervisor's :func:`read_frames`: only well-formed worker messages pass."""
+    messages, closed = read_frames(fd, inbox)
+    for message in messages:
+        if not well_formed(message):
+            raise ProtocolError(f"an unexpected message: {type(message).__name__}")
+    return [m for m in messages if isinstance(m, TickReport | Stopped)], closed
+
+
+def _unpickle(payload: bytes) -> object:
     try:
-        message = pickle.loads(payload)
+        return pickle.loads(payload)
     except Exception as exc:  # a corrupt pickle raises anything at all
         problem = f"{type(exc).__name__}: {exc}"
         raise ProtocolError(f"a frame that does not unpickle ({problem})") from exc
-    if not well_formed(message):
-        raise ProtocolError(f"an unexpected message: {type(message).__name__}")
-    assert isinstance(message, TickReport | Stopped)
-    return message
 
 
 def well_formed(message: object) -> bool:

@@ -14,21 +14,32 @@ gets requests of any shape, and must answer or exit quietly, never crash.
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
+import select
+import shutil
 import signal
 import socket
 import struct
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, Pipe
 from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 from types import FrameType
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentpool.config.settings import AgentMode, Settings
 from agentpool.spec.gpu import GpuBackend, GpuTickResult
 from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
+from agentpool.supervisor.forkclient import SERVER_MODULE, ForkServer
 from agentpool.supervisor.handles import WorkerState
+from agentpool.worker.forking.wire import HEADER, REPLY, STATUS
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport
 from tests.properties.budget import examples
 from tests.supervisor.fakeworkers import Loop
@@ -162,3 +173,160 @@ def test_any_bytes_from_a_worker_end_that_worker_never_the_supervisor(
         with deadline(TURN_LIMIT_S):
             loop.turn()
         assert loop.handle("a").state is WorkerState.BACKOFF
+
+
+# -- the worker's side: a real worker from the real fork server ------------------------------
+
+WORKER_EXIT_S = 30.0
+"""A worker exits in milliseconds once it has read its pipe; this is for a loaded CI box."""
+
+to_worker = st.one_of(
+    st.just(_frame(bytes(ForkingPickler.dumps(StopWorker())))),
+    st.just(_frame(bytes(ForkingPickler.dumps(NodeInputs("n"))))),
+    junk_objects.map(lambda o: _frame(pickle.dumps(o))),
+    bent_pickles().map(_frame),
+    st.binary(max_size=40).map(_frame),
+    st.binary(max_size=40),
+    st.integers(-(2**31), 2**31 - 1).map(lambda n: struct.pack("!i", n) + b"\x80\x05"),
+    st.just(struct.pack("!i", 100) + b"\x80\x05"),  # a frame cut short
+)
+
+
+@pytest.fixture(scope="module")
+def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    previous = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path_factory.mktemp("metrics"))
+    server = ForkServer()
+    server.ensure_running()
+    try:
+        yield server
+    finally:
+        server.stop()
+        if previous is None:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = previous
+
+
+def _exit_code(status_fd: int, timeout: float) -> int | None:
+    ready, _, _ = select.select([status_fd], [], [], timeout)
+    if not ready:
+        return None
+    data = os.read(status_fd, STATUS.size)
+    return STATUS.unpack(data)[0] if len(data) == STATUS.size else None
+
+
+@settings(max_examples=examples(12))
+@given(written=st.lists(to_worker, min_size=1, max_size=3))
+def test_any_bytes_to_a_worker_end_it_cleanly_or_leave_it_running(
+    fork_server: ForkServer, written: list[bytes]
+) -> None:
+    from agentpool.sim.sysfs.trees import intel_2socket
+    from tests.backends.sysfs_helpers import snapshot as tree_snapshot
+
+    scratch = Path(tempfile.mkdtemp(prefix="agentpool-wire-"))
+    tree = intel_2socket(scratch / "n")
+    try:
+        before = tree_snapshot(tree.root)
+        # Ticks far apart: the test does not read the reports, which must not fill the pipe.
+        settings = Settings(mode=AgentMode.POOL, reconcile_interval_s=30.0,
+                            sysfs_root=str(scratch / "{node}"))
+        profile = {"metadata": {"name": "p"},
+                   "spec": {"nodeName": "n", "profile": "eco", "cpu": {"packagePowerCapWatts": 80}}}
+        labels = {"feature.node.kubernetes.io/cpu-vendor": "GenuineIntel"}
+        inputs = NodeInputs("n", labels=labels, power_profile=profile)
+        ours, theirs = Pipe(duplex=True)
+        try:
+            worker = fork_server.spawn("n", settings, str(scratch / "journal"), inputs,
+                                       theirs.fileno())
+        finally:
+            theirs.close()
+        try:
+            assert ours.poll(WORKER_EXIT_S)
+            first = ours.recv()
+            assert isinstance(first, TickReport)
+            assert first.result.result is Result.APPLIED, first.result
+            for data in written:
+                _send(ours, data)
+            code = _exit_code(worker.sentinel, 0.2)
+            if code is None:
+                # Still running (whole messages, a frame not yet whole, or not done yet):
+                # SIGTERM, what the supervisor sends, must end it.
+                worker.terminate()
+                code = _exit_code(worker.sentinel, WORKER_EXIT_S)
+            # A clean stop, or a crash path that logged why; the host went back either way.
+            assert code in (0, 70), code
+            assert tree_snapshot(tree.root) == before  # it put the host back either way
+        finally:
+            worker.kill()
+            worker.close()
+            ours.close()
+    finally:
+        tree.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# -- the fork server's wire ------------------------------------------------------------------
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[bytes, int, bytes]:
+    """(header, how many descriptors ride on it, the rest) of one request to the fork server."""
+    payload = draw(st.one_of(
+        junk_objects.map(lambda o: pickle.dumps(o)),
+        st.tuples(st.text(max_size=4), st.integers(), st.none(), st.none()).map(pickle.dumps),
+        bent_pickles(),
+        st.binary(max_size=40),
+    ))
+    size = draw(st.one_of(st.just(len(payload)), st.integers(0, 2**32 - 1)))
+    header = HEADER.pack(size)
+    header = draw(st.sampled_from([header, header[:2], b""]))
+    return header, draw(st.sampled_from([2, 2, 0, 1, 3])), payload
+
+
+@settings(max_examples=examples(6))
+@given(request=requests())
+def test_any_request_to_the_fork_server_is_answered_or_ends_it_quietly(
+    tmp_path_factory: pytest.TempPathFactory, request: tuple[bytes, int, bytes]
+) -> None:
+    header, fd_count, payload = request
+    ours, theirs = socket.socketpair()
+    stderr = tmp_path_factory.mktemp("server") / "stderr"
+    with open(stderr, "wb") as err:
+        server = subprocess.Popen(
+            [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=err,
+        )
+    theirs.close()
+    pipes = [os.pipe() for _ in range(fd_count)]
+    try:
+        if header:
+            socket.send_fds(ours, [header], [w for _, w in pipes])
+        ours.sendall(payload)
+        ours.shutdown(socket.SHUT_WR)  # no more requests: the server stops at EOF
+        ours.settimeout(WORKER_EXIT_S)
+        reply = b""
+        with contextlib.suppress(OSError):
+            while chunk := ours.recv(REPLY.size - len(reply)):
+                reply += chunk
+                if len(reply) == REPLY.size:
+                    break
+        code = server.wait(WORKER_EXIT_S)
+        assert code == 0, stderr.read_text()
+        assert "Traceback" not in stderr.read_text(), stderr.read_text()
+        if len(reply) == REPLY.size:
+            (pid,) = REPLY.unpack(reply)
+            if pid > 0:
+                # It forked on arguments that are not a worker's: the child says why, and
+                # its exit code goes to its status pipe (the second descriptor).
+                status_r = pipes[1][0]
+                assert _exit_code(status_r, WORKER_EXIT_S) == 70
+    finally:
+        ours.close()
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        for r, w in pipes:
+            for fd in (r, w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
