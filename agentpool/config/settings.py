@@ -50,7 +50,8 @@ class DvfsControllerKind(enum.StrEnum):
 
 class JoulieApi(enum.StrEnum):
     AUTO = "auto"
-    """NodeTwin when ``nodetwins.joulie.io`` is served, else the profile API (at start)."""
+    """Watch every Joulie kind served; each node follows its NodeTwin if one exists, else
+    its NodePowerProfile (:mod:`agentpool.kube.selection`)."""
     NODETWIN = "nodetwin"
     """Joulie's current API: NodeTwin desired state, NodeHardware published, env routing."""
     PROFILES = "profiles"
@@ -322,7 +323,9 @@ OPTIONS: tuple[Option, ...] = (
            optional(), "state_dir"),
     Option("LOG_FORMAT", "text", "text or json", one_of(LogFormat), "log_format"),
     Option("LOG_LEVEL", "info", "debug, info, warning or error", log_level, "log_level"),
-    Option("JOULIE_API", "auto", "auto (NodeTwin if served, else profiles), nodetwin or profiles",
+    Option("JOULIE_API", "auto",
+           "auto (both APIs; per node its NodeTwin, else its NodePowerProfile), nodetwin or "
+           "profiles (that API only)",
            one_of(JoulieApi), "joulie_api"),
     Option("TELEMETRY_CPU_SOURCE", None, "CPU telemetry w/o TelemetryProfile: host, http, none",
            optional(), ROUTING),

@@ -10,7 +10,9 @@ from: the NodePowerProfile (profile API) or the NodeTwin (current API).
 
 Originals (the cap found before the first write) go into the node's journal
 and are put back by :meth:`GpuController.restore` on graceful stop, also by
-a worker restarted after a crash.
+a worker restarted after a crash, and when the GPU cap is removed from the
+desired state (at the second tick without one, as the CPU cap:
+:mod:`agentpool.controller.release`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from agentpool.backends import gpu_http
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.gpu.host import (
+    JOURNAL_PREFIX,
     DeviceOutcome,
     HostGpus,
     journal_key,
@@ -33,6 +36,7 @@ from agentpool.backends.httpclient import user_agent
 from agentpool.backends.sysfs.files import Originals
 from agentpool.config.settings import AgentMode, Settings
 from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
+from agentpool.controller.release import CapRelease, Released
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
 from agentpool.hardware.gpus import GpuFacts, discover_gpus
 from agentpool.spec.gpu import (
@@ -91,6 +95,7 @@ class GpuController:
         self._facts: GpuFacts | None = None
         self._http_endpoint: HttpEndpoint | None = None
         """The GPU control endpoint last posted to: where restore() sends the original."""
+        self._cap_release = CapRelease(node, "GPU cap")
 
     # -- one tick ------------------------------------------------------------------------------
 
@@ -114,13 +119,13 @@ class GpuController:
             if not self._active:
                 self.metrics.set_backend(None)
                 return None
+            why = "no spec.gpu.powerCap"
+            outcome, more = self._cap_release.step(why, self._holds(), self._give_back)
             return self._export(
-                GpuTickResult(
-                    GpuBackend.NONE, Result.NONE, "nothing to enforce: no spec.gpu.powerCap"
-                ),
-                {},
+                GpuTickResult(GpuBackend.NONE, outcome, f"nothing to enforce: {why}{more}"), {}
             )
         self._active = True
+        self._cap_release.enforcing()
         facts = self._discover(inputs, hardware)
         observed: dict[str, Any] = {
             "capWattsPerGpu": cap.watts_per_gpu,
@@ -169,9 +174,10 @@ class GpuController:
         return parse_gpu_cap(spec if isinstance(spec, dict) else {}, NT, object_name(twin) or "?")
 
     def _routing(self, inputs: NodeInputs) -> GpuRouting:
-        """A TelemetryProfile targeting the node wins; on the NodeTwin API the TELEMETRY_*
-        variables route the rest (GPU telemetry rides on the CPU telemetry answer)."""
-        if inputs.telemetry_profile is not None or not inputs.nodetwin_api:
+        """A TelemetryProfile targeting the node wins; the TELEMETRY_* variables route the
+        rest, whichever API the node follows, as for its CPU (GPU telemetry rides on the CPU
+        telemetry answer)."""
+        if inputs.telemetry_profile is not None:
             return parse_gpu_routing(inputs.telemetry_profile)
         env, cpu = self.settings.gpu_routing, self.settings.routing
         telemetry = cpu.source_http if cpu.source is SourceType.HTTP else None
@@ -316,7 +322,19 @@ class GpuController:
             self._last_refusal = message
         return self._export(GpuTickResult(kind, worst, message, observed), readings)
 
-    # -- shutdown ------------------------------------------------------------------------------
+    # -- giving the GPUs back: a removed cap, a graceful stop -----------------------------------
+
+    def _holds(self) -> bool:
+        """Whether an original GPU cap is journaled, i.e. a cap of ours is in force."""
+        if self.settings.simulate_only:
+            return False
+        return any(path.parts[:1] == (JOURNAL_PREFIX,) for path, _ in self.originals.items())
+
+    def _give_back(self) -> Released:
+        problems = self.restore()
+        done = () if problems else ("original GPU caps restored",)
+        return Released(done, tuple(problems))
+
 
     def restore(self) -> list[str]:
         """Put back the original GPU caps (host devices and the HTTP endpoint)."""

@@ -25,6 +25,8 @@ def no_control(routing: Routing) -> str:
 
 def why_none(policy: PowerPolicy | None, inputs: NodeInputs) -> str:
     if policy is None:
+        if inputs.auto_api:
+            return f"no {NT} or NodePowerProfile targets this node"
         kind = NT if inputs.nodetwin_api else "NodePowerProfile"
         return f"no {kind} targets this node"
     if policy.kind == NT:

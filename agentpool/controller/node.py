@@ -22,7 +22,7 @@ from agentpool.backends.sysfs.cpufreq import CpufreqHost
 from agentpool.backends.sysfs.files import Originals
 from agentpool.backends.sysfs.rapl import EnergyMeter, EnergySample, PackageZones, RaplHost
 from agentpool.config.settings import Settings, StaleAction
-from agentpool.controller import percent, stale
+from agentpool.controller import percent, release, stale
 from agentpool.controller.dvfs.throttle import make_controller
 from agentpool.controller.gpu import GpuController
 from agentpool.controller.gpu_metrics import GpuMetrics
@@ -82,6 +82,11 @@ class NodeController:
         )
         self._http_throttle: tuple[str, int] | None = None
         """(endpoint, pct) last posted over HTTP, so RAPL recovery can release it."""
+        self._http_endpoint: HttpEndpoint | None = None
+        """The control endpoint of the last request that left a throttle or a cap in force."""
+        self._http_cap: float | None = None
+        """The RAPL cap last applied over HTTP (released when the desired state goes)."""
+        self._cap_release = release.CapRelease(node)
         self._over_message: tuple[tuple[float, int, str], str] | None = None
         """(cap, throttle, reason) and the message of a DVFS hold above the band."""
         self.gpu = GpuController(
@@ -145,11 +150,7 @@ class NodeController:
             self.dvfs.reset()
             if self.settings.simulate_only:
                 return stale.relaxed_simulated(timeout)
-            routing = self._routing()
-            throttled = self._http_throttle is not None and self._http_throttle[1] > 0
-            self._http_throttle = None
-            endpoint = routing.control_http if throttled else None
-            return stale.relax(self.node, self.cpufreq, self.rapl, endpoint, timeout)
+            return stale.relax(self._give_back(self._routing()), timeout)
         result = self._reconcile()
         if self._stale:
             self._stale = False
@@ -178,9 +179,12 @@ class NodeController:
         sample = self._sample_host_energy(routing)
         if policy is None or (policy.cap_watts is None and policy.cap_pct is None):
             self._clear_caps()
-            return TickResult(
-                Backend.NONE, Result.NONE, f"nothing to enforce: {why_none(policy, self.inputs)}"
+            why = why_none(policy, self.inputs)
+            outcome, more = self._cap_release.step(
+                why, self._holds(), lambda: self._give_back(routing)
             )
+            return TickResult(Backend.NONE, outcome, f"nothing to enforce: {why}{more}")
+        self._cap_release.enforcing()
         observed: dict[str, Any] = {"profile": policy.profile.value}
         if sample is not None and sample.total_w is not None:
             observed["packagePowerWatts"] = round(sample.total_w, 3)
@@ -200,6 +204,41 @@ class NodeController:
     def _clear_caps(self) -> None:
         self.metrics.set_cap(None, None)
         self.metrics.set_percent(None, None)
+
+    # -- giving the node back (a removed cap, stale desired state) ---------------------------
+
+    def _holds(self) -> bool:
+        """Whether a limit this agent set is in force (host files, HTTP throttle or cap)."""
+        if self.settings.simulate_only:
+            return False
+        throttled = self._http_throttle is not None and self._http_throttle[1] > 0
+        return (
+            throttled
+            or self._http_cap is not None
+            or self.cpufreq.holds_originals()
+            or self.rapl.holds_originals()
+        )
+
+    def _give_back(self, routing: Routing) -> release.Released:
+        held = None
+        maximum = None
+        if self._http_endpoint is not None:
+            throttle = self._http_throttle[1] if self._http_throttle is not None else 0
+            held = release.HttpHeld(self._http_endpoint, throttle, self._http_cap)
+            if self._http_cap is not None:
+                maximum = percent.http_maximum(
+                    self.inputs.hardware_max_w, self._maxima.from_telemetry(routing.source_http)
+                )
+        released = release.give_back(
+            self.node, self.cpufreq, self.rapl, held, maximum, self.user_agent
+        )
+        if not released.problems:
+            self._http_throttle = None
+            self._http_cap = None
+            self._http_endpoint = None
+            self.dvfs.reset()
+            self.metrics.set_dvfs(None, None, 0, 0, 0)
+        return released
 
     def _enforce(
         self,
@@ -278,6 +317,7 @@ class NodeController:
                 routing.control_http, self.node, httpclient.DVFS_ACTION, 0.0, throttle
             )
             self._http_throttle = (routing.control_http.url(self.node), throttle)
+            self._http_endpoint = routing.control_http
             if answer.result is not Result.APPLIED:
                 summary = f"{answer.message}; {summary}"
             return TickResult(Backend.DVFS, answer.result, summary, observed)
@@ -328,6 +368,7 @@ class NodeController:
         if routing.mode is not ControlMode.DVFS:
             answer = self._post_control(endpoint, httpclient.RAPL_ACTION, cap, -1, observed)
             if answer.result is Result.APPLIED:
+                self._http_cap, self._http_endpoint = cap, endpoint
                 self._release_http_throttle(cap)
                 self.dvfs.reset()
                 return TickResult(Backend.RAPL, Result.APPLIED, answer.message, observed)
@@ -454,6 +495,7 @@ class NodeController:
                 routing.control_http, httpclient.DVFS_ACTION, cap, state.throttle_pct, observed
             )
             self._http_throttle = (routing.control_http.url(self.node), state.throttle_pct)
+            self._http_endpoint = routing.control_http
             result, message = answer.result, answer.message
         else:
             self.cpufreq.apply(state.throttle_pct)

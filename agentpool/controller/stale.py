@@ -4,17 +4,15 @@ When the desired-state watch has failed for SPEC_READ_TIMEOUT the agent no
 longer trusts what it last saw. ``relax`` gives the node back what it had
 before the agent (host values found at start, no HTTP throttle); ``keep``
 goes on enforcing the last desired state. Either way the status says so, and
-says so again once when the API confirms the desired state.
+says so again once when the API confirms the desired state. The relaxing
+itself is :func:`agentpool.controller.release.give_back`'s, as for a removed cap.
 """
 
 from __future__ import annotations
 
-from agentpool.backends import httpclient
-from agentpool.backends.sysfs.cpufreq import CpufreqHost
-from agentpool.backends.sysfs.rapl import RaplHost
+from agentpool.controller.release import Released
 from agentpool.durations import format_duration
-from agentpool.errors import HttpBackendError
-from agentpool.spec.values import Backend, HttpEndpoint, Result, TickResult
+from agentpool.spec.values import Backend, Result, TickResult
 
 
 def why(timeout_s: float) -> str:
@@ -41,22 +39,10 @@ def relaxed_simulated(timeout_s: float) -> TickResult:
     return TickResult(Backend.NONE, Result.NONE, message)
 
 
-def relax(
-    node: str,
-    cpufreq: CpufreqHost,
-    rapl: RaplHost,
-    throttled_endpoint: HttpEndpoint | None,
-    timeout_s: float,
-) -> TickResult:
-    """Restore the host values and release an HTTP throttle; the status of it."""
-    problems = cpufreq.restore() + rapl.restore()
-    if throttled_endpoint is not None:
-        try:
-            httpclient.post_control(throttled_endpoint, node, httpclient.DVFS_ACTION, 0, 0)
-        except HttpBackendError as exc:
-            problems.append(f"releasing the HTTP throttle: {exc}")
-    if problems:
-        message = f"{why(timeout_s)}; could not relax: {'; '.join(problems)}"
+def relax(released: Released, timeout_s: float) -> TickResult:
+    """The status of relaxing (:func:`agentpool.controller.release.give_back` did it)."""
+    if released.problems:
+        message = f"{why(timeout_s)}; could not relax: {'; '.join(released.problems)}"
         return TickResult(Backend.NONE, Result.ERROR, message)
     message = f"{why(timeout_s)}; SPEC_STALE_ACTION=relax: host limits restored, throttle released"
     return TickResult(Backend.NONE, Result.NONE, message)

@@ -31,6 +31,8 @@ class ShardMetrics:
     restarts: dict[str, int] = field(default_factory=dict)
     caps: dict[str, tuple[str, float]] = field(default_factory=dict)
     """node -> (policy, watts) from ``joulie_policy_cap_watts``: what the worker enforces."""
+    apis: dict[str, str] = field(default_factory=dict)
+    """node -> the Joulie API it follows, from ``agentpool_node_api``."""
 
 
 def parse_metrics(text: str) -> ShardMetrics:
@@ -46,6 +48,8 @@ def parse_metrics(text: str) -> ShardMetrics:
                 metrics.restarts[node] = int(sample.value)
             elif sample.name == "joulie_policy_cap_watts" and sample.value > 0:
                 metrics.caps[node] = (sample.labels.get("policy", ""), float(sample.value))
+            elif sample.name == "agentpool_node_api" and sample.value > 0:
+                metrics.apis[node] = sample.labels.get("api", "")
     return metrics
 
 
@@ -85,6 +89,8 @@ class NodeRow:
     gpu: str = ""
     """GPU column: count x cap the simulator applied, and the GPU result unless applied;
     empty for CPU-only nodes."""
+    api: str = ""
+    """The Joulie API the node's worker follows (``agentpool_node_api``); empty without one."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ def observe(
         shard = next((i for i, m in enumerate(shards) if node in m.pids), None)
         restarts = next((m.restarts[node] for m in shards if node in m.restarts), None)
         enforced = next((m.caps[node] for m in shards if node in m.caps), None)
+        api = next((m.apis[node] for m in shards if node in m.apis), "")
         rows.append(
             NodeRow(
                 node=node,
@@ -167,6 +174,7 @@ def observe(
                 # telemetry reading predates the throttle the agent set after it.
                 power_w=power.expected_power_watts,
                 gpu=_gpu_cell(power.config.gpu.count, power.gpu_cap_watts, gpu_status),
+                api=api,
             )
         )
     return Snapshot(at, rows, shards)

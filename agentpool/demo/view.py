@@ -22,7 +22,8 @@ SHOW_CURSOR = "\x1b[?25h"
 TTY_REFRESH_S = 1.0
 PLAIN_TABLE_EVERY_S = 5.0
 COLUMNS = (
-    "NODE", "SHARD", "PROFILE", "CAP", "BACKEND", "THROTTLE", "POWER", "RESULT", "PID", "RESTARTS",
+    "NODE", "SHARD", "API", "PROFILE", "CAP", "BACKEND", "THROTTLE", "POWER", "RESULT", "PID",
+    "RESTARTS",
 )
 
 
@@ -74,6 +75,7 @@ def _cells(row: NodeRow) -> list[str]:
     return [
         row.node,
         dash(row.shard),
+        dash(row.api),
         dash(row.profile),
         f"{row.cap:g} W" if row.cap is not None else "-",
         dash(row.backend if row.managed else None),

@@ -98,7 +98,7 @@ class HardwarePublisher:
         self._cond = threading.Condition()
         self._stop = False
         self.enabled = False
-        """Set once NodeHardware is known to be served (the NodeTwin API was selected)."""
+        """Set while NodeHardware is served and watched (and not in simulate-only mode)."""
         self.writes = 0
         """Status patches and creates done, for tests and the log."""
         self._thread = threading.Thread(target=self._run, name="nodehardware", daemon=True)
@@ -146,6 +146,10 @@ class HardwarePublisher:
             due = [(n, e, e.inputs) for n, e in self._entries.items() if e.due <= now]
         writes = 0
         for node, entry, inputs in due:
+            if self._stop:
+                # A stop returns after a bounded join: a thread still writing (and logging)
+                # while the interpreter shuts down would abort the process.
+                break
             try:
                 writes += self._publish(entry, inputs)
                 delay = self._rediscover_s

@@ -1,132 +1,223 @@
-"""Which Joulie API to speak, decided by API discovery at start, retried until one is served.
+"""Which Joulie kinds to watch: found by API discovery, and kept up to date while the agent runs.
 
 Joulie's operator has two generations: the profile API (NodePowerProfile +
 TelemetryProfile) and the current one (NodeTwin + NodeHardware, routing by
-environment). ``JOULIE_API`` names one, or ``auto`` lets discovery decide:
-NodeTwin when ``nodetwins.joulie.io`` is served, else the profile API.
+environment). ``JOULIE_API=auto`` (the default) watches every Joulie kind that
+is served, and each node then follows the objects that exist for it (see
+:meth:`agentpool.supervisor.scope.ClusterView.api_of`); ``profiles`` or
+``nodetwin`` restricts the agent to that API's kinds (on ``nodetwin`` a
+TelemetryProfile targeting a node still routes it).
 
-When what is needed is not served (no Joulie CRD installed yet, or the named
-API's CRD missing), the agent does not crash-loop: :class:`ApiSelector` keeps
-asking in a thread, with backoff, and meanwhile :attr:`ApiSelector.problem`
-says why on ``/readyz`` and in the log. A CRD installed later is picked up.
+CRDs come and go while the agent runs (the operator installed after the
+agent, an upgrade that drops the old API), so discovery never stops:
+:class:`KindDiscovery` asks again every :data:`PERIOD_S` (sooner after an
+informer failed, see :meth:`KindDiscovery.wake`), calls ``on_added`` for a
+kind that became served and ``on_removed`` for one that stopped being
+served. A kind counts as removed only once two discoveries at least
+:data:`ABSENT_CONFIRM_S` apart both lack it, so one odd answer (a server
+still loading its CRDs after a restart) does not drop a cache.
+
+When the setting cannot work (no desired-state kind served at all, or the
+named API's missing) the agent does not crash-loop: :attr:`KindDiscovery.problem`
+says why on ``/readyz`` and once in the log, and discovery goes on, with
+backoff, until it can.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable
 
 from agentpool.config.settings import JoulieApi
 from agentpool.errors import KubeError
-from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.api import GROUP, KubeApi, Resource
 
 log = logging.getLogger(__name__)
 
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 10.0
-"""Short: an operator installing the CRDs should not wait long for the agent to notice."""
+"""While not ready: short, an operator installing the CRDs should not wait long for the agent."""
+PERIOD_S = 10.0
+"""While ready: how often discovery looks for CRDs installed or removed."""
+ABSENT_CONFIRM_S = 3.0
+"""A kind missing from discovery is dropped once still missing this much later."""
+WAKE_SPACING_S = 1.0
+"""The least time between two discoveries, however often informers fail."""
+
+JOULIE_KINDS = (
+    Resource.NODE_POWER_PROFILES,
+    Resource.TELEMETRY_PROFILES,
+    Resource.NODE_TWINS,
+    Resource.NODE_HARDWARES,
+)
+"""Every Joulie kind the agent may watch (the chart's ``crds/``)."""
+KINDS: dict[JoulieApi, tuple[Resource, ...]] = {
+    JoulieApi.AUTO: JOULIE_KINDS,
+    JoulieApi.PROFILES: (Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES),
+    JoulieApi.NODETWIN: (
+        Resource.NODE_TWINS, Resource.NODE_HARDWARES, Resource.TELEMETRY_PROFILES
+    ),
+}
+"""The kinds each setting watches, wherever they are served."""
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The API chosen, and the kinds to list and watch for it."""
-
-    api: JoulieApi
-    """NODETWIN or PROFILES (never AUTO)."""
-    resources: tuple[Resource, ...]
-    """Nodes first, then the API's kinds; TelemetryProfiles too on NodeTwin where served."""
+def crd(kind: Resource) -> str:
+    """The CRD's name, as ``kubectl get crd`` shows it."""
+    return f"{kind.value}.{GROUP}"
 
 
-def choose(setting: JoulieApi, served: set[str]) -> Selection | str:
-    """The selection for ``setting`` given the served resources, or why there is none."""
-    twins = Resource.NODE_TWINS.value in served
-    profiles = Resource.NODE_POWER_PROFILES.value in served
-    telemetry = Resource.TELEMETRY_PROFILES.value in served
-    if setting is JoulieApi.NODETWIN or (setting is JoulieApi.AUTO and twins):
-        if not twins:
-            return "JOULIE_API=nodetwin but nodetwins.joulie.io is not served (CRD not installed?)"
-        kinds = [Resource.NODES, Resource.NODE_TWINS]
-        if Resource.NODE_HARDWARES.value in served:
-            kinds.append(Resource.NODE_HARDWARES)
-        if telemetry:  # a TelemetryProfile targeting a node still routes it
-            kinds.append(Resource.TELEMETRY_PROFILES)
-        return Selection(JoulieApi.NODETWIN, tuple(kinds))
-    if not profiles:
-        if setting is JoulieApi.PROFILES:
-            return (
-                "JOULIE_API=profiles but nodepowerprofiles.joulie.io is not served "
-                "(CRD not installed?)"
-            )
+def kinds_for(setting: JoulieApi, served: Iterable[Resource]) -> frozenset[Resource]:
+    """The kinds to watch for ``setting`` among those served."""
+    return frozenset(KINDS[setting]) & frozenset(served)
+
+
+def problem_for(setting: JoulieApi, served: Iterable[Resource]) -> str | None:
+    """Why ``setting`` cannot work with these kinds served (for ``/readyz``); None if it can."""
+    kinds = frozenset(served)
+    twins = Resource.NODE_TWINS in kinds
+    profiles = Resource.NODE_POWER_PROFILES in kinds
+    if setting is JoulieApi.NODETWIN and not twins:
         return (
-            "neither nodetwins.joulie.io nor nodepowerprofiles.joulie.io is served: "
-            "install Joulie's CRDs (the chart's crds/)"
+            f"JOULIE_API=nodetwin but {crd(Resource.NODE_TWINS)} is not served "
+            "(CRD not installed?)"
         )
-    kinds = [Resource.NODES, Resource.NODE_POWER_PROFILES]
-    if telemetry:
-        kinds.append(Resource.TELEMETRY_PROFILES)
-    return Selection(JoulieApi.PROFILES, tuple(kinds))
+    if setting is JoulieApi.PROFILES and not profiles:
+        return (
+            f"JOULIE_API=profiles but {crd(Resource.NODE_POWER_PROFILES)} is not served "
+            "(CRD not installed?)"
+        )
+    if setting is JoulieApi.AUTO and not (twins or profiles):
+        missing = ", ".join(crd(k) for k in JOULIE_KINDS if k not in kinds)
+        return (
+            f"neither {crd(Resource.NODE_TWINS)} nor {crd(Resource.NODE_POWER_PROFILES)} "
+            f"is served: install Joulie's CRDs (the chart's crds/; missing: {missing})"
+        )
+    return None
 
 
-class ApiSelector:
-    """Runs discovery in a thread until a selection is made, then calls ``on_selected`` once."""
+class KindDiscovery:
+    """Runs discovery in a thread for the agent's whole life; see the module docstring.
+
+    ``on_added``/``on_removed`` run in that thread; an exception they raise is
+    logged and the kind is tried again at the next discovery.
+    """
 
     def __init__(
         self,
         api: KubeApi,
         setting: JoulieApi,
-        on_selected: Callable[[Selection], None],
+        on_added: Callable[[Resource], None],
+        on_removed: Callable[[Resource], None],
+        period_s: float = PERIOD_S,
         first_retry_s: float = FIRST_RETRY_S,
         max_retry_s: float = MAX_RETRY_S,
+        absent_confirm_s: float = ABSENT_CONFIRM_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
-        self._setting = setting
-        self._on_selected = on_selected
+        self.setting = setting
+        self._on_added = on_added
+        self._on_removed = on_removed
+        self._period = period_s
         self._first = first_retry_s
         self._max = max_retry_s
+        self._confirm = absent_confirm_s
+        self._clock = clock
         self._stop = threading.Event()
-        self.selected = threading.Event()
-        self.selection: Selection | None = None
+        self._wake = threading.Event()
+        self.served: frozenset[Resource] = frozenset()
+        """The Joulie kinds the last successful discovery listed."""
+        self.watched: frozenset[Resource] = frozenset()
+        """The kinds ``on_added`` was called for and ``on_removed`` not since."""
         self.problem: str | None = "API discovery has not answered yet"
-        """Why no API is selected yet (for ``/readyz``); None once selected."""
-        self._thread = threading.Thread(target=self._run, name="api-selector", daemon=True)
+        """Why the agent cannot work yet (for ``/readyz``); None once it can."""
+        self._answered = False
+        self._absent_since: dict[Resource, float] = {}
+        self._logged: tuple[frozenset[Resource], str | None] | None = None
+        self._thread = threading.Thread(target=self._run, name="api-discovery", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout)
 
-    def _attempt(self) -> Selection | str:
+    def wake(self) -> None:
+        """Discover again soon (an informer failed: its CRD may be gone). Thread safe."""
+        self._wake.set()
+
+    def discover(self) -> None:
+        """One discovery, and the callbacks it calls for; the thread's body, public for tests."""
         try:
-            served = self._api.served()
+            names = self._api.served()
         except KubeError as exc:
-            return f"API discovery failed: {exc}"
-        return choose(self._setting, served)
+            if not self._answered:
+                self.problem = f"API discovery failed: {exc}"
+            self._log(self.watched, f"API discovery failed: {exc}")
+            return
+        if self._stop.is_set():  # stopped while asking: start and log nothing more
+            return
+        self._answered = True
+        now = self._clock()
+        self.served = frozenset(k for k in JOULIE_KINDS if k.value in names)
+        wanted = kinds_for(self.setting, self.served)
+        for kind in wanted:
+            self._absent_since.pop(kind, None)
+        for kind in [k for k in JOULIE_KINDS if k in self.watched - wanted]:
+            since = self._absent_since.setdefault(kind, now)
+            if now - since >= self._confirm and self._call(self._on_removed, kind):
+                self.watched -= {kind}
+                del self._absent_since[kind]
+                log.info("%s is no longer served: stopped watching it", crd(kind))
+        for kind in [k for k in JOULIE_KINDS if k in wanted - self.watched]:
+            if self._call(self._on_added, kind):
+                self.watched |= {kind}
+        # Only now: readiness must never see a working setting before its informers exist.
+        self.problem = problem_for(self.setting, self.served)
+        self._log(self.watched, self.problem)
+
+    def _call(self, callback: Callable[[Resource], None], kind: Resource) -> bool:
+        try:
+            callback(kind)
+        except Exception:  # a bug must not end discovery: the next round tries again
+            log.exception("%s: %s failed; trying again", crd(kind), callback)
+            return False
+        return True
+
+    def _log(self, watched: frozenset[Resource], problem: str | None) -> None:
+        """Once per distinct state, not every round."""
+        if self._logged == (watched, problem):
+            return
+        self._logged = (watched, problem)
+        if problem is not None:
+            log.error("not ready: %s; retrying until it is", problem)
+            return
+        log.info(
+            "Joulie kinds watched (JOULIE_API=%s): %s",
+            self.setting.value,
+            ", ".join(k.value for k in JOULIE_KINDS if k in watched),
+        )
+
+    def _delay(self, retry: float) -> float:
+        if self.problem is not None:
+            return retry
+        delay = self._period
+        if self._absent_since:  # confirm a removal without waiting a whole period
+            delay = min(delay, self._confirm)
+        return delay
 
     def _run(self) -> None:
-        delay = self._first
-        last_problem = None
+        retry = self._first
         while not self._stop.is_set():
-            outcome = self._attempt()
-            if isinstance(outcome, Selection):
-                self.selection = outcome
-                log.info(
-                    "Joulie API: %s (JOULIE_API=%s); watching %s",
-                    outcome.api.value,
-                    self._setting.value,
-                    ", ".join(r.value for r in outcome.resources),
-                )
-                self._on_selected(outcome)
-                # Only now: readiness must never see "selected" before the informers exist.
-                self.problem = None
-                self.selected.set()
-                return
-            self.problem = outcome
-            if outcome != last_problem:  # once per distinct problem, not every retry
-                log.error("not ready: %s; retrying until it is", outcome)
-                last_problem = outcome
-            self._stop.wait(delay)
-            delay = min(self._max, delay * 2)
+            self._wake.clear()
+            self.discover()
+            delay = self._delay(retry)
+            retry = min(self._max, retry * 2) if self.problem is not None else self._first
+            started = self._clock()
+            if self._wake.wait(delay) and not self._stop.is_set():
+                # Woken early: still leave WAKE_SPACING_S between two discoveries.
+                self._stop.wait(max(0.0, WAKE_SPACING_S - (self._clock() - started)))

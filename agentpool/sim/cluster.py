@@ -267,15 +267,20 @@ class SimCluster:
     """API server + power simulator + helpers to seed nodes and run agents.
 
     ``server``: run against this real kube-apiserver instead of a fresh
-    emulator; every chart CRD is installed there, the agents are started with
-    ``JOULIE_API`` set to ``api``, and they authenticate as
-    ``user`` (a user the server was started with), or, with
+    emulator; every chart CRD is installed there, and the agents
+    authenticate as ``user`` (a user the server was started with), or, with
     ``service_account=(namespace, name)``, with a token of that
     ServiceAccount, as a pod does.
 
-    ``api``: ``profiles`` (NodePowerProfile + TelemetryProfile served) or
-    ``nodetwin`` (only NodeTwin + NodeHardware served, as with Joulie's
-    current operator).
+    ``api``: the objects :meth:`add_node` seeds, as an operator of that
+    generation writes them: ``profiles`` (NodePowerProfile + TelemetryProfile)
+    or ``nodetwin`` (NodeTwin, routing by the agent's environment).
+
+    ``crds``: the CRDs the emulator serves: ``all`` (default) is the chart's
+    set, as ``helm install`` installs it; ``profiles``, ``nodetwin`` or ``none``
+    (an emulator shape) is a cluster with one operator's CRDs only, or none.
+    A real server always serves every chart CRD. Agents start with the
+    chart's defaults (``JOULIE_API`` unset: ``auto``) unless ``env`` says otherwise.
     """
 
     def __init__(
@@ -286,6 +291,7 @@ class SimCluster:
         user: str = ADMIN,
         service_account: tuple[str, str] | None = None,
         api: str = "profiles",
+        crds: str = "all",
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="agentpool-sim-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
@@ -293,8 +299,7 @@ class SimCluster:
         self.user = user
         self.service_account = service_account
         self.nodetwin = api == "nodetwin"
-        self.shape = api
-        self._emulator = ApiEmulator(shape=api) if server is None else None
+        self._emulator = ApiEmulator(shape=crds) if server is None else None
         self.api: DirectApi = self._emulator or server.api()  # type: ignore[union-attr]
         self.power = PowerSim(seed=seed)
         self.agents: list[AgentProcess] = []
@@ -453,10 +458,6 @@ class SimCluster:
             }
         )
         full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        if self.server is not None:
-            # A shared real server serves every chart CRD (deleting CRDs between
-            # scenarios would race with discovery), so the agent is told the API.
-            full_env["JOULIE_API"] = self.shape
         full_env.update(env or {})
         argv = [*(wrap or []), sys.executable, "-m", "agentpool", *(args or [])]
         agent = AgentProcess(argv, full_env, port, self.workdir / f"{name}-{len(self.agents)}.log")

@@ -50,6 +50,17 @@ class Backend(enum.StrEnum):
     DVFS = "dvfs"
 
 
+class NodeApi(enum.StrEnum):
+    """Which Joulie API a node follows (label ``api`` of ``agentpool_node_api``)."""
+
+    NODETWIN = "nodetwin"
+    """Desired state from the node's NodeTwin."""
+    PROFILES = "profiles"
+    """Desired state from the node's NodePowerProfile."""
+    NONE = "none"
+    """``JOULIE_API=auto`` and neither a NodeTwin nor a NodePowerProfile targets the node."""
+
+
 class Result(enum.StrEnum):
     APPLIED = "applied"
     BLOCKED = "blocked"
@@ -188,7 +199,9 @@ class NodeInputs:
     node_twin: dict[str, Any] | None = None
     """NodeTwin API: the node's NodeTwin (trimmed to metadata and spec)."""
     nodetwin_api: bool = False
-    """The agent speaks the NodeTwin API: desired state comes from ``node_twin`` only."""
+    """The node follows the NodeTwin API: desired state comes from ``node_twin`` only."""
+    auto_api: bool = False
+    """``JOULIE_API=auto``: the desired state may come from either API (messages name both)."""
     hardware_max_w: float | None = None
     """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
     spec_stale: bool = False

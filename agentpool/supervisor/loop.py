@@ -40,7 +40,7 @@ from agentpool.errors import CapacityError
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent
 from agentpool.kube.nodehardware import HardwarePublisher
-from agentpool.spec.values import NodeInputs, TickResult
+from agentpool.spec.values import NodeApi, NodeInputs, TickResult
 from agentpool.supervisor import statuses
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import (
@@ -144,6 +144,11 @@ class Supervisor:
         """No worker starts before every cache has listed once."""
         self._stopping = False
         self.loop_heartbeat = clock()
+        self._apis: dict[str, NodeApi] = {}
+        """The API each worker's node follows, as last logged (``agentpool_node_api``)."""
+        self._status_homes: dict[str, tuple[Resource, str]] = {}
+        """Where each node's status was last offered: the other API's object gets a last
+        word when the node moves (:meth:`_hand_over`)."""
 
     # -- inputs from other threads -------------------------------------------------------------
 
@@ -290,14 +295,47 @@ class Supervisor:
         elif isinstance(message, Stopped):
             handle.restore_problems = message.problems
 
+    def _writer(self, resource: Resource) -> StatusSink | None:
+        return self.twin_status if resource is Resource.NODE_TWINS else self.status
+
     def _offer_status(self, node: str, result: TickResult, force: bool = False) -> None:
         target = self.view.status_target(node)
+        previous = self._status_homes.get(node)
+        if previous is not None and previous != target:
+            self._hand_over(node, previous, target, result)
         if target is None:
+            self._status_homes.pop(node, None)
             return
+        self._status_homes[node] = target
         resource, name = target
-        writer = self.twin_status if resource is Resource.NODE_TWINS else self.status
+        writer = self._writer(resource)
         if writer is not None:
             writer.offer(name, node, result, force=force)
+
+    def _hand_over(
+        self,
+        node: str,
+        previous: tuple[Resource, str],
+        target: tuple[Resource, str] | None,
+        last: TickResult,
+    ) -> None:
+        """The node's status moved to another object (it follows the other API now): the one
+        it leaves says so, rather than go on claiming what it last said. Not written to an
+        object that is gone or that now targets another node (that node writes it)."""
+        resource, name = previous
+        writer = self._writer(resource)
+        if writer is None or not self.view.targets(resource, name, node):
+            return
+        writer.offer(name, node, statuses.with_gpu(statuses.moved(target), last), force=True)
+
+    def _note_api(self, node: str) -> None:
+        """Log once, and export, which API the node follows when that changes."""
+        api = self.view.api_of(node)
+        if self._apis.get(node) is api:
+            return
+        self._apis[node] = api
+        self._table_changed = True
+        _node_log(INFO, node, "node %s follows %s", self.view.describe_api(node, api))
 
     # -- deaths ----------------------------------------------------------------------------------
 
@@ -380,6 +418,8 @@ class Supervisor:
         if self.elastic is not None:
             self.elastic.stopped(node)  # its worker is gone: the claim may be released
         self._table_changed = True
+        self._apis.pop(node, None)
+        self._status_homes.pop(node, None)
         self.files.forget(node)
         if self.hardware is not None:
             self.hardware.forget(node)
@@ -478,6 +518,7 @@ class Supervisor:
 
     def _start(self, handle: WorkerHandle, now: float) -> None:
         inputs = self.view.inputs_for(handle.node)
+        self._note_api(handle.node)
         try:
             process, conn = self.launch(handle.node, inputs)
         except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
@@ -509,10 +550,13 @@ class Supervisor:
         changed, self._inputs_changed = self._inputs_changed, set()
         for node in changed:
             handle = self.workers.get(node)
-            if handle is None or handle.conn is None or handle.state is WorkerState.STOPPING:
+            if handle is None:
+                continue
+            self._note_api(node)
+            if handle.conn is None or handle.state is WorkerState.STOPPING:
                 continue
             inputs = self.view.inputs_for(node)
-            if self.hardware is not None and self.hardware.enabled and inputs.nodetwin_api:
+            if self.hardware is not None and self.hardware.enabled:
                 self.hardware.offer(
                     hardware_inputs(
                         self.settings,
@@ -537,7 +581,7 @@ class Supervisor:
         self.collector.publish(
             Snapshot(
                 workers={
-                    node: WorkerView(h.state, h.policy.restarts, h.pid)
+                    node: WorkerView(h.state, h.policy.restarts, h.pid, self._apis.get(node))
                     for node, h in self.workers.items()
                 },
                 shard_id=s.pool_shard_id,

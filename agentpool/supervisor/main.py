@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -31,7 +31,7 @@ from agentpool.kube.informer import Informer
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.nodetwin import twin_status_body
-from agentpool.kube.selection import ApiSelector, Selection
+from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
@@ -43,6 +43,7 @@ from agentpool.supervisor.loop import Supervisor
 from agentpool.supervisor.orphans import stop_helpers
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
+from agentpool.supervisor.watches import Watches
 from agentpool.worker.nodefiles import NodeFiles
 
 log = logging.getLogger(__name__)
@@ -109,47 +110,62 @@ def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack
     return path
 
 
-def _informers(
+def _informer_factory(
     settings: Settings,
     api: KubeApi,
     supervisor: Supervisor,
     counters: ApiCounters,
-    kinds: Iterable[Resource],
-) -> list[Informer]:
+    on_error: Callable[[], None],
+) -> Callable[[Resource], Informer]:
+    """Makes the informer of a kind: nodes filtered by this mode's scope, the rest whole."""
     if settings.mode is AgentMode.DAEMONSET:
         nodes_label, nodes_field = None, f"metadata.name={settings.node_name}"
     else:
         nodes_label, nodes_field = settings.pool_node_selector, None
-    return [
-        Informer(
+
+    def on_watch_restart(resource: str, reason: str) -> None:
+        counters.on_watch_restart(resource, reason)
+        if reason == "error":
+            on_error()  # the kind's CRD may be gone: discovery looks again
+
+    def make(kind: Resource) -> Informer:
+        return Informer(
             api,
             kind,
             supervisor.feed,
             label_selector=nodes_label if kind is Resource.NODES else None,
             field_selector=nodes_field if kind is Resource.NODES else None,
             watch_timeout_s=settings.watch_timeout_s,
-            on_watch_restart=counters.on_watch_restart,
+            on_watch_restart=on_watch_restart,
         )
-        for kind in kinds
-    ]
 
-
-def _stop_all(informers: list[Informer]) -> None:
-    for informer in list(informers):
-        informer.stop()
+    return make
 
 
 class _Readiness:
-    """``/readyz``: every cache listed, and confirmed fresh within the bound."""
+    """``/readyz``: the setting works with the kinds served, and every cache of a served kind
+    is listed and confirmed fresh within the bound."""
 
-    def __init__(self, informers: list[Informer], bound_s: float) -> None:
-        self.informers = informers
+    def __init__(self, watches: Watches, discovery: KindDiscovery, bound_s: float) -> None:
+        self.watches = watches
+        self.discovery = discovery
         self.bound_s = bound_s
-        self.waiting_for: Callable[[], str | None] = lambda: None
-        """Why there are no informers yet (API discovery); None once they exist."""
+
+    def informers(self) -> list[Informer]:
+        """The informers that count: nodes, and the kinds discovery last found served (one
+        whose CRD just went away fails until discovery confirms it gone and stops it)."""
+        served = self.discovery.served
+        return [
+            i for i in self.watches.informers()
+            if i.resource is Resource.NODES or i.resource in served
+        ]
+
+    def waiting_for(self) -> str | None:
+        """Why the setting cannot work yet (API discovery); None once it can."""
+        return self.discovery.problem
 
     def synced(self) -> bool:
-        return self.waiting_for() is None and all(i.synced.is_set() for i in self.informers)
+        return self.waiting_for() is None and all(i.synced.is_set() for i in self.informers())
 
     def __call__(self) -> tuple[bool, str]:
         waiting = self.waiting_for()
@@ -157,7 +173,7 @@ class _Readiness:
             return False, f"not ready: {waiting}"
         now = time.monotonic()
         problems = []
-        for informer in self.informers:
+        for informer in self.informers():
             age, error = informer.staleness(now)
             if not informer.synced.is_set():
                 problems.append(f"{informer.resource}: not listed yet ({error or 'listing'})")
@@ -221,14 +237,13 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         body=twin_status_body,
     )
     hardware = HardwarePublisher(api)
-    readiness = _Readiness([], settings.watch_timeout_s + FRESHNESS_SLACK_S)
     view = ClusterView(settings)
     desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
 
     def spec_confirmed() -> bool:
-        # Before an API is selected there is no desired state to go stale.
+        # Before a desired-state kind is watched there is no desired state to go stale.
         return all(
-            i.healthy.is_set() for i in list(readiness.informers) if i.resource in desired
+            i.healthy.is_set() for i in readiness.informers() if i.resource in desired
         )
 
     elastic, replicas_watch = _elastic_pool(settings, api)
@@ -239,7 +254,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
         status,
         collector,
         files,
-        readiness.synced,
+        lambda: readiness.synced(),
         max_workers=capacity,
         twin_status=twin_status,
         hardware=hardware,
@@ -248,26 +263,22 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     )
     stack.callback(supervisor.close)
 
-    def on_selected(selection: Selection) -> None:
-        # Runs once, in the selector's thread, before any informer of the API exists:
-        # the loop sees the view's API before the first event that depends on it.
-        view.select(selection.api)
-        # Never in simulate-only mode: it promises to write nothing but statuses.
-        hardware.enabled = (
-            Resource.NODE_HARDWARES in selection.resources and not settings.simulate_only
-        )
-        informers = _informers(settings, api, supervisor, counters, selection.resources)
-        readiness.informers.extend(informers)
-        for informer in informers:
-            informer.start()
+    def on_watched(kind: Resource, watched: bool) -> None:
+        if kind is Resource.NODE_HARDWARES:
+            # Never in simulate-only mode: it promises to write nothing but statuses.
+            hardware.enabled = watched and not settings.simulate_only
 
-    selector = ApiSelector(api, settings.joulie_api, on_selected)
-    readiness.waiting_for = lambda: selector.problem
+    # Closures: discovery and readiness are made below, before anything calls them.
+    make = _informer_factory(settings, api, supervisor, counters, lambda: discovery.wake())
+    watches = Watches(make, supervisor.feed, on_watched)
+    discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
+    readiness = _Readiness(watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S)
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity, stack,
                           elastic)
     supervisor.install_signal_handlers()
-    stack.callback(_stop_all, readiness.informers)
-    services: list[_Service] = [server, collector, status, twin_status, hardware, selector]
+    stack.callback(watches.stop_all)
+    watches.add(Resource.NODES)
+    services: list[_Service] = [server, collector, status, twin_status, hardware, discovery]
     if elastic is not None and replicas_watch is not None:
         elastic.wake = supervisor.io.wake
         services += [elastic, replicas_watch]

@@ -4,7 +4,10 @@ Fed by the informers (snapshots and changes), it answers two questions:
 which nodes this pod must run a controller for (selector re-checked here,
 because some servers ignore ``labelSelector`` on watches; shard ownership,
 or in an elastic pool the nodes the handoff lets it run; daemonset mode's
-single node), and the :class:`NodeInputs` of each.
+single node), and the :class:`NodeInputs` of each, from the API the node
+follows (:meth:`ClusterView.api_of`: with ``JOULIE_API=auto`` its NodeTwin if
+one exists, else its NodePowerProfile), decided anew at every change, so a
+node moves between the APIs with its worker and its cap kept.
 
 Objects are stored trimmed to what the controllers read (spec, name,
 creation time, labels). That matters: the agent's own status writes come back
@@ -25,7 +28,7 @@ from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.pool.assignment import owns
 from agentpool.spec.parse import MAX_TIMEOUT_S, object_name, target_of
 from agentpool.spec.selectors import parse_selector
-from agentpool.spec.values import DEFAULT_HTTP_TIMEOUT_S, NodeInputs
+from agentpool.spec.values import DEFAULT_HTTP_TIMEOUT_S, NodeApi, NodeInputs
 from agentpool.supervisor import twinview
 
 HEARTBEAT_SLACK_S = 30.0
@@ -99,7 +102,8 @@ def _oldest(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class ClusterView:
-    """Nodes, NodePowerProfiles and TelemetryProfiles, indexed by node. Not thread safe."""
+    """Nodes, NodePowerProfiles, TelemetryProfiles (and NodeTwins, NodeHardwares through
+    :class:`~agentpool.supervisor.twinview.TwinView`), indexed by node. Not thread safe."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -111,8 +115,6 @@ class ClusterView:
         self.telemetry: dict[str, dict[str, Any]] = {}
         self._power_by_node: dict[str, set[str]] = defaultdict(set)
         self._telemetry_by_node: dict[str, set[str]] = defaultdict(set)
-        self.api = JoulieApi.PROFILES
-        """The Joulie API in use; set by :meth:`select` before its informers start."""
         self.twins = twinview.TwinView()
         self.spec_stale = False
         """The desired-state watch has failed for SPEC_READ_TIMEOUT (set by the supervisor)."""
@@ -120,9 +122,6 @@ class ClusterView:
         """NodeTwin API: each node's labels, capacity and allocatable (for NodeHardware)."""
         self.elastic_running: set[str] | None = set() if settings.elastic.lease else None
         """Elastic pool: the nodes the handoff lets this pod run (None: static ownership)."""
-
-    def select(self, api: JoulieApi) -> None:
-        self.api = api
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -154,7 +153,7 @@ class ClusterView:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             self.labels[name] = {str(k): str(v) for k, v in labels.items()}
             self.gpus[name] = gpu_allocatable(obj)
-            if self.api is JoulieApi.NODETWIN:
+            if self.settings.joulie_api is not JoulieApi.PROFILES:  # NodeHardware's inputs
                 status = obj.get("status") or {}
                 self.node_objects[name] = {
                     "labels": self.labels[name],
@@ -267,40 +266,69 @@ class ClusterView:
         chosen, _ = self._chosen(self.telemetry, self._telemetry_by_node, node, "TelemetryProfile")
         return object_name(chosen) if chosen else None
 
+    def api_of(self, node: str) -> NodeApi:
+        """The API ``node`` follows: the one ``JOULIE_API`` names; with ``auto``, the NodeTwin
+        API if a NodeTwin targets the node, else the profile API if a NodePowerProfile does."""
+        setting = self.settings.joulie_api
+        if setting is JoulieApi.NODETWIN:
+            return NodeApi.NODETWIN
+        if setting is JoulieApi.PROFILES:
+            return NodeApi.PROFILES
+        if self.twins.has_twin(node):
+            return NodeApi.NODETWIN
+        return NodeApi.PROFILES if self._power_by_node.get(node) else NodeApi.NONE
+
     def status_target(self, node: str) -> tuple[Resource, str] | None:
-        """Where the node's status goes: its NodeTwin on that API, else its TelemetryProfile."""
-        if self.api is JoulieApi.NODETWIN:
+        """Where the node's status goes: its NodeTwin when it follows that API, else its
+        TelemetryProfile (none: nowhere)."""
+        if self.api_of(node) is NodeApi.NODETWIN:
             twin = self.twins.twin_name(node)
             return (Resource.NODE_TWINS, twin) if twin else None
         profile = self.telemetry_profile_name(node)
         return (Resource.TELEMETRY_PROFILES, profile) if profile else None
 
+    def targets(self, resource: Resource, name: str, node: str) -> bool:
+        """Whether this NodeTwin or TelemetryProfile (a status target) exists and targets
+        ``node``."""
+        if resource is Resource.NODE_TWINS:
+            return self.twins.claims(name, node)
+        return name in self._telemetry_by_node.get(node, ())
+
+    def describe_api(self, node: str, api: NodeApi) -> str:
+        """What the node follows, for the log: the API and the object it reads."""
+        setting = f"JOULIE_API={self.settings.joulie_api.value}"
+        if api is NodeApi.NODETWIN:
+            twin = self.twins.twin_name(node)
+            what = f"NodeTwin {twin!r}" if twin else "no NodeTwin targets it yet"
+            return f"the NodeTwin API ({what}; {setting})"
+        if api is NodeApi.PROFILES:
+            profile, _ = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
+            what = (
+                f"NodePowerProfile {object_name(profile)!r}" if profile
+                else "no NodePowerProfile targets it yet"
+            )
+            return f"the profile API ({what}; {setting})"
+        return f"no API yet: neither a NodeTwin nor a NodePowerProfile targets it ({setting})"
+
     def inputs_for(self, node: str) -> NodeInputs:
-        if self.api is JoulieApi.NODETWIN:
-            twin, twin_note = self.twins.twin_for(node)
-            telemetry, _ = self._chosen(
-                self.telemetry, self._telemetry_by_node, node, "TelemetryProfile"
-            )
-            return NodeInputs(
-                node_name=node,
-                labels=dict(self.labels.get(node, {})),
-                telemetry_profile=telemetry,
-                power_profile_note=twin_note,
-                node_twin=twin,
-                nodetwin_api=True,
-                hardware_max_w=self.twins.hardware_max.get(node),
-                spec_stale=self.spec_stale,
-            )
-        power, note = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
+        """The node's inputs: the desired state of the API it follows (:meth:`api_of`), the
+        routing of a TelemetryProfile targeting it (else the worker uses TELEMETRY_*)."""
         telemetry, _ = self._chosen(
             self.telemetry, self._telemetry_by_node, node, "TelemetryProfile"
         )
-        return NodeInputs(
-            node_name=node,
-            labels=dict(self.labels.get(node, {})),
-            gpu_allocatable=dict(self.gpus.get(node, {})),
-            power_profile=power,
-            telemetry_profile=telemetry,
-            power_profile_note=note,
-            spec_stale=self.spec_stale,
-        )
+        common: dict[str, Any] = {
+            "node_name": node,
+            "labels": dict(self.labels.get(node, {})),
+            "gpu_allocatable": dict(self.gpus.get(node, {})),
+            "telemetry_profile": telemetry,
+            "hardware_max_w": self.twins.hardware_max.get(node),
+            "spec_stale": self.spec_stale,
+            "auto_api": self.settings.joulie_api is JoulieApi.AUTO,
+        }
+        if self.api_of(node) is NodeApi.NODETWIN:
+            twin, twin_note = self.twins.twin_for(node)
+            return NodeInputs(
+                **common, node_twin=twin, power_profile_note=twin_note, nodetwin_api=True
+            )
+        power, note = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
+        return NodeInputs(**common, power_profile=power, power_profile_note=note)

@@ -21,6 +21,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from agentpool.spec.values import NodeApi
 from agentpool.supervisor.handles import WorkerState
 
 
@@ -29,6 +30,8 @@ class WorkerView:
     state: WorkerState
     restarts: int
     pid: int | None
+    api: NodeApi | None = None
+    """The Joulie API the node follows (None: not decided yet)."""
 
 
 @dataclass(frozen=True)
@@ -158,11 +161,18 @@ def _worker_families(snap: Snapshot) -> list[Metric]:
     pids = GaugeMetricFamily(
         "agentpool_worker_pid", "Process id of a node's live worker", labels=["node"]
     )
+    # Info-style: one series per node, its label the API; count by (api) for the mix.
+    apis = GaugeMetricFamily(
+        "agentpool_node_api", "1, labelled with the Joulie API a node follows",
+        labels=["node", "api"],
+    )
     for node, view in sorted(snap.workers.items()):
         restarts.add_metric([node], view.restarts)
         if view.pid is not None and view.state is not WorkerState.BACKOFF:
             pids.add_metric([node], view.pid)
-    return [owned, by_state, restarts, pids]
+        if view.api is not None:
+            apis.add_metric([node, view.api.value], 1)
+    return [owned, by_state, restarts, pids, apis]
 
 
 def _pool_families(snap: Snapshot) -> list[Metric]:

@@ -1,8 +1,9 @@
 """What the supervisor itself writes into a node's status, as opposed to its worker.
 
 When no worker can speak for a node (it is restarting, it left this pod's
-scope, the agent is stopping), the status must say so rather than keep
-claiming that a cap is applied. The wording lives here, in one place.
+scope, the agent is stopping), or the node's status moved to the other API's
+object, the status must say so rather than keep claiming that a cap is
+applied. The wording lives here, in one place.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import dataclasses
 from typing import Protocol
 
 from agentpool.config.settings import Settings
+from agentpool.kube.api import Resource
 from agentpool.spec.gpu import GpuBackend, GpuTickResult
 from agentpool.spec.values import Backend, Result, TickResult
 
@@ -60,6 +62,21 @@ def not_controlled(settings: Settings, problems: tuple[str, ...] | None) -> Tick
     result, restored = _restore_outcome(settings, problems)
     return TickResult(
         Backend.NONE, result, f"not controlled: node deleted or no longer selected; {restored}"
+    )
+
+
+def moved(target: tuple[Resource, str] | None) -> TickResult:
+    """The node follows the other API now: its status is written in ``target`` instead."""
+    if target is None:
+        where = "no object carries its status now"
+    elif target[0] is Resource.NODE_TWINS:
+        where = f"its status is in NodeTwin {target[1]!r} (status.controlStatus)"
+    else:
+        where = f"its status is in TelemetryProfile {target[1]!r}"
+    api = "NodeTwin" if target is not None and target[0] is Resource.NODE_TWINS else "profile"
+    return TickResult(
+        Backend.NONE, Result.NONE, f"not written here any more: the node follows the {api} "
+        f"API now; {where}"
     )
 
 

@@ -172,6 +172,13 @@ class TwinView:
         )
         return chosen, note
 
+    def has_twin(self, node: str) -> bool:
+        return bool(self._by_node.get(node))
+
+    def claims(self, name: str, node: str) -> bool:
+        """Whether the NodeTwin ``name`` exists and targets ``node``."""
+        return name in self._by_node.get(node, ())
+
     def twin_name(self, node: str) -> str | None:
         twin, _ = self.twin_for(node)
         return _name(twin) if twin is not None else None

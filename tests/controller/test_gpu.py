@@ -217,9 +217,25 @@ def test_no_gpu_cap_reports_nothing_then_none(sim: PowerSim, tmp_path: Path) -> 
         telemetry_profile("gpu-0", sim),
     )
     assert node.gpu().result is Result.APPLIED
+    assert sim.state("gpu-0").gpu_cap_watts == 250
     node.set(power_profile("gpu-0", 150), telemetry_profile("gpu-0", sim))
+    # The GPU cap is removed: held one tick (the node may be moving to a NodeTwin), then the
+    # cap found before the first write goes back, as on a graceful stop.
     gpu = node.gpu()
-    assert (gpu.result, gpu.message) == (Result.NONE, "nothing to enforce: no spec.gpu.powerCap")
+    none = "nothing to enforce: no spec.gpu.powerCap"
+    assert (gpu.result, gpu.message) == (
+        Result.NONE,
+        f"{none}; the last GPU cap is released at the next tick unless a new desired state "
+        "arrives",
+    )
+    assert sim.state("gpu-0").gpu_cap_watts == 250
+    gpu = node.gpu()
+    assert (gpu.result, gpu.message) == (
+        Result.NONE, f"{none}; GPU cap released: original GPU caps restored"
+    )
+    assert sim.state("gpu-0").gpu_cap_watts == 350
+    assert node.gpu().message == gpu.message
+    assert gpu_posts(sim, "gpu-0") == [250, 350]
 
 
 def test_malformed_gpu_cap_is_an_error_naming_the_field(sim: PowerSim, tmp_path: Path) -> None:
@@ -284,6 +300,20 @@ def test_host_nvml_caps_every_device_and_restores(nvml: FakeNvml, tmp_path: Path
     assert node.metric("joulie_gpu_power_watts", device="0") == 150
     assert node.metric("joulie_gpu_backend_mode", backend="host-nvidia") == 1
     assert node.controller.restore() == []
+    assert nvml.limits() == [400, 72, 700]
+
+
+def test_host_gpu_cap_removed_restores_every_device_at_the_second_tick(
+    nvml: FakeNvml, tmp_path: Path
+) -> None:
+    node = Node("host-0", tmp_path)
+    node.set(power_profile("host-0", None, gpu_cap={"capWattsPerGpu": 150}))
+    assert node.gpu().result is Result.APPLIED
+    node.set(power_profile("host-0", None))  # the profile stays, its GPU cap goes
+    assert "released at the next tick" in node.gpu().message
+    assert nvml.limits() == [150, 72, 200]
+    gpu = node.gpu()
+    assert gpu.message.endswith("GPU cap released: original GPU caps restored")
     assert nvml.limits() == [400, 72, 700]
 
 

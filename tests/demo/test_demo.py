@@ -96,6 +96,10 @@ def test_demo_with_duration_shows_caps_restart_and_label_removal(
     assert f"worker of {removed[1]} stopped" in out
     final = out[out.index("final state") :]
     assert re.search(rf"^{removed[1]}\s+-\s.*\sunmanaged\s", final, re.MULTILINE)
+    # With the chart's CRDs and defaults, every controlled node follows the profile API.
+    controlled = re.findall(r"^kwok-node-\d+\s+\d\s+(\S+)\s", final, re.MULTILINE)
+    assert controlled, final
+    assert set(controlled) == {"profiles"}, final
     # Both shards ran, and stopped cleanly.
     assert len(re.findall(r"shard \d agent \(pid \d+\) exited with status 0", out)) == 2
     assert "timeline: 3/3 moments confirmed" in out
@@ -126,7 +130,9 @@ def test_demo_on_the_nodetwin_api_with_percent_caps(tmp_path: Path) -> None:
     assert f"new cap of {flip[1]} applied: 200 W" in out
     assert "timeline: 3/3 moments confirmed" in out
     logs = "".join(p.read_text() for p in (tmp_path / "w").glob("shard-*.log"))
-    assert "Joulie API: nodetwin (JOULIE_API=auto)" in logs
+    # The chart's CRD set is served; each node follows its NodeTwin.
+    assert "Joulie kinds watched (JOULIE_API=auto): nodepowerprofiles" in logs
+    assert re.search(r"node kwok-node-0 follows the NodeTwin API \(NodeTwin 'kwok-node-0'", logs)
     assert "48% of max 250 W (telemetry cpu.packagePowerMaxWatts)" in logs
 
 
@@ -187,7 +193,7 @@ def _row(node: str, **changes: object) -> NodeRow:
         "node": node, "managed": True, "profile": "eco", "cap": 120.0, "shard": 1,
         "pid": 4242, "restarts": 0, "enforced": ("eco", 120.0), "backend": "rapl",
         "result": "applied", "message": "RAPL cap set to 120 W", "sim_cap": 120.0,
-        "throttle_pct": 0.0, "power_w": 119.5,
+        "throttle_pct": 0.0, "power_w": 119.5, "api": "profiles",
     }
     values.update(changes)
     return NodeRow(**values)  # type: ignore[arg-type]
@@ -210,10 +216,13 @@ def test_parse_metrics_reads_pids_restarts_and_caps() -> None:
         'agentpool_worker_pid{node="a"} 101.0\n'
         'agentpool_worker_restarts_total{node="a"} 2.0\n'
         'joulie_policy_cap_watts{node="a",policy="eco"} 120.0\n'
+        'agentpool_node_api{node="a",api="nodetwin"} 1.0\n'
         "agentpool_owned_nodes 1.0\n"
     )
     metrics = parse_metrics(text)
-    assert metrics == ShardMetrics(True, {"a": 101}, {"a": 2}, {"a": ("eco", 120.0)})
+    assert metrics == ShardMetrics(
+        True, {"a": 101}, {"a": 2}, {"a": ("eco", 120.0)}, {"a": "nodetwin"}
+    )
 
 
 def test_table_marks_unmanaged_nodes_and_pending_ones() -> None:
@@ -228,12 +237,12 @@ def test_table_marks_unmanaged_nodes_and_pending_ones() -> None:
     )
     lines = table(snap)
     assert lines[0].split() == [
-        "NODE", "SHARD", "PROFILE", "CAP", "BACKEND", "THROTTLE", "POWER", "RESULT", "PID",
+        "NODE", "SHARD", "API", "PROFILE", "CAP", "BACKEND", "THROTTLE", "POWER", "RESULT", "PID",
         "RESTARTS",
     ]
     assert lines[1].split() == [
-        "kwok-node-0", "1", "eco", "120", "W", "rapl", "0", "%", "119.5", "W", "applied", "4242",
-        "0",
+        "kwok-node-0", "1", "profiles", "eco", "120", "W", "rapl", "0", "%", "119.5", "W",
+        "applied", "4242", "0",
     ]
     assert lines[2].split()[-3:] == ["pending", "-", "-"]
     assert lines[3].split()[-3:] == ["unmanaged", "-", "-"]

@@ -9,6 +9,7 @@ the agent writes that the CRDs do not declare, fails here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.sysfs.trees import read_int
 from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
-from tests.supervisor.agents import host_cluster, joulie_nodes, pl1_files, worker_pids
+from tests.supervisor.agents import host_cluster, joulie_nodes, node_apis, pl1_files, worker_pids
 
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding")
@@ -42,19 +43,27 @@ def chart_rbac(mode: str) -> list[dict[str, Any]]:
     return [namespace, *(o for o in rendered if o["kind"] in RBAC_KINDS)]
 
 
+@contextlib.contextmanager
+def chart_account(server: EnvtestServer, mode: str) -> Iterator[tuple[str, str]]:
+    """(namespace, name) of the chart's ServiceAccount, its RBAC applied for that mode
+    (with the chart's default values) while in the block."""
+    objects = chart_rbac(mode)
+    server.api().apply(objects)
+    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
+    yield NAMESPACE, account["metadata"]["name"]
+    admin = server.api()
+    for obj in reversed(objects[1:]):
+        kind = f"{obj['kind']}.{obj['apiVersion']}"
+        admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+
+
 @pytest.fixture(scope="module", params=["pool", "daemonset"])
 def service_account(
     request: pytest.FixtureRequest, envtest_server: EnvtestServer
 ) -> Iterator[tuple[str, str]]:
     """(namespace, name) of the chart's ServiceAccount, its RBAC applied for that mode."""
-    objects = chart_rbac(request.param)
-    envtest_server.api().apply(objects)
-    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
-    yield NAMESPACE, account["metadata"]["name"]
-    admin = envtest_server.api()
-    for obj in reversed(objects[1:]):
-        kind = f"{obj['kind']}.{obj['apiVersion']}"
-        admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+    with chart_account(envtest_server, request.param) as account:
+        yield account
 
 
 def as_agent(server: EnvtestServer, service_account: tuple[str, str], tmp: Any) -> ClusterApi:
@@ -118,6 +127,9 @@ def test_pool_of_three_shards_controls_every_node_once_as_the_service_account(
         for agent in agents:
             total.update(joulie_nodes(agent.metrics()))
         assert total == Counter(dict.fromkeys(managed, 1))
+        # The chart's defaults (JOULIE_API=auto, all four CRDs served): the profile API.
+        follows = {node: api for agent in agents for node, api in node_apis(agent).items()}
+        assert follows == dict.fromkeys(managed, "profiles")
         # The agent logs a refused request as "HTTP 403"; a bare "403" also matches pids
         # (30403) and milliseconds of timestamps.
         assert "HTTP 403" not in "".join(a.logs() for a in agents)

@@ -99,7 +99,8 @@ def test_agent_with_nodetwin_rbac_enforces_reports_and_publishes(
             cluster.add_node(name, cap=130.0 if i else None, pct=None if i else 40.0)
         before = {n: without_cpu_control(cluster.api.get("nodetwins", n)["status"])
                   for n in nodes}
-        agent = cluster.start_agent(cluster.routing_env())
+        # The chart renders JOULIE_API=nodetwin with this RBAC: the agent gets it too.
+        agent = cluster.start_agent({**cluster.routing_env(), "JOULIE_API": "nodetwin"})
         agent.wait_ready(60)
         wait_until(lambda: all(cluster.status(n).get("result") == "applied" for n in nodes), 60)
         assert cluster.power.state("real-twin-0").cap_watts == 100.0  # 40% of 250 W
@@ -115,7 +116,7 @@ def test_agent_with_nodetwin_rbac_enforces_reports_and_publishes(
                                                            "updatedAt"}
         wait_until(lambda: len(cluster.api.list("nodehardwares")) == len(nodes), 30)
         logs = agent.logs()
-        assert "Joulie API: nodetwin" in logs
+        assert "Joulie kinds watched (JOULIE_API=nodetwin): telemetryprofiles, nodetwins" in logs
         assert "HTTP 403" not in logs  # not a port number that contains 403
         assert agent.terminate() == 0
         # Least privilege: the agent's account may not touch the operator's desired state.

@@ -27,7 +27,7 @@ def test_sigterm_with_200_workers_and_a_slow_api_stops_all_and_writes_every_stat
         code = agent.terminate(timeout=60)
         took = time.monotonic() - started
         cluster.emulator.clear_faults()
-        assert code == 0
+        assert code == 0, agent.logs()[-3000:]
         # Measured 2.0 s on 2 busy cores; 15 s (the goal at 1,000 nodes) keeps 7x headroom.
         assert took < 15.0, f"shutdown took {took:.1f}s"
         assert not [pid for pid in pids.values() if alive(pid)]

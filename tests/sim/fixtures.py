@@ -84,7 +84,7 @@ class Backend:
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """The emulator (with the chart's CRDs) and, where binaries exist, the real server."""
     if request.param == "emulator":
-        emu = ApiEmulator().start()
+        emu = ApiEmulator(shape="all").start()  # every chart CRD served, as Helm installs them
         emu.install_crds(chart_crds())
         chosen = Backend("emulator", emu, emu.write_kubeconfig(tmp_path / "kubeconfig"))
         try:

@@ -42,6 +42,15 @@ def joulie_nodes(text: str) -> Counter[str]:
     return counts
 
 
+def node_apis(agent: AgentProcess) -> dict[str, str]:
+    """node -> the Joulie API it follows, from ``agentpool_node_api``."""
+    return {
+        dict(labels)["node"]: dict(labels)["api"]
+        for (name, labels), value in series(agent.metrics()).items()
+        if name == "agentpool_node_api" and value == 1.0
+    }
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

@@ -20,7 +20,7 @@ from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import AgentProcess, SimCluster, node_twin, wait_until
 from tests.backends.tls_helpers import https_gateway, make_pki
 
-from .agents import host_cluster, pl1_files, worker_pids
+from .agents import host_cluster, node_apis, pl1_files, worker_pids
 
 
 def readyz(agent: AgentProcess) -> tuple[int, str]:
@@ -97,29 +97,35 @@ def test_three_shards_enforce_nodetwins_and_publish_nodehardware() -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "setting", "chosen"),
+    ("crds", "setting", "chosen", "kinds"),
     [
-        ("profiles", "auto", "profiles"),
-        ("nodetwin", "auto", "nodetwin"),
-        ("all", "auto", "nodetwin"),
-        ("all", "profiles", "profiles"),
+        ("all", "auto", "nodetwin", "nodepowerprofiles, telemetryprofiles, nodetwins, "
+         "nodehardwares"),
+        ("all", "profiles", "profiles", "nodepowerprofiles, telemetryprofiles"),
+        ("all", "nodetwin", "nodetwin", "telemetryprofiles, nodetwins, nodehardwares"),
+        ("profiles", "auto", "profiles", "nodepowerprofiles, telemetryprofiles"),
+        ("nodetwin", "auto", "nodetwin", "nodetwins, nodehardwares"),
     ],
 )
-def test_api_selection_in_each_cluster_shape(shape: str, setting: str, chosen: str) -> None:
-    with SimCluster(api="nodetwin" if shape == "nodetwin" else "profiles") as cluster:
-        cluster.emulator.install(shape)
-        cluster.add_node("a", cap=130)  # a NodePowerProfile + TelemetryProfile (profile API)
-        if shape == "all":  # and a NodeTwin with another cap
-            cluster.api.create("nodetwins", node_twin("a", cap=140))
-        env = {"JOULIE_API": setting}
-        if chosen == "nodetwin":
-            env.update(cluster.routing_env())
+def test_what_each_setting_watches_and_follows_in_each_cluster_shape(
+    crds: str, setting: str, chosen: str, kinds: str
+) -> None:
+    with SimCluster(crds="all") as cluster:
+        # Seeded while every kind is served: a NodePowerProfile + TelemetryProfile (HTTP) at
+        # 130 W and a NodeTwin at 140 W; then only the cluster shape's kinds stay served.
+        cluster.add_node("a", cap=130)
+        cluster.api.create("nodetwins", node_twin("a", cap=140))
+        cluster.emulator.install(crds)
+        env = {"JOULIE_API": setting, **cluster.routing_env()}
         agent = cluster.start_agent(env)
         agent.wait_ready()
-        wait_until(lambda: cluster.power.state("a").cap_watts is not None, 20)
-        assert f"Joulie API: {chosen} (JOULIE_API={setting})" in agent.logs()
-        expected = 140.0 if chosen == "nodetwin" and shape == "all" else 130.0
-        wait_until(lambda: cluster.power.state("a").cap_watts == expected, 10)
+        expected = 140.0 if chosen == "nodetwin" else 130.0
+        wait_until(lambda: cluster.power.state("a").cap_watts == expected, 20)
+        logs = agent.logs()
+        assert f"Joulie kinds watched (JOULIE_API={setting}): {kinds}\n" in logs
+        api = "NodeTwin" if chosen == "nodetwin" else "profile"
+        assert f"node a follows the {api} API" in logs
+        assert node_apis(agent) == {"a": chosen}
         assert agent.terminate() == 0
 
 
@@ -147,7 +153,7 @@ def test_neither_api_served_is_not_ready_then_recovers_when_crds_arrive() -> Non
 
 
 def test_named_api_not_served_is_not_ready() -> None:
-    with SimCluster(api="nodetwin") as cluster:
+    with SimCluster(api="nodetwin", crds="nodetwin") as cluster:
         agent = cluster.start_agent({"JOULIE_API": "profiles"})
         wait_until(
             lambda: "JOULIE_API=profiles but nodepowerprofiles" in readyz(agent)[1], 20

@@ -222,6 +222,10 @@ class RaplHost:
         """Put back every limit this agent changed; returns the problems, if any."""
         return self._originals.restore(OWNER)
 
+    def holds_originals(self) -> bool:
+        """Whether some limit this agent wrote is not restored yet."""
+        return bool(self._originals.items(OWNER))
+
 
 @dataclass(frozen=True)
 class EnergySample:

@@ -1,0 +1,185 @@
+"""KindDiscovery against the API emulator through the real client: which kinds each setting
+watches, CRDs installed and removed while it runs, and what ``/readyz`` is told.
+
+``discover()`` is driven by hand with a simulated clock (the thread only calls it in a loop);
+the emulator's ``install(shape)`` serves another set of CRDs, as when CRDs come and go.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentpool.config.settings import JoulieApi
+from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.selection import ABSENT_CONFIRM_S, KindDiscovery, kinds_for, problem_for
+from agentpool.sim.apiserver import ApiEmulator
+from agentpool.sim.cluster import wait_until
+from tests.kube.test_informer import api
+
+__all__ = ["api"]  # the KubeApi-on-the-emulator fixture, shared with test_informer
+
+NPP, TP, NT, NHW = (
+    Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES, Resource.NODE_TWINS,
+    Resource.NODE_HARDWARES,
+)
+ALL = {NPP, TP, NT, NHW}
+
+
+class Recorder:
+    """The discovery's callbacks, recorded; ``fail`` makes on_added raise for a kind."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Resource]] = []
+        self.fail: set[Resource] = set()
+
+    def added(self, kind: Resource) -> None:
+        if kind in self.fail:
+            raise RuntimeError(f"cannot watch {kind}")
+        self.calls.append(("added", kind))
+
+    def removed(self, kind: Resource) -> None:
+        self.calls.append(("removed", kind))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def discovery(api: KubeApi, setting: JoulieApi) -> tuple[KindDiscovery, Recorder, Clock]:
+    rec, clock = Recorder(), Clock()
+    return KindDiscovery(api, setting, rec.added, rec.removed, clock=clock), rec, clock
+
+
+@pytest.mark.parametrize(
+    ("setting", "served", "watched"),
+    [
+        (JoulieApi.AUTO, ALL, ALL),
+        (JoulieApi.AUTO, {NPP, TP}, {NPP, TP}),
+        (JoulieApi.PROFILES, ALL, {NPP, TP}),
+        (JoulieApi.NODETWIN, ALL, {NT, NHW, TP}),
+        (JoulieApi.NODETWIN, {NT, NHW}, {NT, NHW}),
+    ],
+)
+def test_each_setting_watches_its_kinds_among_those_served(
+    setting: JoulieApi, served: set[Resource], watched: set[Resource]
+) -> None:
+    assert kinds_for(setting, served) == watched
+    assert problem_for(setting, served) is None
+
+
+def test_what_readyz_is_told_names_what_is_missing() -> None:
+    message = problem_for(JoulieApi.AUTO, {TP})
+    assert message == (
+        "neither nodetwins.joulie.io nor nodepowerprofiles.joulie.io is served: install "
+        "Joulie's CRDs (the chart's crds/; missing: nodepowerprofiles.joulie.io, "
+        "nodetwins.joulie.io, nodehardwares.joulie.io)"
+    )
+    assert problem_for(JoulieApi.AUTO, {NT}) is None  # one API is enough
+    assert "JOULIE_API=profiles but nodepowerprofiles.joulie.io" in str(
+        problem_for(JoulieApi.PROFILES, {NT, NHW, TP})
+    )
+    assert "JOULIE_API=nodetwin but nodetwins.joulie.io" in str(
+        problem_for(JoulieApi.NODETWIN, {NPP, TP})
+    )
+
+
+def test_crds_installed_and_removed_while_running(
+    api_emulator: ApiEmulator, api: KubeApi
+) -> None:
+    d, rec, clock = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("none")
+    d.discover()
+    assert (rec.calls, d.watched) == ([], frozenset())
+    assert d.problem is not None
+    assert d.problem.startswith("neither nodetwins.joulie.io")
+    api_emulator.install("profiles")
+    d.discover()
+    assert rec.calls == [("added", NPP), ("added", TP)]
+    assert d.problem is None
+    api_emulator.install("all")
+    d.discover()
+    assert rec.calls[2:] == [("added", NT), ("added", NHW)]
+    assert d.watched == ALL
+    # The profile API's CRDs go: dropped once still missing ABSENT_CONFIRM_S later.
+    api_emulator.install("nodetwin")
+    d.discover()
+    assert len(rec.calls) == 4
+    assert d.watched == ALL
+    assert d.served == {NT, NHW}  # readiness stops counting their informers at once
+    clock.now += ABSENT_CONFIRM_S / 2
+    d.discover()
+    assert len(rec.calls) == 4
+    clock.now += ABSENT_CONFIRM_S
+    d.discover()
+    assert rec.calls[4:] == [("removed", NPP), ("removed", TP)]
+    assert d.watched == {NT, NHW}
+    assert d.problem is None
+
+
+def test_one_odd_answer_drops_nothing(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    d, rec, clock = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    d.discover()
+    api_emulator.install("profiles")
+    d.discover()
+    assert d.problem is None
+    api_emulator.install("all")  # back before the absence was confirmed
+    clock.now += 10 * ABSENT_CONFIRM_S
+    d.discover()
+    api_emulator.install("profiles")
+    clock.now += ABSENT_CONFIRM_S / 2
+    d.discover()
+    assert [c for c, _ in rec.calls] == ["added"] * 4
+    assert d.watched == ALL
+
+
+def test_a_failing_callback_is_tried_again(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    d, rec, _ = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    rec.fail = {NT}
+    d.discover()
+    assert d.watched == {NPP, TP, NHW}
+    rec.fail = set()
+    d.discover()
+    assert d.watched == ALL
+
+
+def test_discovery_failing_before_any_answer_is_a_problem_then_recovers(
+    api_emulator: ApiEmulator, api: KubeApi
+) -> None:
+    d, _, _ = discovery(api, JoulieApi.AUTO)
+    api_emulator.stop()  # an API server that does not answer yet
+    d.discover()
+    assert d.problem is not None
+    assert d.problem.startswith("API discovery failed: ")
+    api_emulator.start()
+    d.discover()
+    assert d.problem is None
+    assert d.watched == {NPP, TP}
+    # Later failures keep what is watched (the informers say what fails).
+    api_emulator.stop()
+    d.discover()
+    assert d.problem is None
+    assert d.watched == {NPP, TP}
+
+
+def test_the_thread_finds_a_crd_installed_later_and_stops(
+    api_emulator: ApiEmulator, api: KubeApi
+) -> None:
+    rec = Recorder()
+    api_emulator.install("none")
+    d = KindDiscovery(api, JoulieApi.AUTO, rec.added, rec.removed, period_s=0.2,
+                      first_retry_s=0.05, max_retry_s=0.2)
+    d.start()
+    try:
+        wait_until(lambda: d.problem is not None and "neither" in d.problem, 5)
+        api_emulator.install("nodetwin")
+        wait_until(lambda: d.watched == {NT, NHW}, 5)
+        assert d.problem is None
+    finally:
+        d.stop()
+    assert not d._thread.is_alive()
