@@ -11,6 +11,7 @@ backends (HTTP, NVML, AMD SMI) report :class:`DeviceLimits`, and
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,18 @@ class DeviceLimits:
     min_watts: float
     max_watts: float
     default_watts: float | None = None
+
+
+def limits_problem(limits: DeviceLimits) -> str | None:
+    """Why a device's reported limits make no range a cap can be clamped into; None if they do.
+
+    A driver that reports a maximum of 0, or a minimum above its maximum, has no
+    limit the agent could set: the device is ``blocked``, never written.
+    """
+    low, high = limits.min_watts, limits.max_watts
+    if not (math.isfinite(low) and math.isfinite(high)) or not 0 <= low <= high or high <= 0:
+        return f"reports no usable power limit range (min {low:g} W, max {high:g} W)"
+    return None
 
 
 def resolve_cap(cap: GpuCap, limits: DeviceLimits) -> tuple[float, float]:

@@ -111,6 +111,8 @@ class WorkerHandle:
     """How the last process ended, for the log and status once it is settled."""
     last_result: TickResult | None = None
     restore_problems: tuple[str, ...] | None = None
+    crash: str = ""
+    """What made the last process crash, as it said before exiting ('' if it did not)."""
 
     @property
     def pid(self) -> int | None:
@@ -154,6 +156,7 @@ class WorkerHandle:
         self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
         self.inbox = bytearray()
         self.restore_problems = None
+        self.crash = ""
 
 
 class ForkServerLauncher:

@@ -294,6 +294,7 @@ class Supervisor:
             self._offer_status(handle.node, message.result)
         elif isinstance(message, Stopped):
             handle.restore_problems = message.problems
+            handle.crash = message.crash
 
     def _writer(self, resource: Resource) -> StatusSink | None:
         return self.twin_status if resource is Resource.NODE_TWINS else self.status
@@ -384,8 +385,9 @@ class Supervisor:
             cause = "sent a corrupt message, stopped"
         delay = self._back_off(handle, now, handle.started_at)
         restart = handle.policy.restarts + 1
-        message = "worker for node %s (pid %s) %s: %s; restart %d in %.1fs"
-        _node_log(ERROR, node, message, pid, cause, how, restart, delay)
+        crash = f" ({handle.crash})" if handle.crash else ""
+        message = "worker for node %s (pid %s) %s: %s%s; restart %d in %.1fs"
+        _node_log(ERROR, node, message, pid, cause, how, crash, restart, delay)
         restarting = statuses.restarting(cause, how, restart, delay)
         self._offer_status(node, statuses.with_gpu(restarting, handle.last_result))
 

@@ -28,6 +28,7 @@ from typing import Any
 from agentpool.backends.sysfs.files import Originals
 from agentpool.config.settings import Settings
 from agentpool.controller.node import NodeController
+from agentpool.errors import shown
 from agentpool.logs import setup_logging
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.worker.faults import tick_with_faults
@@ -120,6 +121,23 @@ def _use_node_metrics_files(node: str) -> None:
     )
 
 
+def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
+    """What made a worker fail, in one line: the exception and the desired state it was
+    enforcing, so that a crash an input causes is told with the input that caused it."""
+    what = f"{type(exc).__name__}: {shown(str(exc))[1:-1]}"
+    if inputs is None:
+        return what
+    sources = []
+    for kind, obj in (("NodeTwin", inputs.node_twin), ("NodePowerProfile", inputs.power_profile),
+                      ("TelemetryProfile", inputs.telemetry_profile)):
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(meta, dict):
+            version = meta.get("resourceVersion")
+            at = f" (resourceVersion {shown(version)})" if version is not None else ""
+            sources.append(f"{kind} {shown(meta.get('name'))}{at}")
+    return f"{what}, with {', '.join(sources)}" if sources else what
+
+
 def run_worker(
     node: str,
     settings: Settings,
@@ -136,6 +154,7 @@ def run_worker(
     restoring what could be restored, never in multiprocessing's generic 1.
     """
     code = 0
+    crash = ""
     controller: NodeController | None = None
     try:
         probe(node, "bootstrap")
@@ -156,15 +175,16 @@ def run_worker(
             probe(node, "setup")
             tick = _probed(node, tick)
         _loop(controller, tick, settings, conn, stop)
-    except BaseException:  # report how we died, then exit non-zero; the supervisor restarts us
-        log.error("worker for node %s crashed:\n%s", node, traceback.format_exc())
+    except BaseException as exc:  # say how we died, exit non-zero; the supervisor restarts us
+        crash = crash_reason(exc, controller.inputs if controller is not None else inputs)
+        log.error("worker for node %s crashed (%s):\n%s", node, crash, traceback.format_exc())
         code = EXIT_CRASH
     problems = controller.restore() if controller is not None else []
     for problem in problems:
         log.error("node %s: could not restore host value: %s", node, problem)
     # If the supervisor is gone the send fails; the host was restored all the same.
     with contextlib.suppress(OSError, EOFError):
-        conn.send(Stopped(node, tuple(problems)))
+        conn.send(Stopped(node, tuple(problems), crash))
     sys.stdout.flush()
     os._exit(code)
 

@@ -61,6 +61,9 @@ class Stopped:
     node: str
     problems: tuple[str, ...]
     """Host values that could not be restored (empty when all went back)."""
+    crash: str = ""
+    """Why the worker crashed (the exception and the inputs it was enforcing); empty after
+    a clean stop."""
 
 
 def frame(message: object) -> bytes:
@@ -148,6 +151,7 @@ def well_formed(message: object) -> bool:
     if isinstance(message, Stopped):
         return (
             isinstance(message.node, str)
+            and isinstance(getattr(message, "crash", ""), str)
             and isinstance(message.problems, tuple)
             and all(isinstance(p, str) for p in message.problems)
         )

@@ -20,6 +20,7 @@ import pytest
 
 from agentpool.config.settings import Settings
 from agentpool.sim.polling import wait_until
+from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.forkclient import (
     LOST_EXIT_CODE,
     SERVER_MODULE,
@@ -201,3 +202,31 @@ def test_a_request_that_is_not_a_workers_arguments_ends_the_server_quietly(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_crashing_worker_says_why_and_with_which_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A crash an input causes must not become a crash loop nobody can explain: the worker's
+    # last message names the exception and the desired state it was enforcing, and the
+    # supervisor logs it with the death (issue 23 puts it in the status and metrics).
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setenv("AGENTPOOL_FAULTS", "raise-in-tick:n1")
+    fork_server = ForkServer()
+    try:
+        ours, theirs = Pipe(duplex=True)
+        profile = {"metadata": {"name": "n1-eco", "resourceVersion": "42"},
+                   "spec": {"nodeName": "n1", "profile": "eco"}}
+        try:
+            worker = fork_server.spawn("n1", Settings(reconcile_interval_s=0.2), None,
+                                       NodeInputs("n1", power_profile=profile), theirs.fileno())
+        finally:
+            theirs.close()
+        assert exit_code(worker) == EXIT_CRASH
+        stopped = ours.recv()
+        assert isinstance(stopped, Stopped)
+        assert stopped.crash.startswith("InjectedFault: ")
+        assert stopped.crash.endswith("with NodePowerProfile 'n1-eco' (resourceVersion '42')")
+        worker.close()
+    finally:
+        fork_server.stop()
