@@ -85,8 +85,14 @@ def validate(settings: HttpAuthSettings) -> None:
         variable = "HTTP_CA_BUNDLE" if settings.ca_bundle else "HTTP_CLIENT_CERT"
         value = settings.ca_bundle or settings.client_cert or ""
         raise ConfigError(variable, value, f"expected PEM files that load ({exc})") from None
-    if settings.token_file is not None and not _read_token(settings.token_file):
-        raise ConfigError("HTTP_TOKEN_FILE", settings.token_file, "expected a non-empty token")
+    if settings.token_file is not None:
+        try:
+            token = _read_token(settings.token_file)
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, a FIFO gone wrong, not text
+            problem = f"expected a readable token file ({exc})"
+            raise ConfigError("HTTP_TOKEN_FILE", settings.token_file, problem) from None
+        if not token:
+            raise ConfigError("HTTP_TOKEN_FILE", settings.token_file, "expected a non-empty token")
 
 
 def _read_token(path: str) -> str:

@@ -338,3 +338,12 @@ def test_a_telemetry_endpoint_that_cannot_be_requested_exits_naming_it(endpoint:
     with pytest.raises(ConfigError) as caught:
         load_settings(raw)
     assert caught.value.variable == "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT"
+
+
+def test_a_token_file_that_is_a_directory_exits_naming_it() -> None:
+    # Shrunk from tests/properties/test_config.py (HTTP_TOKEN_FILE='/'): reading it raised
+    # IsADirectoryError out of load_settings, a traceback instead of exit 2.
+    with pytest.raises(ConfigError) as caught:
+        load_settings({**POOL, "HTTP_TOKEN_FILE": "/"})
+    assert caught.value.variable == "HTTP_TOKEN_FILE"
+    assert "readable token file" in str(caught.value)

@@ -159,7 +159,7 @@ def test_any_bytes_from_a_worker_end_that_worker_never_the_supervisor(
         assert b.process.signals == []
         # The worker that wrote them: it goes on only if all it wrote was whole, valid
         # messages; otherwise it is stopped (and restarted after its backoff).
-        whole = all(d in (_frame(VALID), _frame(STOPPED)) for d in written)
+        whole = all(d in (_frame(VALID), _frame(STOPPED), b"") for d in written)
         handle = loop.handle("a")
         if whole and not then_close:
             assert handle.state is WorkerState.RUNNING
