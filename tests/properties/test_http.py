@@ -26,8 +26,9 @@ from tests.properties.budget import examples
 from tests.properties.strategies import json_values
 
 TIMEOUT_S = 0.25
-SLACK_S = 0.5
-"""Past the timeout, what a busy machine may add (the overrun measured here is ~10 ms)."""
+SLACK_S = 1.5
+"""Past the timeout, what a busy machine may add: the overrun measured here is ~10 ms, but
+a campaign on two cores shared with a full test run stalled a request for 1.1 s once."""
 MAX_MESSAGE = 600
 MAX_STATE_BYTES = 4096
 NODE = "worker-0"
@@ -140,7 +141,7 @@ def answers(draw: st.DrawFn, documents: st.SearchStrategy[Any]) -> tuple[Answer,
     answer = Answer(
         data,
         pieces=draw(st.integers(2, 12)) if drip else 1,
-        delay_s=0.06 if drip else 0.0,
+        delay_s=0.2 if drip else 0.0,  # 12 pieces of it far outlast timeout + slack
         hold=hold or framing in ("long", "close"),  # a 'close' answer that never closes, too
     )
     code = status.split(" ")[1] if status.startswith("HTTP/1.") and status.count(" ") >= 1 else ""

@@ -91,7 +91,10 @@ def _mean(values: deque[float]) -> float:
     total = sum(values)
     if math.isfinite(total):
         return total / len(values)
-    return sum(v / len(values) for v in values)
+    # A mean lies between the smallest and the largest value; summing shares can still round
+    # past the float maximum (three readings at it), so the result is held in that range.
+    shares = sum(v / len(values) for v in values)
+    return max(min(values), min(max(values), shares))
 
 
 class AdaptiveDvfsController:

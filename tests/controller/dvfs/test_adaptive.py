@@ -200,3 +200,11 @@ def test_readings_near_the_float_maximum_keep_the_estimate_finite() -> None:
     for reading in (8.988465674311579e307, 8.98846567431158e307):
         dvfs.step(reading, 1e308, 0.0)
     assert dvfs.state.ema == pytest.approx(8.98846567431158e307)
+
+
+def test_three_readings_at_the_float_maximum_keep_the_estimate_finite() -> None:
+    # Shrunk by the campaign (round 2): a third of each summed rounded past the maximum.
+    dvfs = controller()
+    for _ in range(3):
+        dvfs.step(1.7976931348623157e308, 1e308, 0.0)
+    assert dvfs.state.ema == 1.7976931348623157e308
