@@ -1,7 +1,7 @@
 """The ``agentpool`` command line: thin, it only parses and dispatches.
 
 ``agentpool`` with no subcommand runs the supervisor (the container
-entrypoint). Every setting is a flag generated from :data:`config.OPTIONS`,
+entrypoint). Every setting is a flag generated from :data:`~agentpool.config.options.OPTIONS`,
 with its environment variable; flags win. Configuration errors exit 2.
 
 The settings' variables are read here rather than through click's
@@ -21,7 +21,9 @@ from typing import Any, NoReturn
 import click
 
 from agentpool import __version__
-from agentpool.config.settings import OPTIONS, Settings, duration, load_settings, option
+from agentpool.config.options import OPTIONS, option
+from agentpool.config.parsers import duration
+from agentpool.config.settings import Settings, load_settings
 from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
 
@@ -58,8 +60,7 @@ def settings_from(flags: dict[str, str | None]) -> Settings:
     try:
         return load_settings(raw)
     except ConfigError as exc:
-        click.echo(f"agentpool: configuration error: {exc}", err=True)
-        sys.exit(CONFIG_EXIT)
+        _config_exit(exc)
 
 
 @click.group(invoke_without_command=True, context_settings={"max_content_width": 110})
@@ -107,28 +108,22 @@ def owner(
     if assignment is not None:
         raise click.UsageError("--assignment needs --members (the static pool is modulo)")
     if shards is None:
-        try:
-            shards = max(1, option("POOL_SHARDS").value(os.environ.get("POOL_SHARDS")))
-        except ConfigError as exc:
-            click.echo(f"agentpool: configuration error: {exc}", err=True)
-            sys.exit(CONFIG_EXIT)
+        shards = max(1, _from_env("POOL_SHARDS"))
     for node in nodes:
         click.echo(f"{node}\t{shard_of(node, shards)}")
 
 
-def _config_exit(variable: str, raw: str, accepted: str) -> NoReturn:
-    click.echo(
-        f"agentpool: configuration error: {variable}={raw!r} is invalid: {accepted}", err=True
-    )
-    sys.exit(CONFIG_EXIT)
-
-
-def _env_int(variable: str, default: str) -> int:
-    raw = os.environ.get(variable, default)
+def _from_env(variable: str) -> Any:
+    """A setting's value from the environment, parsed by its option; exits 2 when bad."""
     try:
-        return max(1, int(raw))
-    except ValueError:
-        _config_exit(variable, raw, "expected an integer")
+        return option(variable).value(os.environ.get(variable))
+    except ConfigError as exc:
+        _config_exit(exc)
+
+
+def _config_exit(exc: ConfigError) -> NoReturn:
+    click.echo(f"agentpool: configuration error: {exc}", err=True)
+    sys.exit(CONFIG_EXIT)
 
 
 def _owner_among(nodes: tuple[str, ...], members: str, assignment: str | None) -> None:
@@ -137,11 +132,7 @@ def _owner_among(nodes: tuple[str, ...], members: str, assignment: str | None) -
     if not names:
         raise click.BadParameter(f"{members!r}: expected pod names", param_hint="--members")
     if assignment is None:
-        raw = os.environ.get("POOL_ASSIGNMENT", Assignment.RENDEZVOUS.value)
-        try:
-            how = Assignment(raw.strip().lower())
-        except ValueError:
-            _config_exit("POOL_ASSIGNMENT", raw, "expected one of modulo, rendezvous")
+        how: Assignment = _from_env("POOL_ASSIGNMENT")
     else:
         try:
             how = Assignment(assignment.strip().lower())
@@ -272,7 +263,7 @@ def demo(
 )
 def inspect(sysfs_root: Path | None, cap: float | None, pct: float | None) -> None:
     """Print what the agent finds on this node and what it would do with a cap; writes nothing."""
-    from agentpool.hardware.report import report
+    from agentpool.nodereport import report
 
     if sysfs_root is None:
         configured = os.environ.get("SYSFS_ROOT", "").strip()

@@ -1,8 +1,10 @@
-"""Go-style durations (``500ms``, ``20s``, ``1m30s``), the format the Joulie chart already uses."""
+"""The agent's time formats: Go-style durations (``500ms``, ``20s``, ``1m30s``), the
+format the Joulie chart already uses, and RFC 3339 UTC timestamps."""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 _UNITS = {
     "ns": 1e-9,
@@ -51,3 +53,9 @@ def format_duration(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds / 60:g}m"
     return f"{seconds:g}s"
+
+
+def utc_timestamp(micro: bool = False) -> str:
+    """Now in RFC 3339 UTC: seconds (Kubernetes ``Time``: status ``updatedAt``), or with
+    ``micro`` microseconds (``MicroTime``: Lease renewals; the HTTP control ``ts``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")

@@ -8,7 +8,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
-from agentpool.config.settings import LogFormat
+from agentpool.config.options import LogFormat
 
 
 class JsonFormatter(logging.Formatter):

@@ -36,7 +36,8 @@ from pathlib import Path
 from measure import machine
 from plants import CURVES, Curve, Node
 
-from agentpool.config.settings import DvfsControllerKind, DvfsSettings
+from agentpool.config.options import DvfsControllerKind
+from agentpool.config.settings import DvfsSettings
 from agentpool.controller.dvfs.throttle import make_controller
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,8 @@ import argparse
 import sys
 import time
 
-from agentpool.config.settings import ElasticSettings, Membership
+from agentpool.config.options import Membership
+from agentpool.config.settings import ElasticSettings
 from agentpool.pool.assignment import Assignment
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import psutil
 
-from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import build_nodes, intel_2socket
 from agentpool.supervisor.forkclient import SERVER_MODULE
 

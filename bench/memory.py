@@ -29,7 +29,7 @@ from pathlib import Path
 
 from measure import MIB, agent_over_nodes, median, memory, percentile, process_tree
 
-from agentpool.sim.cluster import AgentProcess
+from agentpool.sim.agentproc import AgentProcess
 from agentpool.worker.forking import immortal
 
 _MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")

@@ -35,7 +35,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until, worker_pids
+from agentpool.sim.agentproc import AgentProcess, worker_pids
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from agentpool.supervisor.collector import FastMultiProcessCollector
 
 RESOURCES = ("nodes", "nodepowerprofiles", "telemetryprofiles")

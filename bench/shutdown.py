@@ -23,7 +23,8 @@ import time
 
 import psutil
 
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 
 GOAL_S = 15.0
 

@@ -33,7 +33,9 @@ from typing import Any
 
 import psutil
 
-from agentpool.sim.cluster import AgentProcess, SimCluster, wait_until
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, read_int
 from agentpool.supervisor.forkclient import SERVER_MODULE
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, values
 
-from agentpool.config.settings import DvfsSettings, Settings
+from agentpool.config.settings import ControllerSettings, DvfsSettings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.sim.sysfs.trees import build_nodes, intel_2socket
@@ -42,9 +42,8 @@ def measure(backend: str, ticks: int, warm: int, top: int) -> str:
         )
         template = str(Path(tmp) / "sys" / "{node}")
         trees = build_nodes(template, ["bench-node"], intel_2socket)
-        settings = Settings(
-            reconcile_interval_s=1.0, sysfs_root=template,
-            dvfs=dataclasses.replace(DvfsSettings(), cooldown_s=0.0),
+        settings = ControllerSettings(
+            sysfs_root=template, dvfs=dataclasses.replace(DvfsSettings(), cooldown_s=0.0)
         )
         node = "bench-node"
         controller = NodeController(settings, node, NodeMetrics(node, CollectorRegistry()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentpool.backoff import RestartPolicy
+from agentpool.backoff import Backoff, RestartPolicy
 
 
 def test_delays_double_from_about_one_second_up_to_the_cap() -> None:
@@ -38,3 +38,10 @@ def test_restarts_count_every_restart(restarts: int) -> None:
         policy.on_death(0.0, 1.0)
         policy.on_restart()
     assert policy.restarts == restarts
+
+
+def test_a_retry_loop_doubles_from_its_first_delay_to_its_cap_and_starts_over() -> None:
+    backoff = Backoff(initial_s=0.5, max_s=10.0)
+    assert [backoff.next() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    backoff.reset()
+    assert backoff.next() == 0.5

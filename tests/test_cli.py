@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentpool.cli import cli
-from agentpool.config.settings import OPTIONS
+from agentpool.config.options import OPTIONS
 from tests.config.test_settings import ERRORS
 
 

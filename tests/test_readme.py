@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentpool.config.settings import OPTIONS, Option
+from agentpool.config.options import OPTIONS, Option
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -1,1 +1,9 @@
-"""Control and telemetry backends: host sysfs (RAPL, cpufreq) and HTTP."""
+"""The ways to act on a node: host sysfs, host GPUs, and the Joulie HTTP protocol.
+
+Owns: :mod:`.sysfs` (RAPL PL1, cpufreq), :mod:`.gpu` (NVML, AMD SMI), the
+HTTP transport (:mod:`.httpclient`, :mod:`.httpauth`) and the CPU and GPU
+sides of the protocol (:mod:`.cpu_http`, :mod:`.gpu_http`). Every failure
+becomes one of the agent's errors naming the path or URL.
+Never: decides what to write (the controller does), or imports the controller,
+Kubernetes I/O or the supervisor.
+"""

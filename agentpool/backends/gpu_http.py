@@ -10,24 +10,22 @@ wrapping are those of :mod:`agentpool.backends.httpclient`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from agentpool.backends.httpclient import (
-    _GET_HEADERS,
-    _POST_HEADERS,
     DEFAULT_USER_AGENT,
     ControlAnswer,
-    _exchange,
-    _json,
-    _now_rfc3339,
-    parse_answer,
+    get_telemetry,
+    post_action,
 )
 from agentpool.errors import HttpBackendError, shown
-from agentpool.spec.values import HttpEndpoint, finite_number
+from agentpool.spec.values import HttpEndpoint, json_count, json_number
 
 GPU_ACTION = "gpu.set_power_cap_watts"
+
+MAX_GPUS = 1 << 16
+"""More GPUs than this on one node is not a count, it is junk."""
 
 
 @dataclass(frozen=True)
@@ -46,16 +44,12 @@ class GpuTelemetry:
     default_cap: float | None = None
 
 
-MAX_GPUS = 1 << 16
-"""More GPUs than this on one node is not a count, it is junk."""
-
-
 def _watts(url: str, block: dict[str, Any], key: str) -> float | None:
     value = block.get(key)
     if value is None:
         return None
     # "[N/A]", NaN or a negative power is not a reading: refuse it rather than read 0 W.
-    watts = finite_number(value)
+    watts = json_number(value)
     if watts is None or watts < 0:
         raise HttpBackendError(url, f"gpu.{key} is not a number of watts: {shown(value)}")
     return watts
@@ -65,20 +59,14 @@ def read_gpu_telemetry(
     endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
 ) -> GpuTelemetry | None:
     """The ``gpu`` object of the node's telemetry; None when the answer has none."""
-    url = endpoint.url(node)
-    headers = {**_GET_HEADERS, "User-Agent": agent}
-    payload = _json(url, _exchange(url, "GET", headers, None, endpoint.timeout_s))
-    if not isinstance(payload, dict):
-        raise HttpBackendError(url, "answer is not a JSON object")
+    url, payload = get_telemetry(endpoint, node, agent)
     gpu = payload.get("gpu")
     if gpu is None:
         return None
     if not isinstance(gpu, dict):
         raise HttpBackendError(url, f"gpu is not an object: {shown(gpu)}")
     count = gpu.get("count")
-    if count is not None and (
-        isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPUS
-    ):
+    if count is not None and (json_count(count) is None or not 0 <= count <= MAX_GPUS):
         raise HttpBackendError(url, f"gpu.count is not a count: {shown(count)}")
     present = gpu.get("present")
     vendor = gpu.get("vendor")
@@ -100,10 +88,4 @@ def post_gpu_cap(
     endpoint: HttpEndpoint, node: str, watts_per_gpu: float, agent: str = DEFAULT_USER_AGENT
 ) -> ControlAnswer:
     """POST ``gpu.set_power_cap_watts``; honours ``result``/``message``/``state``."""
-    url = endpoint.url(node)
-    body = json.dumps(
-        {"node": node, "action": GPU_ACTION, "capWattsPerGpu": watts_per_gpu, "ts": _now_rfc3339()}
-    ).encode()
-    raw = _exchange(
-        url, "POST", {**_POST_HEADERS, "User-Agent": agent}, body, endpoint.timeout_s)
-    return parse_answer(url, GPU_ACTION, raw)
+    return post_action(endpoint, node, GPU_ACTION, {"capWattsPerGpu": watts_per_gpu}, agent)

@@ -3,7 +3,8 @@
 Real BMCs and power gateways serve TLS with their own CA and authenticate
 their callers. Whichever API routed a node to an endpoint (TelemetryProfile
 or ``TELEMETRY_*``), every request of the worker goes through one
-:class:`HttpAuth` built from these settings:
+:class:`HttpAuth` built from its :class:`HttpAuthSettings` (checked at start
+by :func:`agentpool.config.settings.load_settings`):
 
 - ``HTTP_CA_BUNDLE``: PEM file of the CAs that sign the endpoints' server
   certificates; unset, ``https`` endpoints are verified against the system
@@ -25,22 +26,9 @@ from __future__ import annotations
 import os
 import ssl
 import threading
-from dataclasses import dataclass
 
-from agentpool.errors import ConfigError, HttpBackendError
-
-
-@dataclass(frozen=True)
-class HttpAuthSettings:
-    ca_bundle: str | None = None
-    token_file: str | None = None
-    client_cert: str | None = None
-    client_key: str | None = None
-
-    @property
-    def configured(self) -> bool:
-        return any((self.ca_bundle, self.token_file, self.client_cert, self.client_key))
-
+from agentpool.config.settings import HttpAuthSettings, read_token
+from agentpool.errors import HttpBackendError
 
 _Stamp = tuple[int, int, int] | None
 
@@ -54,50 +42,6 @@ def _stamp(path: str | None) -> _Stamp:
     except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def _context(settings: HttpAuthSettings) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=settings.ca_bundle)
-    if settings.client_cert and settings.client_key:
-        context.load_cert_chain(settings.client_cert, settings.client_key)
-    return context
-
-
-def validate(settings: HttpAuthSettings) -> None:
-    """At start: every file readable and usable, or a ConfigError naming the variable."""
-    if bool(settings.client_cert) != bool(settings.client_key):
-        missing = "HTTP_CLIENT_KEY" if settings.client_cert else "HTTP_CLIENT_CERT"
-        raise ConfigError(
-            missing, "", "required with the other of HTTP_CLIENT_CERT/HTTP_CLIENT_KEY"
-        )
-    checks = (
-        ("HTTP_CA_BUNDLE", settings.ca_bundle),
-        ("HTTP_TOKEN_FILE", settings.token_file),
-        ("HTTP_CLIENT_CERT", settings.client_cert),
-        ("HTTP_CLIENT_KEY", settings.client_key),
-    )
-    for variable, path in checks:
-        if path is not None and not os.access(path, os.R_OK):
-            raise ConfigError(variable, path, "expected a readable file")
-    try:
-        _context(settings)
-    except (ssl.SSLError, OSError) as exc:
-        variable = "HTTP_CA_BUNDLE" if settings.ca_bundle else "HTTP_CLIENT_CERT"
-        value = settings.ca_bundle or settings.client_cert or ""
-        raise ConfigError(variable, value, f"expected PEM files that load ({exc})") from None
-    if settings.token_file is not None:
-        try:
-            token = _read_token(settings.token_file)
-        except (OSError, UnicodeDecodeError) as exc:  # a directory, a FIFO gone wrong, not text
-            problem = f"expected a readable token file ({exc})"
-            raise ConfigError("HTTP_TOKEN_FILE", settings.token_file, problem) from None
-        if not token:
-            raise ConfigError("HTTP_TOKEN_FILE", settings.token_file, "expected a non-empty token")
-
-
-def _read_token(path: str) -> str:
-    with open(path, encoding="utf-8") as handle:
-        return handle.read().strip()
 
 
 class HttpAuth:
@@ -120,7 +64,7 @@ class HttpAuth:
         with self._lock:
             if self._context is None or stamp != self._context_stamp:
                 try:
-                    self._context = _context(s)
+                    self._context = s.tls_context()
                 except (ssl.SSLError, OSError) as exc:
                     raise HttpBackendError(url, f"TLS settings do not load: {exc}") from None
                 self._context_stamp = stamp
@@ -135,7 +79,7 @@ class HttpAuth:
         with self._lock:
             if self._token is None or stamp != self._token_stamp:
                 try:
-                    self._token = _read_token(path)
+                    self._token = read_token(path)
                 except OSError as exc:
                     raise HttpBackendError(
                         url, f"cannot read the token file {path}: {exc.strerror}"

@@ -1,9 +1,10 @@
-"""The Joulie HTTP telemetry/control protocol, as a client.
+"""The transport of the Joulie HTTP telemetry/control protocol, shared by CPU and GPU.
 
-Telemetry: ``GET`` -> JSON with ``packagePowerWatts`` under ``cpu`` or at top
-level (the ``cpu`` one wins: on GPU nodes the top level is CPU + GPU).
-Control: ``POST`` ``{"node", "action", "capWatts", "throttlePct", "ts"}``; a 2xx
-JSON answer may carry ``result``/``message``/``state``.
+Telemetry is a ``GET`` answering a JSON object (:func:`get_telemetry`);
+control a ``POST`` of ``{"node", "action", ..., "ts"}`` whose 2xx JSON answer
+may carry ``result``, ``message`` and ``state`` (:func:`post_action`). What
+the CPU and the GPU read and send is theirs:
+:mod:`agentpool.backends.cpu_http`, :mod:`agentpool.backends.gpu_http`.
 
 Uses the standard library's ``http.client`` with one kept-alive connection
 per origin and worker thread (a worker owns a single node, so that is one
@@ -18,11 +19,11 @@ the TLS context and headers of :mod:`agentpool.backends.httpauth`; when its
 files change, the connection is made again with the new context. Bodies are
 read up to a bound so a misbehaving endpoint cannot balloon a worker's memory.
 
-What an answer carries is checked before it goes anywhere: a reading is a
-finite, non-negative number; a control answer's message is cut to
-:data:`MAX_MESSAGE` characters and its ``state`` kept only when it is
-finite JSON of at most :data:`MAX_STATE_BYTES` (both end up in the node's
-status, which a megabyte message or a NaN would make unwritable).
+What an answer carries is checked before it goes anywhere: a control
+answer's message is cut to :data:`MAX_MESSAGE` characters and its ``state``
+kept only when it is finite JSON of at most :data:`MAX_STATE_BYTES` (both
+end up in the node's status, which a megabyte message or a NaN would make
+unwritable); readings are the CPU's and GPU's modules' to check.
 
 Every request says who sent it: ``User-Agent: agentpool/<version> (<pod
 name>, shard <id>)`` (:func:`user_agent`), so a BMC gateway's or the
@@ -41,13 +42,14 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from agentpool import __version__
-from agentpool.backends.httpauth import HttpAuth, HttpAuthSettings
+from agentpool.backends.httpauth import HttpAuth
+from agentpool.config.settings import HttpAuthSettings
+from agentpool.durations import utc_timestamp
 from agentpool.errors import HttpBackendError, shown
-from agentpool.spec.values import HttpEndpoint, Result, finite_number
+from agentpool.spec.values import HttpEndpoint, Result
 
 MAX_BODY_BYTES = 1 << 20
 MAX_MESSAGE = 500
@@ -58,8 +60,6 @@ MAX_CONNECTIONS = 4
 """Kept-alive connections per worker (its telemetry and control origins, usually one)."""
 _GET_HEADERS = {"Accept": "application/json"}
 _POST_HEADERS = {"Content-Type": "application/json"}
-RAPL_ACTION = "rapl.set_power_cap_watts"
-DVFS_ACTION = "dvfs.set_throttle_pct"
 
 
 DEFAULT_USER_AGENT = f"agentpool/{__version__}"
@@ -75,10 +75,6 @@ class ControlAnswer:
     result: Result
     message: str
     state: dict[str, Any] = field(default_factory=dict)
-
-
-def _now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 _auth = HttpAuth(HttpAuthSettings())
@@ -270,9 +266,10 @@ def _json(url: str, body: bytes) -> Any:
         raise HttpBackendError(url, f"answer is not JSON: {snippet!r}") from exc
 
 
-def _telemetry(
+def get_telemetry(
     endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
 ) -> tuple[str, dict[str, Any]]:
+    """``GET`` the node's telemetry: (its URL, for messages; the JSON object it answered)."""
     url = endpoint.url(node)
     headers = {**_GET_HEADERS, "User-Agent": agent}
     payload = _json(url, _exchange(url, "GET", headers, None, endpoint.timeout_s))
@@ -281,59 +278,18 @@ def _telemetry(
     return url, payload
 
 
-def read_cpu_maximum(
-    endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
-) -> float | None:
-    """The node's CPU package maximum, ``cpu.packagePowerMaxWatts`` of the telemetry.
-
-    None when the answer does not carry a positive number: the agent never guesses one.
-    """
-    _, payload = _telemetry(endpoint, node, agent)
-    cpu = payload.get("cpu")
-    value = finite_number(cpu.get("packagePowerMaxWatts") if isinstance(cpu, dict) else None)
-    return value if value is not None and value > 0 else None
-
-
-def read_package_power(
-    endpoint: HttpEndpoint, node: str, agent: str = DEFAULT_USER_AGENT
-) -> float | None:
-    """Watts from the telemetry endpoint; None when the answer has no reading."""
-    url, payload = _telemetry(endpoint, node, agent)
-    # On a GPU node the top-level reading is CPU + GPU (Joulie's simulator), so the
-    # CPU's own reading wins when the answer has one.
-    cpu = payload.get("cpu")
-    value = cpu.get("packagePowerWatts") if isinstance(cpu, dict) else None
-    if value is None:
-        value = payload.get("packagePowerWatts")
-    if value is None:
-        return None
-    # json.loads accepts NaN and Infinity; one such reading would poison the DVFS EMA
-    # for good (every comparison with NaN is false), so they are refused like any
-    # non-number, and so is a negative power, which no meter reads.
-    watts = finite_number(value)
-    if watts is None or watts < 0:
-        raise HttpBackendError(url, f"packagePowerWatts is not a number of watts: {shown(value)}")
-    return watts
-
-
-def post_control(
+def post_action(
     endpoint: HttpEndpoint,
     node: str,
     action: str,
-    cap_watts: float,
-    throttle_pct: int,
+    fields: dict[str, Any],
     agent: str = DEFAULT_USER_AGENT,
 ) -> ControlAnswer:
-    """POST one control action; honours ``result``/``message`` in a JSON answer."""
+    """``POST`` one control action, ``{"node", "action", **fields, "ts"}``; honours
+    ``result``/``message``/``state`` in a JSON answer."""
     url = endpoint.url(node)
     body = json.dumps(
-        {
-            "node": node,
-            "action": action,
-            "capWatts": cap_watts,
-            "throttlePct": throttle_pct,
-            "ts": _now_rfc3339(),
-        }
+        {"node": node, "action": action, **fields, "ts": utc_timestamp(micro=True)}
     ).encode()
     raw = _exchange(
         url, "POST", {**_POST_HEADERS, "User-Agent": agent}, body, endpoint.timeout_s)

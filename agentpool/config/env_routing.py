@@ -1,28 +1,31 @@
-"""Routing by environment: Joulie's ``TELEMETRY_*`` variables, validated into a :class:`Routing`.
+"""Routing by environment: Joulie's ``TELEMETRY_*`` variables, validated into a node routing.
 
-Joulie's current operator has no TelemetryProfile CRD: where a node's CPU
+Joulie's current operator has no TelemetryProfile CRD: where a node's
 telemetry comes from and where its controls go is configured once per agent
 by environment variables, the same for every node (``{node}`` in an endpoint
 is replaced per node). This module owns reading and validating them; a bad
 value is a :class:`ConfigError` naming the variable, so the process exits 2
 before starting anything. Nothing set means host sources and host controls.
 
-A TelemetryProfile that targets a node, where that CRD exists, still wins
-over these variables for that node (see :meth:`NodeController._routing`).
+A TelemetryProfile that targets a node, where that CRD exists, wins over
+these variables for that node, on either API
+(:func:`agentpool.spec.parse.cpu_routing`, :func:`~agentpool.spec.parse.gpu_routing`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
 from agentpool.errors import ConfigError
 from agentpool.spec.parse import MAX_TIMEOUT_S
 from agentpool.spec.values import (
+    DEFAULT_HTTP_TIMEOUT_S,
     ControlMode,
     ControlType,
+    GpuRouting,
     HttpEndpoint,
+    NodeRouting,
     Routing,
     SourceType,
     url_problem,
@@ -30,28 +33,8 @@ from agentpool.spec.values import (
 
 E = TypeVar("E", SourceType, ControlType, ControlMode)
 
-ENV_VARIABLES = (
-    "TELEMETRY_CPU_SOURCE",
-    "TELEMETRY_CPU_HTTP_ENDPOINT",
-    "TELEMETRY_CPU_CONTROL",
-    "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT",
-    "TELEMETRY_CPU_CONTROL_MODE",
-    "TELEMETRY_GPU_CONTROL",
-    "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
-    "TELEMETRY_HTTP_TIMEOUT_SECONDS",
-)
-DEFAULT_TIMEOUT_S = 2
-
 _SOURCES = (SourceType.HOST, SourceType.HTTP, SourceType.NONE)
 """Joulie's variables accept these three (no ``prometheus``, unlike the CRD)."""
-
-
-@dataclass(frozen=True)
-class GpuRouting:
-    """Where GPU controls go. Validated here; GPU caps are enforced elsewhere (or not yet)."""
-
-    control: ControlType = ControlType.HOST
-    control_http: HttpEndpoint | None = None
 
 
 def _choice(env: str, raw: str | None, default: E, accepted: tuple[E, ...]) -> E:
@@ -81,7 +64,7 @@ def _timeout(raw: str | None) -> float:
     env = "TELEMETRY_HTTP_TIMEOUT_SECONDS"
     value = (raw or "").strip()
     if not value:
-        return float(DEFAULT_TIMEOUT_S)
+        return DEFAULT_HTTP_TIMEOUT_S
     try:
         seconds = int(value)
     except ValueError:
@@ -91,54 +74,34 @@ def _timeout(raw: str | None) -> float:
     return float(seconds)
 
 
-def routing_from_env(values: Mapping[str, str | None]) -> tuple[Routing, GpuRouting]:
-    """The CPU routing and the GPU routing the ``TELEMETRY_*`` values describe."""
+def routing_from_env(values: Mapping[str, str | None]) -> NodeRouting:
+    """The CPU and GPU routing the ``TELEMETRY_*`` values describe.
+
+    GPU telemetry rides on the CPU telemetry answer (Joulie's simulator puts
+    its ``gpu`` object there), as it does for a TelemetryProfile without an
+    HTTP ``sources.gpu``.
+    """
     timeout = _timeout(values.get("TELEMETRY_HTTP_TIMEOUT_SECONDS"))
-    source = _choice(
-        "TELEMETRY_CPU_SOURCE", values.get("TELEMETRY_CPU_SOURCE"), SourceType.HOST, _SOURCES
+
+    def choice(env: str, default: E, accepted: tuple[E, ...]) -> E:
+        return _choice(env, values.get(env), default, accepted)
+
+    def endpoint(env: str, needed_by: str, wanted: bool) -> HttpEndpoint | None:
+        return _endpoint(env, values.get(env), needed_by, timeout) if wanted else None
+
+    source = choice("TELEMETRY_CPU_SOURCE", SourceType.HOST, _SOURCES)
+    control = choice("TELEMETRY_CPU_CONTROL", ControlType.HOST, tuple(ControlType))
+    mode = choice("TELEMETRY_CPU_CONTROL_MODE", ControlMode.AUTO, tuple(ControlMode))
+    source_http = endpoint(
+        "TELEMETRY_CPU_HTTP_ENDPOINT", "TELEMETRY_CPU_SOURCE", source is SourceType.HTTP
     )
-    control_types = tuple(ControlType)
-    control = _choice(
-        "TELEMETRY_CPU_CONTROL",
-        values.get("TELEMETRY_CPU_CONTROL"),
-        ControlType.HOST,
-        control_types,
+    control_http = endpoint(
+        "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT", "TELEMETRY_CPU_CONTROL", control is ControlType.HTTP
     )
-    mode = _choice(
-        "TELEMETRY_CPU_CONTROL_MODE",
-        values.get("TELEMETRY_CPU_CONTROL_MODE"),
-        ControlMode.AUTO,
-        tuple(ControlMode),
+    gpu = choice("TELEMETRY_GPU_CONTROL", ControlType.HOST, tuple(ControlType))
+    gpu_http = endpoint(
+        "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", "TELEMETRY_GPU_CONTROL", gpu is ControlType.HTTP
     )
-    source_http = control_http = None
-    if source is SourceType.HTTP:
-        source_http = _endpoint(
-            "TELEMETRY_CPU_HTTP_ENDPOINT",
-            values.get("TELEMETRY_CPU_HTTP_ENDPOINT"),
-            "TELEMETRY_CPU_SOURCE",
-            timeout,
-        )
-    if control is ControlType.HTTP:
-        control_http = _endpoint(
-            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT",
-            values.get("TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT"),
-            "TELEMETRY_CPU_CONTROL",
-            timeout,
-        )
-    gpu = _choice(
-        "TELEMETRY_GPU_CONTROL",
-        values.get("TELEMETRY_GPU_CONTROL"),
-        ControlType.HOST,
-        control_types,
-    )
-    gpu_http = None
-    if gpu is ControlType.HTTP:
-        gpu_http = _endpoint(
-            "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
-            values.get("TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT"),
-            "TELEMETRY_GPU_CONTROL",
-            timeout,
-        )
     routing = Routing(
         source=source,
         source_http=source_http,
@@ -146,7 +109,7 @@ def routing_from_env(values: Mapping[str, str | None]) -> tuple[Routing, GpuRout
         control_http=control_http,
         mode=mode,
     )
-    return routing, GpuRouting(gpu, gpu_http)
+    return NodeRouting(routing, GpuRouting(gpu, gpu_http, telemetry_http=source_http))
 
 
 def describe(routing: Routing) -> str:

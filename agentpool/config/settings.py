@@ -1,11 +1,13 @@
-"""Settings: one frozen object, built once from CLI flags and environment variables.
+"""Settings: frozen objects built once from CLI flags and environment variables.
 
-Every option is declared once, in :data:`OPTIONS`: its variable, flag,
-default, help, parser and the :class:`Settings` field it fills. The CLI
-generates its flags from that table, the dataclass defaults are the table's
-defaults run through the table's parsers, and :func:`load_settings` is the
-same loop over the table, so none of them can drift apart. Flags win over the
-environment. Anything that does not parse or is out of range raises
+:class:`Settings` holds everything the agent is configured with; each part
+of the agent gets only its own small frozen part of it (kopf's per-concern
+settings): :class:`DvfsSettings`, :class:`HttpAuthSettings`,
+:class:`ElasticSettings`, and what a worker and its node controller read,
+:class:`WorkerSettings` and :class:`ControllerSettings` (:meth:`Settings.worker`). Every default is
+the options table's (:mod:`agentpool.config.options`) run through its
+parser, and :func:`load_settings` is a loop over the same table. Flags win
+over the environment. Anything that does not parse or is out of range raises
 :class:`ConfigError` naming the variable, and the CLI turns that into exit
 status 2 before anything starts.
 """
@@ -13,378 +15,51 @@ status 2 before anything starts.
 from __future__ import annotations
 
 import dataclasses
-import enum
-import math
-from collections.abc import Callable, Mapping
+import os
+import socket
+import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from agentpool.backends.httpauth import HttpAuthSettings
-from agentpool.backends.httpauth import validate as validate_http_auth
-from agentpool.config.env_routing import GpuRouting, routing_from_env
-from agentpool.durations import parse_duration
+from agentpool.config.env_routing import routing_from_env
+from agentpool.config.options import (
+    OPTIONS,
+    ROUTING,
+    AgentMode,
+    DvfsControllerKind,
+    JoulieApi,
+    LogFormat,
+    Membership,
+    StaleAction,
+    option,
+)
 from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment, ordinal_from_pod_name
-from agentpool.spec.values import Routing
+from agentpool.spec.values import NodeRouting
 
-E = TypeVar("E", bound=enum.StrEnum)
+PARTS = ("dvfs", "elastic", "http_auth")
+"""The :class:`Settings` fields that are a part's settings, filled by ``part.field`` options."""
 
-Parser = Callable[[str, str], Any]
-"""``(variable, raw text) -> value``; raises :class:`ConfigError` naming the variable."""
 
-
-class AgentMode(enum.StrEnum):
-    DAEMONSET = "daemonset"
-    """One pod per real node; controls only ``NODE_NAME``."""
-    POOL = "pool"
-    """A StatefulSet replica hosting many logical node controllers (its shard)."""
-
-
-class DvfsControllerKind(enum.StrEnum):
-    ADAPTIVE = "adaptive"
-    """Learns the node's power-vs-throttle slope and steps by what the error calls for."""
-    JOULIE = "joulie"
-    """Joulie's controller (agentpool/controller/dvfs/joulie.py): EMA, trip count, cooldown, fixed
-    steps."""
-
-
-class JoulieApi(enum.StrEnum):
-    AUTO = "auto"
-    """Watch every Joulie kind served; each node follows its NodeTwin if one exists, else
-    its NodePowerProfile (:mod:`agentpool.kube.selection`)."""
-    NODETWIN = "nodetwin"
-    """Joulie's current API: NodeTwin desired state, NodeHardware published, env routing."""
-    PROFILES = "profiles"
-    """The profile API: NodePowerProfile desired state, TelemetryProfile routing and status."""
-
-
-class StaleAction(enum.StrEnum):
-    RELAX = "relax"
-    """Restore the host values found at start and release an HTTP throttle."""
-    KEEP = "keep"
-    """Keep enforcing the last desired state known."""
-
-
-class Membership(enum.StrEnum):
-    STATIC = "static"
-    """A fixed pool: ``fnv32a(node) % POOL_SHARDS == POOL_SHARD_ID`` (the contract)."""
-    LEASE = "lease"
-    """An elastic pool: members hold Leases, nodes are handed over as it grows and shrinks."""
-
-
-class LogFormat(enum.StrEnum):
-    TEXT = "text"
-    JSON = "json"
-
-
-# --- parsers: each takes the variable's name (for the error) and the raw text ---------
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def boolean(env: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(env, raw, "expected true or false")
-
-
-def integer(minimum: int, maximum: int | None = None) -> Parser:
-    def parse(env: str, raw: str) -> int:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ConfigError(env, raw, "expected an integer") from None
-        if value < minimum or (maximum is not None and value > maximum):
-            accepted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-            raise ConfigError(env, raw, f"expected an integer {accepted}")
-        return value
-
-    return parse
-
-
-def number(check: Callable[[float], bool], accepted: str) -> Parser:
-    def parse(env: str, raw: str) -> float:
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise ConfigError(env, raw, f"expected a number, {accepted}") from None
-        if not math.isfinite(value) or not check(value):
-            raise ConfigError(env, raw, f"expected a number, {accepted}")
-        return value
-
-    return parse
-
-
-def duration(positive: bool) -> Parser:
-    """Seconds in a Go duration; ``positive`` refuses 0 as well as negative values."""
-
-    def parse(env: str, raw: str) -> float:
-        try:
-            value = parse_duration(raw)
-        except ValueError:
-            raise ConfigError(
-                env, raw, "expected a Go duration such as 500ms, 20s or 1m30s"
-            ) from None
-        if value < 0 or (positive and value == 0):
-            raise ConfigError(env, raw, "expected a positive duration such as 500ms, 20s or 1m")
-        return value
-
-    return parse
-
-
-def one_of(kind: type[E]) -> Parser:
-    def parse(env: str, raw: str) -> E:
-        try:
-            return kind(raw.strip().lower())
-        except ValueError:
-            accepted = ", ".join(m.value for m in kind)
-            raise ConfigError(env, raw, f"expected one of {accepted}") from None
-
-    return parse
-
-
-def optional(parser: Parser | None = None) -> Parser:
-    """A setting without a default: blank means unset (None), anything else is parsed."""
-
-    def parse(env: str, raw: str) -> Any:
-        text = raw.strip()
-        if not text:
-            return None
-        return parser(env, raw) if parser is not None else text
-
-    return parse
-
-
-def path(env: str, raw: str) -> str:
-    """A required path: blank is refused."""
-    value = raw.strip()
-    if not value:
-        raise ConfigError(env, value, "expected a directory path")
-    return value
-
-
-def metrics_addr(env: str, raw: str) -> tuple[str, int]:
-    host, sep, port = raw.strip().rpartition(":")
-    if not sep:
-        raise ConfigError(env, raw, "expected [host]:port, for example :8080 or 127.0.0.1:9090")
-    host = host.strip("[]")
-    try:
-        value = int(port)
-    except ValueError:
-        raise ConfigError(env, raw, "expected [host]:port with a numeric port") from None
-    if not 0 <= value <= 65535:
-        raise ConfigError(env, raw, "expected a port between 0 and 65535")
-    return host, value
-
-
-def selector(env: str, raw: str) -> str:
-    # Imported here to keep this module free of the selector grammar's details.
-    from agentpool.spec.selectors import SelectorError, parse_selector
-
-    try:
-        parse_selector(raw)
-    except SelectorError as exc:
-        raise ConfigError(env, raw, f"expected a Kubernetes label selector ({exc})") from None
-    return raw.strip()
-
-
-def log_level(env: str, raw: str) -> str:
-    level = raw.strip().lower()
-    if level not in {"debug", "info", "warning", "error"}:
-        raise ConfigError(env, raw, "expected debug, info, warning or error")
-    return level
-
-
-# --- the table -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Option:
-    """One setting as users see it, and where its parsed value goes."""
-
-    env: str
-    default: str | None
-    help: str
-    parse: Parser
-    """Raw text -> value; options without a default are wrapped in :func:`optional`."""
-    to: str | tuple[str, ...]
-    """The :class:`Settings` field it fills (``dvfs.x``: a :class:`DvfsSettings` field);
-    a tuple spreads a parser's tuple over several fields."""
-    flag_value: bool = False
-    """A boolean that may also be given as a bare flag (``--simulate-only``)."""
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.env.lower().replace("_", "-")
-
-    def value(self, raw: str | None) -> Any:
-        """The parsed value of ``raw`` (None or missing: the default)."""
-        given = self.default if raw is None else raw
-        return None if given is None else self.parse(self.env, given)
-
-
-HEARTBEAT_HELP = (
-    "supervisor: restart a worker silent this long; default 3 x RECONCILE_INTERVAL + 30s, "
-    "or the node's longest legal tick (HTTP timeouts) + RECONCILE_INTERVAL + 30s if longer"
-)
-"""Unset, the limit is derived per node, in one place: supervisor.scope.heartbeat_limit."""
-
-
-ROUTING = "routing"
-"""The TELEMETRY_* options fill ``routing`` and ``gpu_routing`` together (routing.py)."""
-HTTP_AUTH = "http_auth"
-"""The HTTP_* credential options fill one :class:`HttpAuthSettings` together."""
-ELASTIC = "elastic"
-"""The elastic-pool options fill one :class:`ElasticSettings` together."""
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("AGENT_MODE", "daemonset", "daemonset (one node, NODE_NAME) or pool (a shard of nodes)",
-           one_of(AgentMode), "mode"),
-    Option("NODE_NAME", None, "the node this pod runs on; required in daemonset mode",
-           optional(), "node_name"),
-    Option("RECONCILE_INTERVAL", "20s", "period of each node's reconcile tick (Go duration)",
-           duration(positive=True), "reconcile_interval_s"),
-    Option("SIMULATE_ONLY", "false", "log intended actions, write nothing",
-           boolean, "simulate_only", flag_value=True),
-    Option("METRICS_ADDR", ":8080", "listen address of /metrics, /healthz and /readyz",
-           metrics_addr, ("metrics_host", "metrics_port")),
-    Option("POOL_NODE_SELECTOR", "joulie.io/managed=true", "pool mode node label selector",
-           selector, "pool_node_selector"),
-    Option("POOL_SHARDS", "1", "total number of pool shards (StatefulSet replicas)",
-           integer(minimum=0), "pool_shards"),
-    Option("POOL_SHARD_ID", None, "this pod's shard; default: trailing integer of POD_NAME",
-           optional(integer(minimum=0)), "pool_shard_id"),
-    Option("POD_NAME", None, "StatefulSet pod name (shard id fallback)",
-           optional(), "pod_name"),
-    Option("POOL_MEMBERSHIP", "static",
-           "static (POOL_SHARDS, POOL_SHARD_ID) or lease (live Leases; follows the StatefulSet)",
-           one_of(Membership), ELASTIC),
-    Option("POOL_ASSIGNMENT", "rendezvous",
-           "lease membership: modulo or rendezvous (fewest nodes move on a resize)",
-           one_of(Assignment), ELASTIC),
-    Option("POOL_LEASE_DURATION", "15s",
-           "lease membership: a pod counts as gone this long after its last renewal",
-           duration(positive=True), ELASTIC),
-    Option("POOL_LEASE_RENEW", "5s",
-           "lease membership: renewal period, at most half of POOL_LEASE_DURATION",
-           duration(positive=True), ELASTIC),
-    Option("POD_NAMESPACE", None, "lease membership: namespace of the Leases and the StatefulSet",
-           optional(), ELASTIC),
-    Option("POOL_STATEFULSET", None,
-           "lease membership: StatefulSet whose replicas are followed; default POD_NAME less "
-           "ordinal",
-           optional(), ELASTIC),
-    Option("SYSFS_ROOT", "/host-sys", "host /sys mount; '{node}' is replaced by the node name",
-           path, "sysfs_root"),
-    Option("KUBECONFIG", None, "kubeconfig file; default: in-cluster configuration",
-           optional(), "kubeconfig"),
-    Option("DVFS_CONTROLLER", "adaptive", "DVFS: adaptive (learns the slope) or joulie",
-           one_of(DvfsControllerKind), "dvfs.controller"),
-    Option("DVFS_TARGET_PCT", "96", "DVFS adaptive: power aimed at, in percent of the cap",
-           number(lambda v: 50 <= v <= 100, "50 to 100 (percent)"), "dvfs.target_pct"),
-    Option("DVFS_HOLD_BAND_PCT", "3.5", "DVFS adaptive: no change while within target +- this",
-           number(lambda v: 0 < v <= 20, "greater than 0 and at most 20 (percent of the cap)"),
-           "dvfs.hold_band_pct"),
-    Option("DVFS_MAX_STEP_PCT", "50", "DVFS adaptive: largest throttle change per tick",
-           integer(minimum=1, maximum=100), "dvfs.max_step_pct"),
-    Option("DVFS_EMA_ALPHA", "0.30", "DVFS: EMA smoothing factor, 0 < alpha <= 1",
-           number(lambda v: 0 < v <= 1, "0 < alpha <= 1"), "dvfs.ema_alpha"),
-    Option("DVFS_HIGH_MARGIN_W", "10", "DVFS: watts above the cap before counting 'above'",
-           number(lambda v: v >= 0, "watts >= 0"), "dvfs.high_margin_w"),
-    Option("DVFS_LOW_MARGIN_W", "15", "DVFS: watts below the cap before counting 'below'",
-           number(lambda v: v >= 0, "watts >= 0"), "dvfs.low_margin_w"),
-    Option("DVFS_TRIP_COUNT", "2", "DVFS: consecutive samples before acting",
-           integer(minimum=1), "dvfs.trip_count"),
-    Option("DVFS_COOLDOWN", "20s", "DVFS: hold time after an action (Go duration)",
-           duration(positive=False), "dvfs.cooldown_s"),
-    Option("DVFS_STEP_PCT", "10", "DVFS: throttle step in percent",
-           integer(minimum=1, maximum=100), "dvfs.step_pct"),
-    Option("DVFS_MIN_FREQ_KHZ", "1500000", "DVFS: scaling_max_freq given to throttled policies",
-           integer(minimum=1), "dvfs.min_freq_khz"),
-    Option("RESTORE_ON_EXIT", "true", "restore the host values found at start on graceful stop",
-           boolean, "restore_on_exit"),
-    Option("SHUTDOWN_TIMEOUT", "20s", "supervisor: deadline for workers to stop before SIGKILL",
-           duration(positive=True), "shutdown_timeout_s"),
-    Option("HEARTBEAT_TIMEOUT", None, HEARTBEAT_HELP,
-           optional(duration(positive=True)), "heartbeat_timeout_s"),
-    Option("WATCH_TIMEOUT", "60s", "server-side timeout of each watch; reads time out 10s later",
-           duration(positive=True), "watch_timeout_s"),
-    Option("PROMETHEUS_MULTIPROC_DIR", None,
-           "multiprocess metrics dir, wiped at start; default: a private temporary dir",
-           optional(), "multiproc_dir"),
-    Option("STATE_DIR", None,
-           "journal of original host values, kept across restarts; "
-           "default: a private temporary dir",
-           optional(), "state_dir"),
-    Option("LOG_FORMAT", "text", "text or json", one_of(LogFormat), "log_format"),
-    Option("LOG_LEVEL", "info", "debug, info, warning or error", log_level, "log_level"),
-    Option("JOULIE_API", "auto",
-           "auto (both APIs; per node its NodeTwin, else its NodePowerProfile), nodetwin or "
-           "profiles (that API only)",
-           one_of(JoulieApi), "joulie_api"),
-    Option("TELEMETRY_CPU_SOURCE", None, "CPU telemetry w/o TelemetryProfile: host, http, none",
-           optional(), ROUTING),
-    Option("TELEMETRY_CPU_HTTP_ENDPOINT", None, "CPU telemetry URL ('{node}' replaced)",
-           optional(), ROUTING),
-    Option("TELEMETRY_CPU_CONTROL", None, "CPU control when no TelemetryProfile: host, http, none",
-           optional(), ROUTING),
-    Option("TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT", None, "CPU control URL ('{node}' replaced)",
-           optional(), ROUTING),
-    Option("TELEMETRY_CPU_CONTROL_MODE", None, "CPU HTTP control mode: auto, rapl or dvfs",
-           optional(), ROUTING),
-    Option("TELEMETRY_GPU_CONTROL", None, "GPU control: host, http or none",
-           optional(), ROUTING),
-    Option("TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", None, "GPU control URL ('{node}' replaced)",
-           optional(), ROUTING),
-    Option("TELEMETRY_HTTP_TIMEOUT_SECONDS", None, "timeout of those HTTP endpoints; default 2",
-           optional(), ROUTING),
-    Option("SPEC_READ_TIMEOUT", "5m", "act on SPEC_STALE_ACTION when desired state is unconfirmed",
-           duration(positive=True), "spec_read_timeout_s"),
-    Option("SPEC_STALE_ACTION", "relax", "relax (restore host values) or keep",
-           one_of(StaleAction), "spec_stale_action"),
-    Option("HTTP_CA_BUNDLE", None, "PEM CAs of https endpoints; default: the system store",
-           optional(), HTTP_AUTH),
-    Option("HTTP_TOKEN_FILE", None, "bearer token file for https endpoints, re-read on change",
-           optional(), HTTP_AUTH),
-    Option("HTTP_CLIENT_CERT", None, "client certificate (PEM) for https endpoints",
-           optional(), HTTP_AUTH),
-    Option("HTTP_CLIENT_KEY", None, "its private key (PEM); required with HTTP_CLIENT_CERT",
-           optional(), HTTP_AUTH),
-)  # fmt: skip
-
-
-HTTP_AUTH_VARIABLES = tuple(opt.env for opt in OPTIONS if opt.to == HTTP_AUTH)
-"""In table order, which is the order of :class:`HttpAuthSettings`' fields."""
-
-
-def option(env: str) -> Option:
-    """The table entry of a variable (the CLI's ``owner`` reuses its parser)."""
-    return next(opt for opt in OPTIONS if opt.env == env)
-
-
-def _fields(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Parsed values by variable -> (Settings fields, DvfsSettings fields)."""
-    top: dict[str, Any] = {}
-    dvfs: dict[str, Any] = {}
+def _fields(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Parsed values by variable -> fields by part ('' is :class:`Settings` itself)."""
+    fields: dict[str, dict[str, Any]] = {"": {}, **{part: {} for part in PARTS}}
     for opt in OPTIONS:
-        if opt.to in (ROUTING, HTTP_AUTH, ELASTIC):
+        if opt.to == ROUTING:
             continue  # composed from several options by load_settings
         value = values[opt.env]
         targets = opt.to if isinstance(opt.to, tuple) else (opt.to,)
         parts = value if isinstance(opt.to, tuple) else (value,)
         for target, part in zip(targets, parts, strict=True):
             group, _, name = target.rpartition(".")
-            (dvfs if group == "dvfs" else top)[name] = part
-    return top, dvfs
+            fields[group][name] = part
+    return fields
 
 
 # The dataclass defaults are the table's defaults, parsed: one source for both.
-_TOP, _DVFS = _fields({opt.env: opt.value(None) for opt in OPTIONS})
+_DEFAULTS = _fields({opt.env: opt.value(None) for opt in OPTIONS})
+_TOP, _DVFS, _ELASTIC, _AUTH = (_DEFAULTS[part] for part in ("", *PARTS))
 
 
 @dataclass(frozen=True)
@@ -425,22 +100,96 @@ class DvfsSettings:
 class ElasticSettings:
     """How an elastic pool finds its members and shares nodes (README: elastic pool)."""
 
-    membership: Membership = Membership.STATIC
+    membership: Membership = _ELASTIC["membership"]
     """Static pools ignore everything below."""
-    assignment: Assignment = Assignment.RENDEZVOUS
+    assignment: Assignment = _ELASTIC["assignment"]
     """How nodes map to the live members."""
-    lease_duration_s: float = 15.0
+    lease_duration_s: float = _ELASTIC["lease_duration_s"]
     """``leaseDurationSeconds`` of this pod's Lease."""
-    renew_s: float = 5.0
+    renew_s: float = _ELASTIC["renew_s"]
     """Renewal period; a pod that could not renew for duration - renew stops its workers."""
-    namespace: str | None = None
+    namespace: str | None = _ELASTIC["namespace"]
     """Namespace of the Leases and of the StatefulSet."""
-    statefulset: str | None = None
+    statefulset: str | None = _ELASTIC["statefulset"]
     """The StatefulSet whose ``spec.replicas`` is followed."""
 
     @property
     def lease(self) -> bool:
         return self.membership is Membership.LEASE
+
+
+@dataclass(frozen=True)
+class HttpAuthSettings:
+    """Credentials of HTTP telemetry/control endpoints (README, "Configuration")."""
+
+    ca_bundle: str | None = _AUTH["ca_bundle"]
+    """PEM file of the CAs of ``https`` endpoints; None: the system store."""
+    token_file: str | None = _AUTH["token_file"]
+    """A bearer token for ``https`` endpoints, re-read when the file changes."""
+    client_cert: str | None = _AUTH["client_cert"]
+    """Client certificate (PEM); set with ``client_key`` or not at all."""
+    client_key: str | None = _AUTH["client_key"]
+    """Its private key (PEM)."""
+
+    @property
+    def configured(self) -> bool:
+        return any((self.ca_bundle, self.token_file, self.client_cert, self.client_key))
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The TLS context these files make, loaded now (they may change later)."""
+        context = ssl.create_default_context(cafile=self.ca_bundle)
+        if self.client_cert and self.client_key:
+            context.load_cert_chain(self.client_cert, self.client_key)
+        return context
+
+
+def read_token(path: str) -> str:
+    """The bearer token in ``path``, stripped (a Secret's file ends in a newline or not)."""
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """What one node controller reads, and nothing else (built by :meth:`Settings.controller`)."""
+
+    sysfs_root: str = _TOP["sysfs_root"]
+    """Host sysfs mount; may contain '{node}'."""
+    simulate_only: bool = _TOP["simulate_only"]
+    """Compute and log, write nothing to hosts or control endpoints."""
+    restore_on_exit: bool = _TOP["restore_on_exit"]
+    """Restore changed host values on graceful stop."""
+    remote: bool = False
+    """A pool pod: its nodes are not the host it runs on, so it never caps this host's GPUs."""
+    spec_read_timeout_s: float = _TOP["spec_read_timeout_s"]
+    """Desired state unconfirmed from the API this long is stale."""
+    spec_stale_action: StaleAction = _TOP["spec_stale_action"]
+    """What the controller does with stale desired state."""
+    routing: NodeRouting = field(default_factory=NodeRouting)
+    """Routing by the TELEMETRY_* variables, for a node no TelemetryProfile targets."""
+    dvfs: DvfsSettings = field(default_factory=DvfsSettings)
+    """DVFS fallback tunables."""
+    http_auth: HttpAuthSettings = field(default_factory=HttpAuthSettings)
+    """Credentials of HTTP endpoints."""
+    pod_name: str = ""
+    """Who sends the HTTP requests (their User-Agent): the pod, else this host's name."""
+    shard_id: int = 0
+    """This pod's shard, also in the User-Agent."""
+
+    def sysfs_root_for(self, node: str) -> str:
+        return self.sysfs_root.replace("{node}", node)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a worker process reads (built by :meth:`Settings.worker`, sent to each worker)."""
+
+    reconcile_interval_s: float = _TOP["reconcile_interval_s"]
+    """Period of the node's reconcile tick."""
+    log_format: LogFormat = _TOP["log_format"]
+    log_level: str = _TOP["log_level"]
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    """What its node controller reads."""
 
 
 @dataclass(frozen=True)
@@ -493,10 +242,9 @@ class Settings:
     """Logging level name."""
     joulie_api: JoulieApi = _TOP["joulie_api"]
     """Which Joulie API generation to speak."""
-    routing: Routing = field(default_factory=Routing)
-    """CPU routing from the TELEMETRY_* variables, for nodes no TelemetryProfile targets."""
-    gpu_routing: GpuRouting = field(default_factory=GpuRouting)
-    """GPU control routing from the TELEMETRY_GPU_* variables."""
+    routing: NodeRouting = field(default_factory=NodeRouting)
+    """CPU and GPU routing from the TELEMETRY_* variables, for nodes no TelemetryProfile
+    targets (on either API)."""
     spec_read_timeout_s: float = _TOP["spec_read_timeout_s"]
     """Desired state unconfirmed from the API this long is stale."""
     spec_stale_action: StaleAction = _TOP["spec_stale_action"]
@@ -509,9 +257,28 @@ class Settings:
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
 
+    def worker(self) -> WorkerSettings:
+        """The part a worker process reads."""
+        return WorkerSettings(
+            self.reconcile_interval_s, self.log_format, self.log_level, self.controller()
+        )
 
-def defaults() -> dict[str, str | None]:
-    return {opt.env: opt.default for opt in OPTIONS}
+    def controller(self) -> ControllerSettings:
+        """The part a node controller reads (built once per worker, sent to it)."""
+        return ControllerSettings(
+            sysfs_root=self.sysfs_root,
+            simulate_only=self.simulate_only,
+            restore_on_exit=self.restore_on_exit,
+            remote=self.mode is AgentMode.POOL,
+            spec_read_timeout_s=self.spec_read_timeout_s,
+            spec_stale_action=self.spec_stale_action,
+            routing=self.routing,
+            dvfs=self.dvfs,
+            http_auth=self.http_auth,
+            # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME too.
+            pod_name=self.pod_name or socket.gethostname(),
+            shard_id=self.pool_shard_id,
+        )
 
 
 def load_settings(raw: Mapping[str, str | None]) -> Settings:
@@ -537,28 +304,58 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
             "DVFS_TARGET_PCT + DVFS_HOLD_BAND_PCT must be at most 110 "
             f"(target is {values['DVFS_TARGET_PCT']:g})",
         )
-    routing, gpu_routing = routing_from_env(values)
-    http_auth = HttpAuthSettings(*(values[env] for env in HTTP_AUTH_VARIABLES))
-    validate_http_auth(http_auth)
-    top, dvfs = _fields(values)
+    fields = _fields(values)
+    http_auth = HttpAuthSettings(**fields["http_auth"])
+    _check_http_auth(http_auth)
     return Settings(
-        **top, dvfs=DvfsSettings(**dvfs), routing=routing, gpu_routing=gpu_routing,
-        http_auth=http_auth, elastic=_elastic(values, raw, mode),
+        **fields[""],
+        dvfs=DvfsSettings(**fields["dvfs"]),
+        routing=routing_from_env(values),
+        http_auth=http_auth,
+        elastic=_elastic(ElasticSettings(**fields["elastic"]), values, raw, mode),
     )
+
+
+def _check_http_auth(auth: HttpAuthSettings) -> None:
+    """At start: every credential file readable and usable, or a ConfigError naming it."""
+    if bool(auth.client_cert) != bool(auth.client_key):
+        missing = "HTTP_CLIENT_KEY" if auth.client_cert else "HTTP_CLIENT_CERT"
+        raise ConfigError(
+            missing, "", "required with the other of HTTP_CLIENT_CERT/HTTP_CLIENT_KEY"
+        )
+    checks = (
+        ("HTTP_CA_BUNDLE", auth.ca_bundle),
+        ("HTTP_TOKEN_FILE", auth.token_file),
+        ("HTTP_CLIENT_CERT", auth.client_cert),
+        ("HTTP_CLIENT_KEY", auth.client_key),
+    )
+    for variable, path in checks:
+        if path is not None and not os.access(path, os.R_OK):
+            raise ConfigError(variable, path, "expected a readable file")
+    try:
+        auth.tls_context()
+    except (ssl.SSLError, OSError) as exc:
+        variable = "HTTP_CA_BUNDLE" if auth.ca_bundle else "HTTP_CLIENT_CERT"
+        value = auth.ca_bundle or auth.client_cert or ""
+        raise ConfigError(variable, value, f"expected PEM files that load ({exc})") from None
+    if auth.token_file is not None:
+        try:
+            token = read_token(auth.token_file)
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, a FIFO gone wrong, not text
+            problem = f"expected a readable token file ({exc})"
+            raise ConfigError("HTTP_TOKEN_FILE", auth.token_file, problem) from None
+        if not token:
+            raise ConfigError("HTTP_TOKEN_FILE", auth.token_file, "expected a non-empty token")
 
 
 def _elastic(
-    values: Mapping[str, Any], raw: Mapping[str, str | None], mode: AgentMode
+    elastic: ElasticSettings,
+    values: Mapping[str, Any],
+    raw: Mapping[str, str | None],
+    mode: AgentMode,
 ) -> ElasticSettings:
-    """The elastic-pool settings; in lease mode POD_NAME, the namespace and a StatefulSet."""
-    elastic = ElasticSettings(
-        membership=values["POOL_MEMBERSHIP"],
-        assignment=values["POOL_ASSIGNMENT"],
-        lease_duration_s=values["POOL_LEASE_DURATION"],
-        renew_s=values["POOL_LEASE_RENEW"],
-        namespace=values["POD_NAMESPACE"],
-        statefulset=values["POOL_STATEFULSET"],
-    )
+    """The elastic-pool settings checked; in lease mode POD_NAME, the namespace and a
+    StatefulSet are required (the StatefulSet defaults to POD_NAME less its ordinal)."""
     if elastic.renew_s * 2 > elastic.lease_duration_s:
         raise ConfigError(
             "POOL_LEASE_RENEW", raw.get("POOL_LEASE_RENEW") or option("POOL_LEASE_RENEW").default,

@@ -6,7 +6,9 @@ reconcile, and never able to stop it: every failure becomes the
 whose desired state has no GPU cap reports nothing (``None``: no
 ``control.gpu`` at all) until it has had one; after that it reports
 ``none``. The desired cap is the same :class:`GpuCap` whichever API it came
-from: the NodePowerProfile (profile API) or the NodeTwin (current API).
+from: the NodePowerProfile (profile API) or the NodeTwin (current API); the
+node controller parses it, and the routing, once per input
+(:class:`GpuDesired`).
 
 Originals (the cap found before the first write) go into the node's journal
 and are put back by :meth:`GpuController.restore` on graceful stop, also by
@@ -17,8 +19,9 @@ desired state (at the second tick without one, as the CPU cap:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import socket
+from dataclasses import dataclass
 from typing import Any
 
 from agentpool.backends import gpu_http
@@ -32,31 +35,24 @@ from agentpool.backends.gpu.host import (
     journaled,
 )
 from agentpool.backends.gpu.nvml import NvmlGpus
-from agentpool.backends.httpclient import user_agent
 from agentpool.backends.sysfs.files import Originals
-from agentpool.config.settings import AgentMode, Settings
 from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.controller.release import CapRelease, Released
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
-from agentpool.hardware.gpus import GpuFacts, discover_gpus
-from agentpool.spec.gpu import (
+from agentpool.hardware.labels import GpuFacts, Hardware, discover_gpus
+from agentpool.spec.values import (
+    ControlType,
     DeviceLimits,
     GpuBackend,
     GpuCap,
+    GpuControlMode,
+    GpuRouting,
     GpuTickResult,
-    parse_gpu_cap,
-    resolve_cap,
-)
-from agentpool.spec.gpu_parse import GpuControlMode, GpuRouting, parse_gpu_routing
-from agentpool.spec.parse import NT, object_name, parse_power_profile
-from agentpool.spec.values import (
-    ControlType,
-    Hardware,
     HttpEndpoint,
     NodeInputs,
     Result,
-    SourceType,
-    finite_number,
+    json_number,
+    resolve_cap,
 )
 
 log = logging.getLogger(__name__)
@@ -69,24 +65,48 @@ POOL_HOST = (
 _SEVERITY = {Result.APPLIED: 0, Result.NONE: 0, Result.BLOCKED: 1, Result.ERROR: 2}
 
 
+@dataclass(frozen=True)
+class GpuDesired:
+    """A node's desired GPU state, as the node controller parsed it from this input."""
+
+    cap: GpuCap | None = None
+    """None: nothing to enforce."""
+    routing: GpuRouting = dataclasses.field(default_factory=GpuRouting)
+    """Where the GPU controls go (TelemetryProfile, else TELEMETRY_*)."""
+    error: ProfileError | None = None
+    """The desired state or the routing is malformed: the GPU status says so."""
+    cpu_error: bool = False
+    """The error is in a CPU field of a NodePowerProfile: that is the CPU status's to
+    report, and the GPU status reports it only once the node has had a GPU cap."""
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    """What the GPU controller reads of the agent's settings."""
+
+    simulate_only: bool = False
+    remote: bool = False
+    """A pool pod: host GPU control would cap this pod's own host, so it is refused."""
+
+
 class GpuController:
     """Enforces one node's GPU cap. Not thread safe; one per worker."""
 
     def __init__(
         self,
-        settings: Settings,
+        settings: GpuSettings,
         node: str,
         metrics: GpuMetrics,
         originals: Originals,
+        user_agent: str,
         host: list[HostGpus] | None = None,
     ) -> None:
         self.settings = settings
         self.node = node
         self.metrics = metrics
         self.originals = originals
-        # The same identity as the CPU controller's requests (README: elastic pool).
-        self.user_agent = user_agent(settings.pod_name or socket.gethostname(),
-                                     settings.pool_shard_id)
+        self.user_agent = user_agent
+        """The same identity as the CPU controller's requests (README: elastic pool)."""
         self._nvml = NvmlGpus(originals)
         self._amd = AmdSmiGpus(originals)
         self._host_override = host
@@ -99,22 +119,22 @@ class GpuController:
 
     # -- one tick ------------------------------------------------------------------------------
 
-    def tick(self, inputs: NodeInputs, hardware: Hardware) -> GpuTickResult | None:
-        """One tick: the cap from the NodePowerProfile (or, on the NodeTwin API, the
-        NodeTwin), the routing from the TelemetryProfile (or the TELEMETRY_* variables)."""
-        try:
-            cap = self._twin_desired(inputs) if inputs.nodetwin_api else self._desired(inputs)
-            routing = self._routing(inputs)
-        except ProfileError as exc:
+    def tick(
+        self, desired: GpuDesired, inputs: NodeInputs, hardware: Hardware
+    ) -> GpuTickResult | None:
+        """One tick of the desired state the node controller parsed from ``inputs``."""
+        if desired.error is not None and (not desired.cpu_error or self._active):
             self._active = True
-            return self._export(GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc)), {})
-        return self.enforce(cap, routing, inputs, hardware)
+            return self._export(
+                GpuTickResult(GpuBackend.NONE, Result.ERROR, str(desired.error)), {}
+            )
+        return self.enforce(desired.cap, desired.routing, inputs, hardware)
 
     def enforce(
         self, cap: GpuCap | None, routing: GpuRouting, inputs: NodeInputs, hardware: Hardware
     ) -> GpuTickResult | None:
         """Enforce an already parsed cap: the part both APIs share (a NodeTwin's
-        ``spec.gpu.powerCap`` parses with :func:`~agentpool.spec.gpu.parse_gpu_cap`)."""
+        ``spec.gpu.powerCap`` parses with :func:`~agentpool.spec.parse.parse_gpu_cap`)."""
         if cap is None:
             if not self._active:
                 self.metrics.set_backend(None)
@@ -146,7 +166,7 @@ class GpuController:
             return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message), {})
         if routing.control is ControlType.HTTP:
             return self._http(cap, routing, observed)
-        if self.settings.mode is AgentMode.POOL:
+        if self.settings.remote:
             # The GPUs NVML would see are this pod's own host's, not the node's: a pool
             # worker must never cap them (sysfs has SYSFS_ROOT per node; NVML has nothing like it).
             return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, POOL_HOST), {})
@@ -165,38 +185,6 @@ class GpuController:
             )
             self._facts = facts
         return facts
-
-    def _twin_desired(self, inputs: NodeInputs) -> GpuCap | None:
-        twin = inputs.node_twin
-        if twin is None:
-            return None
-        spec = twin.get("spec")
-        return parse_gpu_cap(spec if isinstance(spec, dict) else {}, NT, object_name(twin) or "?")
-
-    def _routing(self, inputs: NodeInputs) -> GpuRouting:
-        """A TelemetryProfile targeting the node wins; the TELEMETRY_* variables route the
-        rest, whichever API the node follows, as for its CPU (GPU telemetry rides on the CPU
-        telemetry answer)."""
-        if inputs.telemetry_profile is not None:
-            return parse_gpu_routing(inputs.telemetry_profile)
-        env, cpu = self.settings.gpu_routing, self.settings.routing
-        telemetry = cpu.source_http if cpu.source is SourceType.HTTP else None
-        return GpuRouting(
-            control=env.control, control_http=env.control_http, telemetry_http=telemetry
-        )
-
-    def _desired(self, inputs: NodeInputs) -> GpuCap | None:
-        raw = inputs.power_profile
-        if raw is None:
-            return None
-        try:
-            return parse_power_profile(raw).gpu_cap
-        except ProfileError as exc:
-            # A malformed CPU field is the CPU status's to report; a node that had a GPU cap
-            # (or whose GPU block is the malformed part) says so in its GPU status too.
-            if exc.field.startswith("spec.gpu") or self._active:
-                raise
-            return None
 
     def _export(
         self, result: GpuTickResult, readings: dict[str, tuple[float | None, float | None]]
@@ -258,7 +246,7 @@ class GpuController:
             )
         if answer.state:
             observed["controlState"] = answer.state  # apart, so it cannot overwrite ours
-        cap_now = finite_number(answer.state.get("gpuCapWattsPerGpuApplied"))
+        cap_now = json_number(answer.state.get("gpuCapWattsPerGpuApplied"))
         if cap_now is None and answer.result is Result.APPLIED:
             cap_now = watts
         power = telemetry.power_watts_total if telemetry is not None else None

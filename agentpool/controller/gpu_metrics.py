@@ -15,7 +15,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Gauge
 
 from agentpool.controller.metrics import TOMBSTONE
-from agentpool.spec.gpu import GpuBackend
+from agentpool.spec.values import GpuBackend
 
 ALL_DEVICES = "all"
 

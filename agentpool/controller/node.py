@@ -4,40 +4,54 @@ A plain object a worker process drives: ``update()`` when the supervisor
 sends new inputs, ``tick()`` every reconcile interval (or at once after an
 update), ``restore()`` on graceful stop. It never talks to Kubernetes; the
 :class:`TickResult` it returns is what the status should say.
+
+It only orchestrates. ``update()`` parses the custom resources once and
+picks the CPU strategy of this input: :class:`~agentpool.controller.cpu_host.HostCpu`
+(RAPL, then cpufreq), :class:`~agentpool.controller.cpu_http.HttpCpu` (the
+control endpoint) or :class:`NoCpuControl`; ``tick()`` runs the documented
+order over it: desired state, simulate-only, RAPL first, DVFS as the fallback.
+The DVFS fallback (:mod:`agentpool.controller.fallback`) and the GPU
+controller are the node's, whichever strategy runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from agentpool.backends import httpclient
-from agentpool.backends.httpclient import ControlAnswer
+from agentpool.backends import cpu_http, httpclient
 from agentpool.backends.sysfs.cpufreq import CpufreqHost
 from agentpool.backends.sysfs.files import Originals
 from agentpool.backends.sysfs.rapl import EnergyMeter, EnergySample, PackageZones, RaplHost
-from agentpool.config.settings import Settings, StaleAction
+from agentpool.config.options import StaleAction
+from agentpool.config.settings import ControllerSettings
 from agentpool.controller import percent, release, stale
-from agentpool.controller.dvfs.throttle import make_controller
-from agentpool.controller.gpu import GpuController
+from agentpool.controller.cpu_host import NO_BACKEND, HostCpu
+from agentpool.controller.cpu_http import HttpCpu
+from agentpool.controller.fallback import DvfsFallback
+from agentpool.controller.gpu import GpuController, GpuDesired, GpuSettings
 from agentpool.controller.gpu_metrics import GpuMetrics
 from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.metrics import NodeMetrics
-from agentpool.errors import AgentError, HttpBackendError, ProfileError, RaplUnavailableError
-from agentpool.hardware.labels import discover
-from agentpool.spec.gpu import GpuBackend, GpuTickResult
-from agentpool.spec.parse import NT, parse_power_profile, parse_telemetry_profile
+from agentpool.errors import AgentError, ProfileError
+from agentpool.hardware.labels import Hardware, discover
+from agentpool.spec.parse import (
+    NT,
+    cpu_routing,
+    gpu_routing,
+    metadata_name,
+    parse_gpu_cap,
+    parse_power_profile,
+)
 from agentpool.spec.values import (
     Backend,
-    ControlMode,
     ControlType,
-    Hardware,
-    HttpEndpoint,
+    GpuBackend,
+    GpuTickResult,
     NodeInputs,
     PowerPolicy,
     Result,
@@ -48,15 +62,82 @@ from agentpool.spec.values import (
 
 log = logging.getLogger(__name__)
 
-NO_BACKEND = "RAPL unavailable, no cpufreq host control, and no HTTP control backend"
+
+class CpuControl(Protocol):
+    """A way to act on a node's CPUs: what the node controller asks of a strategy."""
+
+    def plan(self, hardware: Hardware) -> str:
+        """What a cap would be written to (the simulate-only message)."""
+        ...
+
+    def maximum(self, hardware_max_w: float | None) -> percent.Maximum:
+        """The package maximum a percent cap means."""
+        ...
+
+    def cap(
+        self, cap: float, hardware: Hardware, throttled: bool, observed: dict[str, Any]
+    ) -> TickResult | str:
+        """RAPL: the tick's result, or why DVFS takes over (``throttled``: DVFS holds one)."""
+        ...
+
+    def dvfs_levels(self) -> int | None:
+        """How many throttle levels there are (None: any percentage)."""
+        ...
+
+    def throttle_available(self) -> bool: ...
+
+    def throttle(self, cap: float, pct: int, observed: dict[str, Any]) -> tuple[Result, str]:
+        """Apply a throttle; (result, message when refused)."""
+        ...
+
+
+class NoCpuControl:
+    """``controls.cpu.type: none`` (or ``TELEMETRY_CPU_CONTROL=none``): nothing to act on."""
+
+    def __init__(self, routing: Routing, host: HostCpu) -> None:
+        self.why = no_control(routing)
+        self._setting = control_setting(routing)
+        self._host = host
+
+    def plan(self, hardware: Hardware) -> str:
+        return f"no control ({self._setting} none)"
+
+    def maximum(self, hardware_max_w: float | None) -> percent.Maximum:
+        return self._host.maximum(hardware_max_w)
+
+    def cap(
+        self, cap: float, hardware: Hardware, throttled: bool, observed: dict[str, Any]
+    ) -> TickResult | str:
+        return TickResult(Backend.NONE, Result.BLOCKED, self.why, observed)
+
+    def dvfs_levels(self) -> int | None:
+        return None
+
+    def throttle_available(self) -> bool:
+        return False
+
+    def throttle(self, cap: float, pct: int, observed: dict[str, Any]) -> tuple[Result, str]:
+        return Result.BLOCKED, self.why
+
+
+@dataclasses.dataclass(frozen=True)
+class _Desired:
+    """What one input asks of the CPU side, parsed once in ``update()``."""
+
+    policy: PowerPolicy | None = None
+    routing: Routing = dataclasses.field(default_factory=Routing)
+    error: ProfileError | None = None
+    """The NodePowerProfile, NodeTwin or TelemetryProfile is malformed: status ``error``."""
+    policy_error: ProfileError | None = None
+    """The error is the desired state's (not the routing's)."""
 
 
 class NodeController:
-    """Enforces one node's NodePowerProfile. Not thread safe; one per worker."""
+    """Enforces one node's desired state. Not thread safe; one per worker."""
 
     def __init__(
         self,
-        settings: Settings,
+        settings: ControllerSettings,
         node: str,
         metrics: NodeMetrics,
         originals: Originals | None = None,
@@ -73,28 +154,30 @@ class NodeController:
         self.rapl = RaplHost(root, self.originals, zones)
         self.cpufreq = CpufreqHost(root, self.originals, settings.dvfs.min_freq_khz)
         self.meter = EnergyMeter(root, zones)
-        self.dvfs = make_controller(settings.dvfs)
-        self.inputs = NodeInputs(node)
-        self.hardware: Hardware | None = None
-        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
-        self.user_agent = httpclient.user_agent(
-            settings.pod_name or socket.gethostname(), settings.pool_shard_id
-        )
-        self._http_throttle: tuple[str, int] | None = None
-        """(endpoint, pct) last posted over HTTP, so RAPL recovery can release it."""
-        self._http_endpoint: HttpEndpoint | None = None
-        """The control endpoint of the last request that left a throttle or a cap in force."""
-        self._http_cap: float | None = None
-        """The RAPL cap last applied over HTTP (released when the desired state goes)."""
-        self._cap_release = release.CapRelease(node)
-        self._over_message: tuple[tuple[float, int, str], str] | None = None
-        """(cap, throttle, reason) and the message of a DVFS hold above the band."""
+        self.dvfs = DvfsFallback(node, settings.dvfs, metrics, clock)
+        self.user_agent = httpclient.user_agent(settings.pod_name, settings.shard_id)
+        self.host = HostCpu(node, self.rapl, self.cpufreq, metrics)
+        self.http = HttpCpu(node, self.user_agent)
         self.gpu = GpuController(
-            settings, node, GpuMetrics(node, metrics.registry), self.originals
+            GpuSettings(settings.simulate_only, settings.remote),
+            node,
+            GpuMetrics(node, metrics.registry),
+            self.originals,
+            self.user_agent,
         )
         self._stale = False
         """The last tick acted on stale desired state."""
-        self._maxima = percent.TelemetryMaximum(node, self.user_agent)
+        self._cap_release = release.CapRelease(node)
+        """A removed cap is given back at the second tick without one."""
+        self.inputs = NodeInputs(node)
+        self.hardware = discover({})
+        self._logged_hardware: Hardware | None = None
+        self._desired = _Desired()
+        self._gpu_desired = GpuDesired()
+        self._cpu: CpuControl = self.host
+        self.update(self.inputs)  # no inputs yet: nothing to enforce, host routing
+
+    # -- inputs: parsed once, the strategy chosen once -------------------------------------------
 
     def update(self, inputs: NodeInputs) -> None:
         if (
@@ -103,6 +186,71 @@ class NodeController:
         ):
             log.warning("node %s: %s", self.node, inputs.power_profile_note)
         self.inputs = inputs
+        self.hardware = hardware = discover(inputs.labels)
+        if hardware != self._logged_hardware:
+            log.info(
+                "node %s hardware: cpu vendor %s, gpus %s",
+                self.node,
+                hardware.cpu_vendor or "unknown",
+                ",".join(hardware.gpu_vendors) or "none",
+            )
+            self._logged_hardware = hardware
+        self._desired = self._parse_cpu(inputs)
+        self._gpu_desired = self._parse_gpu(inputs, self._desired)
+        if self._desired.error is not None:
+            return  # reported every tick; the strategy (and the throttle it holds) stays
+        routing = self._desired.routing
+        if routing.control is ControlType.HTTP:
+            self._cpu = self.http.route(routing)
+        elif routing.control is ControlType.HOST:
+            self._cpu = self.host
+        else:
+            self._cpu = NoCpuControl(routing, self.host)
+
+    def _raw_policy(self, inputs: NodeInputs) -> tuple[dict[str, Any] | None, str]:
+        """The desired-state object of this API, and its kind."""
+        if inputs.nodetwin_api:
+            return inputs.node_twin, NT
+        return inputs.power_profile, "NodePowerProfile"
+
+    def _parse_cpu(self, inputs: NodeInputs) -> _Desired:
+        """The desired state and the routing: a TelemetryProfile targeting the node wins,
+        else the TELEMETRY_* variables, on either API."""
+        raw, kind = self._raw_policy(inputs)
+        try:
+            policy = parse_power_profile(raw, kind) if raw is not None else None
+        except ProfileError as exc:
+            return _Desired(error=exc, policy_error=exc)
+        try:
+            routing = cpu_routing(inputs.telemetry_profile, self.settings.routing)
+        except ProfileError as exc:
+            return _Desired(policy, error=exc)
+        return _Desired(policy, routing)
+
+    def _parse_gpu(self, inputs: NodeInputs, cpu: _Desired) -> GpuDesired:
+        """The GPU cap and routing, with the same precedence as the CPU's."""
+        try:
+            routing = gpu_routing(inputs.telemetry_profile, self.settings.routing)
+        except ProfileError as exc:
+            return GpuDesired(error=exc)
+        if inputs.nodetwin_api:
+            # The GPU block alone: a NodeTwin's malformed CPU field is the CPU's to report.
+            twin = inputs.node_twin
+            if twin is None:
+                return GpuDesired(routing=routing)
+            spec = twin.get("spec")
+            try:
+                name = metadata_name(twin) or "?"
+                cap = parse_gpu_cap(spec if isinstance(spec, dict) else {}, NT, name)
+            except ProfileError as exc:
+                return GpuDesired(routing=routing, error=exc)
+            return GpuDesired(cap, routing)
+        if cpu.policy_error is not None:
+            gpu_field = cpu.policy_error.field.startswith("spec.gpu")
+            return GpuDesired(routing=routing, error=cpu.policy_error, cpu_error=not gpu_field)
+        return GpuDesired(cpu.policy.gpu_cap if cpu.policy is not None else None, routing)
+
+    # -- one tick ---------------------------------------------------------------------------------
 
     def tick(self) -> TickResult:
         started = self.clock()
@@ -125,7 +273,7 @@ class NodeController:
             self.metrics.set_backend(result.backend)
         if result.backend is not Backend.DVFS:
             self.metrics.set_cap_error(None)
-            self._over_message = None  # a later DVFS episode starts its own message
+            self.dvfs.episode_over()
         self.metrics.reconcile_seconds.observe(max(0.0, self.clock() - started))
         return result
 
@@ -133,7 +281,7 @@ class NodeController:
         # GPU caps are a concern of their own (agentpool.controller.gpu); whatever they
         # run into, the CPU side of the tick goes on and the GPU status says what failed.
         try:
-            return self.gpu.tick(self.inputs, discover(self.inputs.labels))
+            return self.gpu.tick(self._gpu_desired, self.inputs, self.hardware)
         except AgentError as exc:
             return GpuTickResult(GpuBackend.NONE, Result.ERROR, str(exc))
 
@@ -150,7 +298,7 @@ class NodeController:
             self.dvfs.reset()
             if self.settings.simulate_only:
                 return stale.relaxed_simulated(timeout)
-            return stale.relax(self._give_back(self._routing()), timeout)
+            return stale.relax(self._give_back(self._desired.routing), timeout)
         result = self._reconcile()
         if self._stale:
             self._stale = False
@@ -158,24 +306,14 @@ class NodeController:
             result = stale.confirmed_again(result)
         return result
 
-    # -- the reconcile, in the order of the contract (section 4) -----------------------------
+    # -- the reconcile: desired state, simulate-only, RAPL first, DVFS as the fallback ----------
 
     def _reconcile(self) -> TickResult:
-        hardware = discover(self.inputs.labels)
-        if hardware != self.hardware:
-            log.info(
-                "node %s hardware: cpu vendor %s, gpus %s",
-                self.node,
-                hardware.cpu_vendor or "unknown",
-                ",".join(hardware.gpu_vendors) or "none",
-            )
-            self.hardware = hardware
-        try:
-            policy = self._policy()
-            routing = self._routing()
-        except ProfileError as exc:
+        desired = self._desired
+        if desired.error is not None:
             self._clear_caps()
-            return TickResult(Backend.NONE, Result.ERROR, str(exc))
+            return TickResult(Backend.NONE, Result.ERROR, str(desired.error))
+        policy, routing = desired.policy, desired.routing
         sample = self._sample_host_energy(routing)
         if policy is None or (policy.cap_watts is None and policy.cap_pct is None):
             self._clear_caps()
@@ -188,13 +326,13 @@ class NodeController:
         observed: dict[str, Any] = {"profile": policy.profile.value}
         if sample is not None and sample.total_w is not None:
             observed["packagePowerWatts"] = round(sample.total_w, 3)
-        cap, note = self._cap_watts(policy, routing)
+        cap, note = self._cap_watts(policy)
         if cap is None:
             assert policy.cap_pct is not None
-            return self._throttle_for_percent(policy.cap_pct, note, routing, hardware, observed)
+            return self._throttle_for_percent(policy.cap_pct, note, observed)
         self.metrics.set_cap(policy.label, cap)
         observed["capWatts"] = cap
-        result = self._enforce(cap, routing, hardware, sample, observed)
+        result = self._enforce(cap, routing, sample, observed)
         if note:
             result = TickResult(
                 result.backend, result.result, f"{note}: {result.message}", observed
@@ -211,31 +349,18 @@ class NodeController:
         """Whether a limit this agent set is in force (host files, HTTP throttle or cap)."""
         if self.settings.simulate_only:
             return False
-        throttled = self._http_throttle is not None and self._http_throttle[1] > 0
-        return (
-            throttled
-            or self._http_cap is not None
-            or self.cpufreq.holds_originals()
-            or self.rapl.holds_originals()
-        )
+        return self.http.holds() or self.cpufreq.holds_originals() or self.rapl.holds_originals()
 
     def _give_back(self, routing: Routing) -> release.Released:
-        held = None
+        held = self.http.held()
         maximum = None
-        if self._http_endpoint is not None:
-            throttle = self._http_throttle[1] if self._http_throttle is not None else 0
-            held = release.HttpHeld(self._http_endpoint, throttle, self._http_cap)
-            if self._http_cap is not None:
-                maximum = percent.http_maximum(
-                    self.inputs.hardware_max_w, self._maxima.from_telemetry(routing.source_http)
-                )
+        if held is not None and held.cap_watts is not None:
+            maximum = self.http.maximum_for(self.inputs.hardware_max_w, routing.source_http)
         released = release.give_back(
             self.node, self.cpufreq, self.rapl, held, maximum, self.user_agent
         )
         if not released.problems:
-            self._http_throttle = None
-            self._http_cap = None
-            self._http_endpoint = None
+            self.http.forget()
             self.dvfs.reset()
             self.metrics.set_dvfs(None, None, 0, 0, 0)
         return released
@@ -244,12 +369,11 @@ class NodeController:
         self,
         cap: float,
         routing: Routing,
-        hardware: Hardware,
         sample: EnergySample | None,
         observed: dict[str, Any],
     ) -> TickResult:
         if self.settings.simulate_only:
-            plan = self._plan(routing, hardware)
+            plan = self._cpu.plan(self.hardware)
             log.info(
                 "simulate-only: node %s would cap CPU packages at %g W via %s", self.node, cap, plan
             )
@@ -259,43 +383,31 @@ class NodeController:
                 f"simulate-only: would cap CPU packages at {cap:g} W via {plan}; nothing written",
                 observed,
             )
-        if routing.control is ControlType.NONE:
-            return TickResult(Backend.NONE, Result.BLOCKED, no_control(routing), observed)
-        if routing.control is ControlType.HTTP:
-            return self._http_control(cap, routing, observed, sample)
-        return self._host_control(cap, routing, hardware, sample, observed)
-
-    def _policy(self) -> PowerPolicy | None:
-        if self.inputs.nodetwin_api:
-            twin = self.inputs.node_twin
-            return parse_power_profile(twin, kind=NT) if twin is not None else None
-        raw = self.inputs.power_profile
-        return parse_power_profile(raw) if raw is not None else None
+        outcome = self._cpu.cap(cap, self.hardware, self.dvfs.throttling, observed)
+        if isinstance(outcome, TickResult):
+            if outcome.backend is Backend.RAPL and outcome.result is Result.APPLIED:
+                self.dvfs.reset()
+            return outcome
+        # Pass this tick's host energy sample on: sampling the meter a second time at the
+        # same instant yields no power reading.
+        return self.dvfs.tick(
+            cap, lambda: self._read_power(routing, sample), self._cpu, observed, outcome
+        )
 
     # -- percent of the hardware maximum -------------------------------------------------------
 
-    def _cap_watts(self, policy: PowerPolicy, routing: Routing) -> tuple[float | None, str]:
+    def _cap_watts(self, policy: PowerPolicy) -> tuple[float | None, str]:
         """The cap in watts (watts win over percent) and, for a percent, how it resolved."""
         if policy.cap_watts is not None:
             self.metrics.set_percent(None, None)
             return policy.cap_watts, ""
         assert policy.cap_pct is not None
-        if routing.control is ControlType.HTTP:
-            maximum = percent.http_maximum(
-                self.inputs.hardware_max_w, self._maxima.from_telemetry(routing.source_http)
-            )
-        else:
-            maximum = percent.host_maximum(self.rapl.zones())
+        maximum = self._cpu.maximum(self.inputs.hardware_max_w)
         self.metrics.set_percent(policy.cap_pct, maximum.watts)
         return percent.describe(policy.cap_pct, maximum)
 
     def _throttle_for_percent(
-        self,
-        pct: float,
-        why: str,
-        routing: Routing,
-        hardware: Hardware,
-        observed: dict[str, Any],
+        self, pct: float, why: str, observed: dict[str, Any]
     ) -> TickResult:
         """Percent of an unknown maximum: throttle by ``100 - pct`` instead, and say so."""
         self.metrics.set_cap(None, None)
@@ -306,45 +418,17 @@ class NodeController:
             return TickResult(
                 Backend.NONE, Result.APPLIED, f"simulate-only: {summary}; nothing written", observed
             )
-        if routing.control is ControlType.NONE:
-            return TickResult(Backend.NONE, Result.BLOCKED, no_control(routing), observed)
+        if isinstance(self._cpu, NoCpuControl):
+            return TickResult(Backend.NONE, Result.BLOCKED, self._cpu.why, observed)
         self.dvfs.reset()  # this throttle is not the DVFS controller's: a later cap starts afresh
         self.metrics.set_backend(Backend.DVFS)
         self.metrics.set_dvfs(None, None, throttle, 0, 0)
-        if routing.control is ControlType.HTTP:
-            assert routing.control_http is not None
-            answer = httpclient.post_control(
-                routing.control_http, self.node, httpclient.DVFS_ACTION, 0.0, throttle
-            )
-            self._http_throttle = (routing.control_http.url(self.node), throttle)
-            self._http_endpoint = routing.control_http
-            if answer.result is not Result.APPLIED:
-                summary = f"{answer.message}; {summary}"
-            return TickResult(Backend.DVFS, answer.result, summary, observed)
-        if not self.cpufreq.available():
+        if not self._cpu.throttle_available():
             return TickResult(Backend.NONE, Result.BLOCKED, NO_BACKEND, observed)
-        self.cpufreq.apply(throttle)
-        for reading in self.cpufreq.readings():
-            self.metrics.set_cpu_freq(reading.cpu, reading.cur_khz, reading.max_khz)
-        return TickResult(Backend.DVFS, Result.APPLIED, summary, observed)
-
-    def _routing(self) -> Routing:
-        """A TelemetryProfile targeting the node wins; else the TELEMETRY_* variables."""
-        raw = self.inputs.telemetry_profile
-        return parse_telemetry_profile(raw) if raw is not None else self.settings.routing
-
-    def _plan(self, routing: Routing, hardware: Hardware) -> str:
-        if routing.control is ControlType.HTTP:
-            assert routing.control_http is not None
-            return f"HTTP control {routing.control_http.url(self.node)} (mode {routing.mode.value})"
-        if routing.control is ControlType.NONE:
-            return f"no control ({control_setting(routing)} none)"
-        zones = [z.label for z in self.rapl.zones() if z.limit_file is not None]
-        if zones and hardware.rapl_capable:
-            return f"RAPL PL1 on {', '.join(zones)}"
-        if self.cpufreq.available():
-            return f"DVFS on {len(self.cpufreq.policies())} cpufreq policies"
-        return "nothing (" + NO_BACKEND + ")"
+        result, message = self._cpu.throttle(0.0, throttle, observed)
+        if result is not Result.APPLIED:
+            summary = f"{message}; {summary}"
+        return TickResult(Backend.DVFS, result, summary, observed)
 
     def _sample_host_energy(self, routing: Routing) -> EnergySample | None:
         if routing.source is not SourceType.HOST:
@@ -353,198 +437,17 @@ class NodeController:
         self.metrics.set_rapl(sample.energy_uj, sample.power_w)
         return sample
 
-    # -- HTTP control --------------------------------------------------------------------------
-
-    def _http_control(
-        self,
-        cap: float,
-        routing: Routing,
-        observed: dict[str, Any],
-        sample: EnergySample | None,
-    ) -> TickResult:
-        endpoint = routing.control_http
-        assert endpoint is not None
-        reason = "HTTP control mode is dvfs"
-        if routing.mode is not ControlMode.DVFS:
-            answer = self._post_control(endpoint, httpclient.RAPL_ACTION, cap, -1, observed)
-            if answer.result is Result.APPLIED:
-                self._http_cap, self._http_endpoint = cap, endpoint
-                self._release_http_throttle(cap)
-                self.dvfs.reset()
-                return TickResult(Backend.RAPL, Result.APPLIED, answer.message, observed)
-            if routing.mode is ControlMode.RAPL:
-                return TickResult(Backend.RAPL, answer.result, answer.message, observed)
-            reason = f"RAPL {answer.result.value}: {answer.message}"
-        # Pass this tick's host energy sample on: sampling the meter a second time at the
-        # same instant yields no power reading.
-        return self._dvfs_tick(cap, routing, observed, reason, sample)
-
-    def _post_control(
-        self,
-        endpoint: HttpEndpoint,
-        action: str,
-        cap: float,
-        throttle_pct: int,
-        observed: dict[str, Any],
-    ) -> ControlAnswer:
-        answer = httpclient.post_control(
-            endpoint, self.node, action, cap, throttle_pct, self.user_agent
-        )
-        if answer.state:
-            # Kept apart so the endpoint cannot overwrite what the agent measured.
-            observed["controlState"] = answer.state
-        return answer
-
-    def _release_http_throttle(self, cap: float) -> None:
-        if self._http_throttle is None or self._http_throttle[1] == 0:
-            return
-        endpoint_url = self._http_throttle[0]
-        routing = self._routing()
-        if routing.control_http is not None and routing.control_http.url(self.node) == endpoint_url:
-            httpclient.post_control(
-                routing.control_http, self.node, httpclient.DVFS_ACTION, cap, 0, self.user_agent
-            )
-        self._http_throttle = None
-
-    # -- host control --------------------------------------------------------------------------
-
-    def _host_control(
-        self,
-        cap: float,
-        routing: Routing,
-        hardware: Hardware,
-        sample: EnergySample | None,
-        observed: dict[str, Any],
-    ) -> TickResult:
-        if hardware.rapl_capable:
-            try:
-                applied = self.rapl.apply(cap)
-            except RaplUnavailableError as exc:
-                reason = f"RAPL unavailable: {exc}"
-            else:
-                self._release_host_throttle()
-                observed["raplLimitsUw"] = applied
-                self.metrics.set_rapl_limits(applied)
-                zones = ", ".join(applied)
-                message = f"RAPL PL1 {cap:g} W over {len(applied)} package zone(s) ({zones})"
-                total_w = sum(applied.values()) / 1_000_000
-                if abs(total_w - cap) > 0.005 * cap:  # beyond the zones' range, or below it
-                    message += f", clamped to {total_w:g} W by the zones' PL1 range"
-                return TickResult(Backend.RAPL, Result.APPLIED, message, observed)
-        else:
-            reason = f"CPU vendor {hardware.cpu_vendor} has no RAPL"
-        if not self.cpufreq.available():
-            return TickResult(Backend.NONE, Result.BLOCKED, NO_BACKEND, observed)
-        return self._dvfs_tick(cap, routing, observed, reason, sample)
-
-    def _release_host_throttle(self) -> None:
-        if self.dvfs.state.throttle_pct or self.cpufreq.holds_originals():
-            problems = self.cpufreq.restore()
-            if problems:
-                log.warning("node %s: could not release DVFS throttle: %s", self.node, problems)
-            else:
-                log.info("node %s: RAPL took over, cpufreq limits restored", self.node)
-        self.dvfs.reset()
-
     # -- DVFS ----------------------------------------------------------------------------------
 
     def _read_power(self, routing: Routing, sample: EnergySample | None) -> float | None:
         if routing.source is SourceType.HTTP:
             assert routing.source_http is not None
-            return httpclient.read_package_power(routing.source_http, self.node, self.user_agent)
+            return cpu_http.read_package_power(routing.source_http, self.node, self.user_agent)
         if routing.source is SourceType.HOST:
             if sample is None:
                 sample = self.meter.sample(self.clock())
             return sample.total_w
         return None  # 'none' and 'prometheus' sources give no reading: the controller holds
-
-    def _dvfs_tick(
-        self,
-        cap: float,
-        routing: Routing,
-        observed: dict[str, Any],
-        reason: str,
-        sample: EnergySample | None = None,
-    ) -> TickResult:
-        self.metrics.set_backend(Backend.DVFS)
-        try:
-            power = self._read_power(routing, sample)
-        except HttpBackendError as exc:
-            self._export_dvfs(cap)
-            return TickResult(Backend.DVFS, Result.ERROR, f"telemetry: {exc}", observed)
-        before = self.dvfs.state.throttle_pct
-        # Host cpufreq throttles whole policies; an HTTP endpoint takes any percentage.
-        host = routing.control is not ControlType.HTTP
-        self.dvfs.set_levels(len(self.cpufreq.policies()) if host else None)
-        action = self.dvfs.step(power, cap, self.clock())
-        state = self.dvfs.state
-        if action is not None:
-            self.metrics.count_action(action.value)
-            log.info(
-                "node %s: DVFS %s to %d%% (ema %.1f W, cap %g W)",
-                self.node,
-                action.value,
-                state.throttle_pct,
-                state.ema or 0.0,
-                cap,
-            )
-        result, message = Result.APPLIED, ""
-        if routing.control is ControlType.HTTP:
-            assert routing.control_http is not None
-            answer = self._post_control(
-                routing.control_http, httpclient.DVFS_ACTION, cap, state.throttle_pct, observed
-            )
-            self._http_throttle = (routing.control_http.url(self.node), state.throttle_pct)
-            self._http_endpoint = routing.control_http
-            result, message = answer.result, answer.message
-        else:
-            self.cpufreq.apply(state.throttle_pct)
-            for reading in self.cpufreq.readings():
-                self.metrics.set_cpu_freq(reading.cpu, reading.cur_khz, reading.max_khz)
-        self._export_dvfs(cap)
-        observed.update(
-            {
-                "throttlePct": state.throttle_pct,
-                "observedPowerWatts": None if state.observed is None else round(state.observed, 3),
-                "emaPowerWatts": None if state.ema is None else round(state.ema, 3),
-            }
-        )
-        summary = self._dvfs_summary(cap, before, reason)
-        if message and result is not Result.APPLIED:
-            summary = f"{message}; {summary}"
-        return TickResult(Backend.DVFS, result, summary, observed)
-
-    def _dvfs_summary(self, cap: float, before: int, reason: str) -> str:
-        """The status message: honest about a cap not held, stable while nothing changes.
-
-        Inside the controller's band the message names no power (that goes in
-        ``observed``) and so stays the same tick after tick: the supervisor
-        writes the status only when the message changes. Above the band it
-        says by how much; while the throttle then holds (pinned at 100 %, or
-        waiting for a lagging node) it keeps the watts of the first such tick,
-        so a node that cannot get under its cap rewrites its status once, not
-        every tick. Below the band it speaks only of a release that happened.
-        """
-        s = self.dvfs.state
-        low, high = self.dvfs.band(cap)
-        held = before == s.throttle_pct
-        move = f"holding {before}%" if held else f"{before}% -> {s.throttle_pct}%"
-        if s.ema is not None and s.ema > high:
-            key = (cap, s.throttle_pct, reason)
-            if held and self._over_message is not None and self._over_message[0] == key:
-                return self._over_message[1]
-            message = f"throttling: {s.ema:.0f} W > cap {cap:g} W, {move}; {reason}"
-            self._over_message = (key, message) if held else None
-            return message
-        self._over_message = None
-        if s.ema is not None and s.ema < low and not held:
-            return f"releasing: {s.ema:.0f} W, under cap {cap:g} W, {move}; {reason}"
-        return f"DVFS throttle {s.throttle_pct}% for cap {cap:g} W; {reason}"
-
-    def _export_dvfs(self, cap: float) -> None:
-        s = self.dvfs.state
-        self.metrics.set_dvfs(s.observed, s.ema, s.throttle_pct, s.above, s.below)
-        self.metrics.set_cap_error(None if s.ema is None else s.ema - cap)
 
     # -- shutdown ------------------------------------------------------------------------------
 
@@ -552,7 +455,7 @@ class NodeController:
         """Put back every host value this controller changed; returns the problems."""
         if self.settings.simulate_only or not self.settings.restore_on_exit:
             return []
-        problems = self.cpufreq.restore() + self.rapl.restore() + self.gpu.restore()
+        problems = self.host.restore() + self.gpu.restore()
         if not problems:
             self.originals.clear()
         return problems

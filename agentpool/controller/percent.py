@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from agentpool.backends import httpclient
+from agentpool.backends import cpu_http, httpclient
 from agentpool.backends.sysfs.rapl import PackageZone, stated_limits
 from agentpool.errors import HttpBackendError
 from agentpool.spec.values import HttpEndpoint
@@ -103,7 +103,7 @@ class TelemetryMaximum:
     def from_telemetry(self, endpoint: HttpEndpoint | None) -> float | None:
         if self._watts is None and endpoint is not None:
             try:
-                self._watts = httpclient.read_cpu_maximum(endpoint, self._node, self._agent)
+                self._watts = cpu_http.read_cpu_maximum(endpoint, self._node, self._agent)
             except HttpBackendError as exc:
                 log.debug("node %s: no CPU maximum from telemetry: %s", self._node, exc)
         return self._watts

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentpool.backends import httpclient
+from agentpool.backends import cpu_http, httpclient
 from agentpool.backends.sysfs.cpufreq import CpufreqHost
 from agentpool.backends.sysfs.rapl import RaplHost
 from agentpool.controller.percent import Maximum
@@ -73,7 +73,7 @@ def give_back(
         done.append("host limits restored")
     if held is not None and held.throttle_pct > 0:
         try:
-            httpclient.post_control(held.endpoint, node, httpclient.DVFS_ACTION, 0, 0, agent)
+            cpu_http.post_control(held.endpoint, node, cpu_http.DVFS_ACTION, 0, 0, agent)
             done.append("HTTP throttle released")
         except HttpBackendError as exc:
             problems.append(f"releasing the HTTP throttle: {exc}")
@@ -86,8 +86,8 @@ def give_back(
             )
         else:
             try:
-                answer = httpclient.post_control(
-                    held.endpoint, node, httpclient.RAPL_ACTION, maximum.watts, -1, agent
+                answer = cpu_http.post_control(
+                    held.endpoint, node, cpu_http.RAPL_ACTION, maximum.watts, -1, agent
                 )
             except HttpBackendError as exc:
                 problems.append(f"raising the HTTP RAPL cap to the maximum: {exc}")

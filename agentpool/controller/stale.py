@@ -1,4 +1,4 @@
-"""Stale desired state (SPEC_READ_TIMEOUT): the wording of each case, and the relaxing.
+"""Stale desired state (SPEC_READ_TIMEOUT): the wording of each case.
 
 When the desired-state watch has failed for SPEC_READ_TIMEOUT the agent no
 longer trusts what it last saw. ``relax`` gives the node back what it had

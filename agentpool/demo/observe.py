@@ -15,8 +15,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.kube.nodetwin import object_name
-from agentpool.sim.cluster import MANAGED, AgentProcess, SimCluster
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.objects import MANAGED, twin_name
 
 SCRAPE_TIMEOUT_S = 2.0
 
@@ -117,7 +118,7 @@ def _gpu_cell(count: int, cap: float | None, status: dict[str, Any]) -> str:
 
 def _gpu_status(cluster: SimCluster, node: str) -> dict[str, Any]:
     if cluster.nodetwin:
-        obj = cluster.api.get("nodetwins", object_name(node))
+        obj = cluster.api.get("nodetwins", twin_name(node))
         control = (obj.get("status") or {}).get("controlStatus") or {}
     else:
         obj = cluster.api.get("telemetryprofiles", node)
@@ -129,7 +130,7 @@ def _gpu_status(cluster: SimCluster, node: str) -> dict[str, Any]:
 def _desired(cluster: SimCluster, node: str, max_watts: float) -> tuple[dict[str, Any], Any]:
     """The desired-state spec and its cap in watts (a percent resolved against the maximum)."""
     if cluster.nodetwin:
-        spec = cluster.api.get("nodetwins", object_name(node)).get("spec") or {}
+        spec = cluster.api.get("nodetwins", twin_name(node)).get("spec") or {}
         cpu = spec.get("cpu") or {}
         cap = cpu.get("packagePowerCapWatts")
         pct = cpu.get("packagePowerCapPctOfMax")

@@ -30,7 +30,8 @@ from agentpool.demo.scenario import (
 from agentpool.demo.timeline import CapWatcher, Moment, Phase, World, advance, script
 from agentpool.demo.view import Header, ShardInfo, View, make_view
 from agentpool.durations import format_duration
-from agentpool.sim.cluster import AgentProcess, SimCluster
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 
 POLL_S = 0.5

@@ -16,8 +16,8 @@ import random
 from dataclasses import dataclass
 
 from agentpool.durations import format_duration
-from agentpool.kube.nodetwin import object_name
 from agentpool.sim.cluster import SimCluster
+from agentpool.sim.objects import twin_name
 from agentpool.sim.power.gpu import GpuConfig
 from agentpool.sim.power.model import RAPL_ACTION
 
@@ -138,7 +138,7 @@ def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
         )
         if plan.gpus:
             gpu_cap = {"capWattsPerGpu": GPU_CAPS[plan.profile]}
-            desired = ("nodetwins", object_name(plan.name)) if cluster.nodetwin else (
+            desired = ("nodetwins", twin_name(plan.name)) if cluster.nodetwin else (
                 "nodepowerprofiles", plan.name
             )
             cluster.api.patch(*desired, {"spec": {"gpu": {"powerCap": gpu_cap}}})

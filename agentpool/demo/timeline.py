@@ -19,7 +19,9 @@ import psutil
 
 from agentpool.demo.observe import NodeRow, Snapshot, cap_applied
 from agentpool.demo.scenario import NodePlan, Profile
-from agentpool.sim.cluster import MANAGED, AgentProcess, SimCluster
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.objects import MANAGED
 
 # When the moments happen, as fractions of --duration; without one, at fixed
 # times early in the run (the demo then keeps going until Ctrl-C).

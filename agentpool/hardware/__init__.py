@@ -1,1 +1,6 @@
-"""What a node's hardware is: NFD labels, the host's sysfs, the NodeHardware report."""
+"""What a node's hardware is: NFD and GPU labels, the host's sysfs, the NodeHardware report.
+
+Owns: reading the Node object's hints, discovering the host's RAPL zones and
+cpufreq policies (read only), and the NodeHardware ``status`` body.
+Never: writes anywhere, decides a cap, or talks to Kubernetes (kube/ publishes).
+"""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import json
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -181,12 +182,7 @@ class KubeApi:
         kwargs.update(_selectors(label_selector, field_selector))
         lister = self._lister(resource)
         response = self._call("list", resource, lambda: lister(**kwargs))
-        try:
-            body = json.loads(response.data)
-        except ValueError as exc:
-            raise KubeTemporaryError(f"list {resource.value}: answer is not JSON") from exc
-        finally:
-            response.release_conn()
+        body = json_body(response, f"list {resource.value}")
         items = body.get("items") or []
         rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
         return Listing([i for i in items if isinstance(i, dict)], rv)
@@ -302,3 +298,18 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> dict[s
     """The selector arguments of a list or watch call; empty ones are left out."""
     given = {"label_selector": label_selector, "field_selector": field_selector}
     return {key: value for key, value in given.items() if value}
+
+
+def abort_read(response: Any) -> None:
+    """Unblock a thread reading ``response`` by shutting its socket down.
+
+    ``close()`` from another thread would wait for the reader's buffer lock
+    and so hang with it; ``shutdown()`` makes the blocked read return at once.
+    """
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed: the reader is unblocked either way

@@ -13,7 +13,6 @@ how long it has not been confirmed and why.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import Any
 import tenacity
 
 from agentpool.errors import KubeTemporaryError
-from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.api import KubeApi, Resource, abort_read
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +115,7 @@ class Informer:
         with self._lock:
             response = self._response
         if response is not None:
-            _abort(response)
+            abort_read(response)
         self._thread.join(timeout)
 
     def _sleep(self, seconds: float) -> None:
@@ -164,7 +163,7 @@ class Informer:
         with self._lock:
             self._response = response
         if self._stop.is_set():
-            _abort(response)
+            abort_read(response)
 
     def _session(self) -> None:
         """Relist if needed, then one watch stream until the server ends it or 410.
@@ -208,18 +207,3 @@ class Informer:
                     self.sink(Change(self.resource, kind, obj))
                 # BOOKMARK: only the resourceVersion moves on.
             # Otherwise the server ended the stream (timeoutSeconds): _run watches again.
-
-
-def _abort(response: Any) -> None:
-    """Unblock a thread reading ``response`` by shutting its socket down.
-
-    ``close()`` from another thread would wait for the reader's buffer lock
-    and so hang with it; ``shutdown()`` makes the blocked read return at once.
-    """
-    sock = getattr(getattr(response, "connection", None), "sock", None)
-    if sock is None:
-        return
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed: the reader is unblocked either way

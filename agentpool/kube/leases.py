@@ -19,11 +19,12 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
+from agentpool.backoff import Backoff
+from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError
-from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, json_body
+from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, abort_read, json_body
 from agentpool.pool.membership import (
     ANNOTATION_CLAIMS,
     ANNOTATION_VIEW,
@@ -32,17 +33,13 @@ from agentpool.pool.membership import (
     decode_claims,
     encode_claims,
 )
+from agentpool.spec.values import json_count
 
 log = logging.getLogger(__name__)
 
 LEASE_TIMEOUT_S = 5.0
 """Read timeout of lease requests: a renewal that takes longer is as good as failed."""
 _TIMEOUT = (CONNECT_TIMEOUT_S, LEASE_TIMEOUT_S)
-
-
-def _micro_time() -> str:
-    """``MicroTime`` as the apiserver writes it."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def lease_record(obj: dict[str, Any]) -> LeaseRecord:
@@ -106,7 +103,7 @@ class LeaseClient:
         current = self._current or {}
         meta = dict(current.get("metadata") or {})
         spec = dict(current.get("spec") or {})
-        now = _micro_time()
+        now = utc_timestamp(micro=True)
         if holder is not None and spec.get("holderIdentity") != holder:
             spec["acquireTime"] = now
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
@@ -162,7 +159,7 @@ def replicas_of(obj: dict[str, Any] | None) -> int | None:
     if obj is None:
         return None
     value = (obj.get("spec") or {}).get("replicas")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return json_count(value)
 
 
 class ReplicasWatch:
@@ -192,26 +189,24 @@ class ReplicasWatch:
         self._stop.set()
         response = self._response
         if response is not None:
-            from agentpool.kube.informer import _abort  # the informer's way to unblock a read
-
-            _abort(response)
+            abort_read(response)
         self._thread.join(timeout)
 
     def _remember(self, response: Any) -> None:
         self._response = response
 
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = Backoff(initial_s=0.5, max_s=10.0)
         while not self._stop.is_set():
             try:
                 self._session()
-                backoff = 0.5
+                backoff.reset()
             except KubeError as exc:
                 if self._stop.is_set():
                     return
-                log.warning("statefulset %s: %s; retrying in %.1fs", self.name, exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(10.0, backoff * 2)
+                delay = backoff.next()
+                log.warning("statefulset %s: %s; retrying in %.1fs", self.name, exc, delay)
+                self._stop.wait(delay)
 
     def _session(self) -> None:
         selector = f"metadata.name={self.name}"

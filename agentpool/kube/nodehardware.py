@@ -24,14 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError
-from agentpool.hardware.host import discover_host, nodehardware_status
+from agentpool.hardware.host import discover_host
+from agentpool.hardware.nodehardware import nodehardware_status
 from agentpool.kube.api import KubeApi, Resource
-from agentpool.kube.nodetwin import object_name
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class HardwarePublisher:
         )
         if content == entry.written:
             return 0
-        name = object_name(inputs.node)
+        name = node_object_name(inputs.node)
         writes = 0
         if not entry.created:
             body = {
@@ -189,7 +189,7 @@ class HardwarePublisher:
                 if exc.status != 409:  # 409: it exists already (another run created it)
                     raise
             entry.created = True
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = utc_timestamp()
         patch = merge_diff(entry.written, content)
         # Both names: Joulie's CRD declares updatedAt, its Go type lastUpdated.
         patch.update(updatedAt=stamp, lastUpdated=stamp)
@@ -203,3 +203,15 @@ class HardwarePublisher:
             content["quality"]["overall"],
         )
         return writes + 1
+
+
+def node_object_name(node: str) -> str:
+    """The name Joulie gives a node's NodeTwin and NodeHardware.
+
+    Lowercased, ``.``, ``_`` and ``/`` turned into ``-``, leading and trailing
+    ``-`` trimmed (as ``sanitizeNodeObjectName`` in Joulie's agent).
+    """
+    name = node.strip().lower()
+    for char in "._/":
+        name = name.replace(char, "-")
+    return name.strip("-")

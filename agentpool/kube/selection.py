@@ -30,7 +30,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from agentpool.config.settings import JoulieApi
+from agentpool.backoff import Backoff
+from agentpool.config.options import JoulieApi
 from agentpool.errors import KubeError
 from agentpool.kube.api import GROUP, KubeApi, Resource
 
@@ -211,12 +212,13 @@ class KindDiscovery:
         return delay
 
     def _run(self) -> None:
-        retry = self._first
+        backoff = Backoff(initial_s=self._first, max_s=self._max)
         while not self._stop.is_set():
             self._wake.clear()
             self.discover()
-            delay = self._delay(retry)
-            retry = min(self._max, retry * 2) if self.problem is not None else self._first
+            if self.problem is None:
+                backoff.reset()
+            delay = self._delay(backoff.next() if self.problem is not None else self._first)
             started = self._clock()
             if self._wake.wait(delay) and not self._stop.is_set():
                 # Woken early: still leave WAKE_SPACING_S between two discoveries.

@@ -1,5 +1,8 @@
-"""Write a node's status (TelemetryProfile ``status.control.cpu``, or NodeTwin
-``status.controlStatus.cpu`` with another ``body``), coalesced, from one thread.
+"""Every status body the agent writes, and the writer that writes them, coalesced.
+
+The bodies: TelemetryProfile ``status.control`` (:func:`status_body`) and
+NodeTwin ``status.controlStatus`` (:func:`twin_status_body`), each with its
+``cpu`` and, for a node with a GPU cap, ``gpu`` part.
 
 Writes go through the status subresource as a JSON merge patch, never a PUT
 of the object. A node's status is written when backend/result/message
@@ -30,14 +33,13 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from agentpool.backoff import exponential_delay
+from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource
-from agentpool.retrying import exponential_delay
-from agentpool.spec.gpu import gpu_status
-from agentpool.spec.values import TickResult
+from agentpool.spec.values import GpuTickResult, TickResult
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +68,69 @@ class _Pending:
     not_before: float = 0.0
 
 
+GPU_OBSERVED_KEYS = (
+    "capWattsPerGpu",
+    "capPctOfMax",
+    "targetWattsPerGpu",
+    "requestedWattsPerGpu",
+    "gpuCount",
+    "powerWattsTotal",
+    "controlState",
+    "devices",
+    "discovered",
+)
+"""Every key ``control.gpu.observed`` may carry; the ones a tick leaves out are nulled in
+the merge patch, so a key observed once does not linger."""
+
+
+def _control(
+    result: TickResult | GpuTickResult, now: str, observed: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One control's status: the four keys both APIs declare, and ``observed`` where the
+    schema has it (the profile API; a NodeTwin's would be pruned)."""
+    body: dict[str, Any] = {
+        "backend": result.backend.value,
+        "result": result.result.value,
+        "message": result.message,
+    }
+    if observed is not None:
+        body["observed"] = observed
+    body["updatedAt"] = now
+    return body
+
+
 def status_body(result: TickResult, stale_keys: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The ``status`` merge patch; keys no longer observed are nulled so they go away."""
+    """TelemetryProfile ``status.control``: the merge patch; keys no longer observed are
+    nulled so they go away."""
+    now = utc_timestamp()
     observed: dict[str, Any] = dict.fromkeys(stale_keys)
     observed.update(result.observed)
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    control: dict[str, Any] = {
-        "cpu": {
-            "backend": result.backend.value,
-            "result": result.result.value,
-            "message": result.message,
-            "observed": observed,
-            "updatedAt": now,
-        }
-    }
+    control = {"cpu": _control(result, now, observed)}
     if result.gpu is not None:
-        control["gpu"] = gpu_status(result.gpu, now)
+        gpu_observed: dict[str, Any] = dict.fromkeys(GPU_OBSERVED_KEYS)
+        gpu_observed.update(result.gpu.observed)
+        control["gpu"] = _control(result.gpu, now, gpu_observed)
     return {"control": control}
+
+
+def twin_status_body(
+    result: TickResult, stale_keys: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """NodeTwin ``status.controlStatus``: ``cpu``, and ``gpu`` when the node has a GPU cap.
+
+    The agent owns exactly these: the four keys Joulie's CRD declares there.
+    Everything else in a NodeTwin's status (``schedulableClass``, the
+    predicted scores, ``powerMeasurement``...) belongs to the operator, so
+    the merge patch names only them and never carries anything the schema
+    does not declare (a real server would prune it: what the profile API
+    reports in ``observed`` goes to metrics instead, and ``stale_keys`` do
+    not apply).
+    """
+    now = utc_timestamp()
+    control = {"cpu": _control(result, now, None)}
+    if result.gpu is not None:
+        control["gpu"] = _control(result.gpu, now, None)
+    return {"controlStatus": control}
 
 
 class StatusWriter:

@@ -2,7 +2,7 @@
 
 Static pools: 32-bit FNV-1a of the node name, modulo shards. Every replica
 computes the same function independently, so there is no coordination: the
-hash must stay bit-for-bit what the contract says. Elastic pools
+hash must stay bit-for-bit what README "Modes" says. Elastic pools
 (``POOL_MEMBERSHIP=lease``): the same formula over the live members
 (``modulo``) or rendezvous hashing (``rendezvous``), both pure functions of
 the node name and the member names (the members come from
@@ -56,7 +56,7 @@ class Assignment(enum.StrEnum):
 
     MODULO = "modulo"
     """``fnv32a(node) % len(members)`` indexes the members sorted by ordinal, then name:
-    the contract's formula over the current count (most nodes move when it changes)."""
+    the static pool's formula over the current count (most nodes move when it changes)."""
     RENDEZVOUS = "rendezvous"
     """The member with the highest :func:`rendezvous_score` for the node: growing
     from N to N+1 members moves about 1/(N+1) of the nodes, all to the newcomer."""

@@ -51,6 +51,10 @@ class Actions:
     def __bool__(self) -> bool:
         return bool(self.start or self.stop)
 
+    def __or__(self, other: Actions) -> Actions:
+        """Both sets of actions (one turn collects them from several steps)."""
+        return Actions(start=self.start | other.start, stop=self.stop | other.stop)
+
 
 class Handoff:
     """The handoff state of one pod's nodes. Not thread safe: one owner drives it."""

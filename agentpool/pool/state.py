@@ -49,10 +49,6 @@ class PoolNumbers:
     fenced: bool
 
 
-def _merge(a: Actions, b: Actions) -> Actions:
-    return Actions(start=a.start | b.start, stop=a.stop | b.stop)
-
-
 class PoolState:
     """Membership and handoff of one pool pod. Not thread safe: the supervisor loop owns it."""
 
@@ -92,7 +88,7 @@ class PoolState:
         self._has_view = True
         actions = self._reassign(now)
         blocking = self.tracker.claims_of_others(self.me, now)
-        return _merge(actions, self.handoff.read(writes_before, blocking, now))
+        return actions | self.handoff.read(writes_before, blocking, now)
 
     def set_replicas(self, replicas: int | None, now: float) -> Actions:
         self.replicas = replicas
@@ -103,7 +99,7 @@ class PoolState:
         self._nodes = set(nodes)
         actions = self.handoff.fence(now)
         if self._has_view:
-            actions = _merge(actions, self._reassign(now))
+            actions = actions | self._reassign(now)
         return actions
 
     def stopped(self, node: str) -> None:

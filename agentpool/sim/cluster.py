@@ -14,32 +14,29 @@ scenarios, which a cluster wipes on entry and exit.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from agentpool.sim.agentproc import AgentProcess, free_port
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import ADMIN, EnvtestServer
-from agentpool.sim.polling import wait_until
+from agentpool.sim.objects import (
+    MANAGED,
+    node_twin,
+    operator_status,
+    power_profile,
+    telemetry_profile,
+    twin_name,
+)
 from agentpool.sim.power.server import PowerSim
-from agentpool.spec.values import DEFAULT_HTTP_TIMEOUT_S
 
-MANAGED = "joulie.io/managed"
 KINDS = ("telemetryprofiles", "nodepowerprofiles", "nodetwins", "nodehardwares", "nodes")
 """What a scenario seeds; a shared real server is wiped of these between scenarios."""
-__all__ = ["AgentProcess", "DirectApi", "SimCluster", "free_port", "wait_until"]
 
 
 class DirectApi(Protocol):
@@ -62,205 +59,6 @@ class DirectApi(Protocol):
         field_selector: str | None = None,
         namespace: str | None = None,
     ) -> list[dict[str, Any]]: ...
-
-
-def free_port() -> int:
-    """A port that was free a moment ago (the agent binds it right after)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def power_profile(
-    node: str, cap: float | None, profile: str = "eco", gpu_cap: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """``gpu_cap`` is the ``spec.gpu.powerCap`` block (``{"capWattsPerGpu": 250}``)."""
-    spec: dict[str, Any] = {"nodeName": node, "profile": profile, "policy": {"name": "sim"}}
-    if cap is not None:
-        spec["cpu"] = {"packagePowerCapWatts": cap}
-    if gpu_cap is not None:
-        spec["gpu"] = {"powerCap": gpu_cap}
-    return {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "NodePowerProfile",
-        "metadata": {"name": node},
-        "spec": spec,
-    }
-
-
-def telemetry_profile(
-    node: str,
-    sim: PowerSim | None,
-    mode: str = "auto",
-    timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
-) -> dict[str, Any]:
-    """HTTP source and controls (CPU and GPU) at the power simulator, or host ones when
-    ``sim`` is None."""
-    if sim is None:
-        sources: dict[str, Any] = {"cpu": {"type": "host"}}
-        controls: dict[str, Any] = {"cpu": {"type": "host"}}
-    else:
-        sources = {
-            "cpu": {
-                "type": "http",
-                "http": {"endpoint": sim.telemetry_endpoint, "timeoutSeconds": timeout_s},
-            }
-        }
-        controls = {
-            "cpu": {
-                "type": "http",
-                "http": {
-                    "endpoint": sim.control_endpoint,
-                    "timeoutSeconds": timeout_s,
-                    "mode": mode,
-                },
-            },
-            "gpu": {
-                "type": "http",
-                "http": {"endpoint": sim.control_endpoint, "timeoutSeconds": timeout_s},
-            },
-        }
-    return {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "TelemetryProfile",
-        "metadata": {"name": node},
-        "spec": {
-            "target": {"scope": "node", "nodeName": node},
-            "sources": sources,
-            "controls": controls,
-        },
-    }
-
-
-def worker_pids(metrics_text: str) -> dict[str, int]:
-    """node -> pid of its live worker, from the ``agentpool_worker_pid`` series."""
-    pids: dict[str, int] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        if family.name == "agentpool_worker_pid":
-            for sample in family.samples:
-                pids[sample.labels["node"]] = int(sample.value)
-    return pids
-
-
-def node_twin(
-    node: str, cap: float | None = None, pct: float | None = None, profile: str = "eco"
-) -> dict[str, Any]:
-    """A NodeTwin as Joulie's operator creates it (named after the node, sanitised)."""
-    from agentpool.kube.nodetwin import object_name
-
-    cpu: dict[str, Any] = {}
-    if cap is not None:
-        cpu["packagePowerCapWatts"] = cap
-    if pct is not None:
-        cpu["packagePowerCapPctOfMax"] = pct
-    return {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "NodeTwin",
-        "metadata": {"name": object_name(node)},
-        "spec": {
-            "nodeName": node,
-            "profile": profile,
-            "policy": {"name": "sim"},
-            "scheduling": {"draining": False},
-            "cpu": cpu,
-        },
-    }
-
-
-def operator_status(node: str) -> dict[str, Any]:
-    """The status fields Joulie's operator writes into a NodeTwin (everything but the
-    agent's ``controlStatus.cpu``), with values that differ per node."""
-    seed = sum(node.encode()) % 50
-    return {
-        "schedulableClass": "eco",
-        "predictedPowerHeadroomScore": 40.0 + seed,
-        "predictedCoolingStressScore": 12.5,
-        "predictedPsuStressScore": 0,
-        "hardwareDensityScore": 0.75,
-        "estimatedPUE": 1.12,
-        "lastUpdated": "2026-02-27T00:00:00Z",
-        "effectiveCapState": {"cpuPct": 60, "gpuPct": 100},
-        "powerMeasurement": {
-            "source": "http",
-            "measuredNodePowerW": 300.0 + seed,
-            "cpuCappedPowerW": 150,
-            "nodeTdpW": 250,
-            "powerTrendWPerMin": -1.5,
-        },
-        "controlStatus": {
-            "gpu": {
-                "backend": "http", "result": "applied", "message": "operator-side gpu",
-                "updatedAt": "2026-02-27T00:00:00Z",
-            }
-        },
-    }
-
-
-class AgentProcess:
-    """One ``agentpool`` supervisor subprocess and its metrics address."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
-        self.port = port
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
-        self.process = subprocess.Popen(
-            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/metrics"
-
-    def get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
-        try:
-            url = f"http://127.0.0.1:{self.port}{path}"
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
-    def metrics(self) -> str:
-        return self.get("/metrics")[1]
-
-    def worker_pids(self) -> dict[str, int]:
-        """node -> pid of its live worker, from the agent's ``/metrics``."""
-        return worker_pids(self.metrics())
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"agent exited with {self.process.returncode}:\n{self.logs()}")
-            with contextlib.suppress(OSError):
-                return self.get("/readyz", timeout=1.0)[0] == 200
-            return False
-
-        wait_until(ready, timeout)
-
-    def logs(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait; returns the exit status (SIGKILL after ``timeout``)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
-        return self.process.returncode
-
-    def kill(self) -> None:
-        """SIGKILL the supervisor only (its workers must notice by themselves)."""
-        self.process.kill()
-        self.process.wait(5)
 
 
 class SimCluster:
@@ -402,18 +200,14 @@ class SimCluster:
         if profile is not None:
             spec["profile"] = profile
         if self.nodetwin:
-            from agentpool.kube.nodetwin import object_name
-
-            self.api.patch("nodetwins", object_name(name), {"spec": spec})
+            self.api.patch("nodetwins", twin_name(name), {"spec": spec})
             return
         self.api.patch("nodepowerprofiles", name, {"spec": spec})
 
     def status(self, name: str) -> dict[str, Any]:
         """The node's CPU control status (NodeTwin API: ``status.controlStatus.cpu``)."""
         if self.nodetwin:
-            from agentpool.kube.nodetwin import object_name
-
-            twin = self.api.get("nodetwins", object_name(name))
+            twin = self.api.get("nodetwins", twin_name(name))
             return dict(((twin.get("status") or {}).get("controlStatus") or {}).get("cpu") or {})
         obj = self.api.get("telemetryprofiles", name)
         cpu: dict[str, Any] = ((obj.get("status") or {}).get("control") or {}).get("cpu") or {}

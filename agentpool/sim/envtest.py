@@ -9,7 +9,7 @@ directory named by ``KUBEBUILDER_ASSETS`` holds ``etcd`` and
 ``kube-apiserver`` (``setup-envtest use -p path <version>`` prints one).
 
 It never imports the ``kubernetes`` client: the admin facade
-(:class:`~agentpool.sim.envtest_client.ClusterApi`) speaks plain HTTPS, so
+(:class:`~agentpool.sim.clusterapi.ClusterApi`) speaks plain HTTPS, so
 tests that check the client-side code against this server do not share code
 with it. The serving certificate is the self-signed one kube-apiserver makes
 in ``--cert-dir``; kubeconfigs trust exactly that file.

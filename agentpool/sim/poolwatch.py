@@ -20,6 +20,8 @@ their requests and do.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import hashlib
 import itertools
 import re
 import threading
@@ -31,12 +33,33 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.pool.assignment import Assignment, owner_of
+from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import AgentProcess, SimCluster
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.power.model import RecordedRequest
 
 _AGENT = re.compile(r"^agentpool/\S+ \((?P<pod>[^,]+), shard \d+\)$")
+
+
+def _fnv1a_32(data: bytes) -> int:
+    return functools.reduce(lambda h, byte: ((h ^ byte) * 0x01000193) % 2**32, data, 0x811C9DC5)
+
+
+def _ordinal(pod: str) -> int:
+    match = re.search(r"(\d+)$", pod)
+    return int(match[1]) if match else 2**31
+
+
+def expected_owner(node: str, members: list[str], assignment: str) -> str:
+    """The member that should run ``node``, worked out from the README's definitions
+    (fnv32a modulo over the members in ordinal order; rendezvous: the highest 64-bit
+    blake2b score of ``member NUL node``, ties to the greater name), not from the
+    agent's code, so that the judge cannot share the agent's mistakes."""
+    if assignment == "modulo":
+        ordered = sorted(members, key=lambda m: (_ordinal(m), m))
+        return ordered[_fnv1a_32(node.encode()) % len(ordered)]
+    return max(members, key=lambda m: (int.from_bytes(
+        hashlib.blake2b(m.encode() + b"\0" + node.encode(), digest_size=8).digest(), "big"), m))
 
 
 def pod_of(user_agent: str | None) -> str | None:
@@ -169,7 +192,7 @@ class PoolDriver:
     """A StatefulSet and its pods, driven by hand as its controller and the kubelet would."""
 
     def __init__(self, cluster: SimCluster, nodes: list[str], timings: Timings = Timings(),
-                 assignment: Assignment = Assignment.RENDEZVOUS,
+                 assignment: str = "rendezvous",
                  namespace: str = NAMESPACE) -> None:
         self.cluster = cluster
         self.namespace = namespace
@@ -185,7 +208,7 @@ class PoolDriver:
         t = self.timings
         agent = self.cluster.start_agent(env={
             "POOL_MEMBERSHIP": "lease", "POD_NAME": name, "POD_NAMESPACE": self.namespace,
-            "POOL_ASSIGNMENT": self.assignment.value,
+            "POOL_ASSIGNMENT": str(self.assignment),
             "POOL_LEASE_DURATION": f"{t.lease_s:g}s", "POOL_LEASE_RENEW": f"{t.renew_s:g}s",
             "SHUTDOWN_TIMEOUT": f"{t.shutdown_s:g}s", "RECONCILE_INTERVAL": f"{t.interval_s:g}s",
         }, name=name)
@@ -223,7 +246,7 @@ class PoolDriver:
         holders = self.holders()
         if holders is None:
             return False
-        expected = {node: owner_of(node, members, self.assignment) for node in self.nodes}
+        expected = {node: expected_owner(node, members, self.assignment) for node in self.nodes}
         if any(holders.get(node) != {owner} for node, owner in expected.items()):
             return False
         acted = {(r.node, pod_of(r.user_agent)) for r in self.cluster.power.requests()

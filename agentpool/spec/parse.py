@@ -1,8 +1,10 @@
-"""Parse NodePowerProfile and TelemetryProfile JSON into typed values.
+"""Parse NodePowerProfile, NodeTwin and TelemetryProfile JSON into typed values.
 
 Malformed input raises :class:`ProfileError` naming the exact field (for
 example ``spec.cpu.packagePowerCapWatts``); the controller turns it into
-status ``error`` and writes nothing to the host.
+status ``error`` and writes nothing to the host. Every bound here is the
+chart's CRD bound (tests/deploy/test_crds.py holds the two against each
+other), so a value the API server would refuse is refused here too.
 """
 
 from __future__ import annotations
@@ -11,21 +13,24 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from agentpool.errors import ProfileError, shown
-from agentpool.spec.gpu import parse_gpu_cap
 from agentpool.spec.values import (
     DEFAULT_HTTP_TIMEOUT_S,
     ControlMode,
     ControlType,
+    GpuCap,
+    GpuControlMode,
+    GpuRouting,
     HttpEndpoint,
+    NodeRouting,
     PowerPolicy,
     Profile,
     Routing,
     SourceType,
-    finite_number,
+    json_number,
     url_problem,
 )
 
-E = TypeVar("E", SourceType, ControlType, ControlMode)
+E = TypeVar("E", SourceType, ControlType, ControlMode, GpuControlMode, Profile)
 
 NPP = "NodePowerProfile"
 TP = "TelemetryProfile"
@@ -34,7 +39,7 @@ MAX_TIMEOUT_S = 300.0
 """A longer HTTP timeout would let one tick hang for minutes; refuse it."""
 
 
-def object_name(obj: Mapping[str, Any]) -> str:
+def metadata_name(obj: Mapping[str, Any]) -> str:
     """``metadata.name`` of a raw object; '' when it has none (malformed input)."""
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
@@ -53,12 +58,26 @@ def _mapping(
 
 
 def _number(value: Any, kind: str, name: str, path: str) -> float:
-    # bool is an int subclass in Python; JSON true is not a wattage. An integer too large for
-    # a float (JSON has no limit) is no more a number of watts than NaN is.
-    number = finite_number(value)
+    number = json_number(value)
     if number is None:
         raise ProfileError(kind, name, path, f"{shown(value)} is not a number")
     return number
+
+
+def _choice(
+    block: Mapping[str, Any], key: str, default: E, kind: str, name: str, path: str
+) -> E:
+    """An enum-valued field; a value outside the enum names the field and what is accepted."""
+    enum = type(default)
+    raw = block.get(key, default.value)
+    try:
+        return enum(raw)
+    except ValueError:
+        accepted = ", ".join(m.value for m in enum)
+        raise ProfileError(kind, name, path, f"{shown(raw)} is not one of {accepted}") from None
+
+
+# -- desired state: NodePowerProfile, NodeTwin ---------------------------------------------
 
 
 def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
@@ -68,28 +87,24 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
     Joulie releases between the two APIs also put into NodePowerProfiles) is
     accepted in both, and watts win over it.
     """
-    name = object_name(obj) or "?"  # for error messages
+    name = metadata_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", kind, name, "spec")
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node:
         raise ProfileError(kind, name, "spec.nodeName", "required, a node name")
     raw_profile = spec.get("profile")
-    try:
-        profile = Profile(raw_profile) if isinstance(raw_profile, str) else None
-    except ValueError:
-        profile = None
-    if profile is None:
+    if not isinstance(raw_profile, str) or raw_profile not in set(Profile):
         accepted = " or ".join(p.value for p in Profile)
         raise ProfileError(kind, name, "spec.profile", f"{shown(raw_profile)} is not {accepted}")
+    profile = Profile(raw_profile)
     cpu = _mapping(spec, "cpu", kind, name, "spec.cpu")
     cap = cpu.get("packagePowerCapWatts")
     cap_watts: float | None = None
     if cap is not None:
         cap_watts = _number(cap, kind, name, "spec.cpu.packagePowerCapWatts")
         if cap_watts < 1:
-            raise ProfileError(
-                kind, name, "spec.cpu.packagePowerCapWatts", f"{shown(cap)} must be a number >= 1"
-            )
+            problem = f"{shown(cap)} must be a number >= 1"
+            raise ProfileError(kind, name, "spec.cpu.packagePowerCapWatts", problem)
     pct = cpu.get("packagePowerCapPctOfMax")
     cap_pct: float | None = None
     if pct is not None:
@@ -111,6 +126,50 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
     )
 
 
+def parse_gpu_cap(
+    spec: Mapping[str, Any], kind: str, name: str, path: str = "spec"
+) -> GpuCap | None:
+    """The ``gpu.powerCap`` of a NodePowerProfile or NodeTwin ``spec``; None when absent.
+
+    Watts win over percent when both are set (the parser keeps only them).
+    """
+    gpu = _mapping(spec, "gpu", kind, name, f"{path}.gpu")
+    where = f"{path}.gpu.powerCap"
+    block = _mapping(gpu, "powerCap", kind, name, where)
+    raw_watts, raw_pct = block.get("capWattsPerGpu"), block.get("capPctOfMax")
+    watts, pct = json_number(raw_watts), json_number(raw_pct)
+    if raw_watts is not None and (watts is None or watts < 1):
+        problem = f"{shown(raw_watts)} must be a number >= 1"
+        raise ProfileError(kind, name, f"{where}.capWattsPerGpu", problem)
+    if raw_pct is not None and (pct is None or not 0 < pct <= 100):
+        problem = f"{shown(raw_pct)} must be a number, 0 < pct <= 100"
+        raise ProfileError(kind, name, f"{where}.capPctOfMax", problem)
+    if watts is not None:
+        return GpuCap(watts_per_gpu=watts)
+    if pct is not None:
+        return GpuCap(pct_of_max=pct)
+    return None
+
+
+# -- routing: the TelemetryProfile targeting the node wins, CPU and GPU alike; without one,
+# -- the TELEMETRY_* variables (``env``), on either Joulie API. Each part parses (and fails)
+# -- on its own: a malformed GPU block leaves the CPU routing as it is, and the reverse.
+
+
+def cpu_routing(telemetry_profile: Mapping[str, Any] | None, env: NodeRouting) -> Routing:
+    """A node's CPU routing."""
+    if telemetry_profile is None:
+        return env.cpu
+    return parse_telemetry_profile(telemetry_profile)
+
+
+def gpu_routing(telemetry_profile: Mapping[str, Any] | None, env: NodeRouting) -> GpuRouting:
+    """A node's GPU routing."""
+    if telemetry_profile is None:
+        return env.gpu
+    return parse_gpu_routing(telemetry_profile)
+
+
 def _endpoint(
     block: Mapping[str, Any], name: str, path: str
 ) -> tuple[HttpEndpoint, Mapping[str, Any]]:
@@ -121,42 +180,29 @@ def _endpoint(
     problem = url_problem(endpoint)
     if problem is not None:
         raise ProfileError(TP, name, f"{path}.http.endpoint", f"{shown(endpoint)} {problem}")
-    timeout = http.get("timeoutSeconds", DEFAULT_HTTP_TIMEOUT_S)
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not 0 < timeout <= MAX_TIMEOUT_S
-    ):
+    raw_timeout = http.get("timeoutSeconds", DEFAULT_HTTP_TIMEOUT_S)
+    timeout = json_number(raw_timeout)
+    if timeout is None or not 0 < timeout <= MAX_TIMEOUT_S:
         raise ProfileError(
             TP,
             name,
             f"{path}.http.timeoutSeconds",
-            f"{shown(timeout)} must be a number of seconds, 0 < t <= {MAX_TIMEOUT_S:g}",
+            f"{shown(raw_timeout)} must be a number of seconds, 0 < t <= {MAX_TIMEOUT_S:g}",
         )
-    return HttpEndpoint(endpoint, float(timeout)), http
-
-
-def _choice(block: Mapping[str, Any], key: str, default: E, name: str, path: str) -> E:
-    """An enum-valued field of a TelemetryProfile; a value outside the enum names the field."""
-    kind = type(default)
-    raw = block.get(key, default.value)
-    try:
-        return kind(raw)
-    except ValueError:
-        accepted = ", ".join(m.value for m in kind)
-        raise ProfileError(TP, name, path, f"{shown(raw)} is not one of {accepted}") from None
+    return HttpEndpoint(endpoint, timeout), http
 
 
 def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
-    name = object_name(obj) or "?"  # for error messages
+    """The CPU routing of a TelemetryProfile."""
+    name = metadata_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", TP, name, "spec")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")
     source_block = _mapping(sources, "cpu", TP, name, "spec.sources.cpu")
     control_block = _mapping(controls, "cpu", TP, name, "spec.controls.cpu")
 
-    source = _choice(source_block, "type", SourceType.HOST, name, "spec.sources.cpu.type")
-    control = _choice(control_block, "type", ControlType.HOST, name, "spec.controls.cpu.type")
+    source = _choice(source_block, "type", SourceType.HOST, TP, name, "spec.sources.cpu.type")
+    control = _choice(control_block, "type", ControlType.HOST, TP, name, "spec.controls.cpu.type")
     source_http = None
     if source is SourceType.HTTP:
         source_http, _ = _endpoint(source_block, name, "spec.sources.cpu")
@@ -164,7 +210,7 @@ def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
     mode = ControlMode.AUTO
     if control is ControlType.HTTP:
         control_http, http = _endpoint(control_block, name, "spec.controls.cpu")
-        mode = _choice(http, "mode", ControlMode.AUTO, name, "spec.controls.cpu.http.mode")
+        mode = _choice(http, "mode", ControlMode.AUTO, TP, name, "spec.controls.cpu.http.mode")
     return Routing(
         source=source,
         source_http=source_http,
@@ -173,6 +219,52 @@ def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
         mode=mode,
         profile_name=name,
     )
+
+
+def parse_gpu_routing(obj: Mapping[str, Any]) -> GpuRouting:
+    """The GPU routing of a TelemetryProfile (``spec.controls.gpu``, ``spec.sources.gpu``).
+
+    The blocks have the CPU blocks' shape. The GPU answer of Joulie's
+    simulator rides in the same telemetry document as the CPU one, so
+    without an HTTP ``sources.gpu`` the CPU telemetry endpoint is read for
+    the ``gpu`` object.
+    """
+    name = metadata_name(obj) or "?"  # for error messages
+    spec = _mapping(obj, "spec", TP, name, "spec")
+    controls = _mapping(spec, "controls", TP, name, "spec.controls")
+    sources = _mapping(spec, "sources", TP, name, "spec.sources")
+    block = _mapping(controls, "gpu", TP, name, "spec.controls.gpu")
+    control = _choice(block, "type", ControlType.HOST, TP, name, "spec.controls.gpu.type")
+    control_http, mode = None, GpuControlMode.AUTO
+    if control is ControlType.HTTP:
+        control_http, http = _endpoint(block, name, "spec.controls.gpu")
+        mode = _choice(http, "mode", GpuControlMode.AUTO, TP, name, "spec.controls.gpu.http.mode")
+    telemetry = None
+    for key in ("gpu", "cpu"):
+        source = _mapping(sources, key, TP, name, f"spec.sources.{key}")
+        kind = _choice(source, "type", SourceType.HOST, TP, name, f"spec.sources.{key}.type")
+        if kind is SourceType.HTTP:
+            telemetry, _ = _endpoint(source, name, f"spec.sources.{key}")
+            break
+        if key == "gpu" and source:
+            break  # an explicit non-HTTP GPU source: do not borrow the CPU one
+    return GpuRouting(control, control_http, mode, telemetry, name)
+
+
+def oldest_claim(
+    objs: list[dict[str, Any]], kind: str, node: str
+) -> tuple[dict[str, Any], str | None]:
+    """Several objects of ``kind`` target ``node``: the oldest wins (then the first name),
+    and a note says so (None when there is only one)."""
+    chosen = min(
+        objs, key=lambda o: (str((o.get("metadata") or {}).get("creationTimestamp") or ""),
+                             metadata_name(o))
+    )
+    if len(objs) == 1:
+        return chosen, None
+    names = ", ".join(sorted(metadata_name(o) for o in objs))
+    note = f"{len(objs)} {kind}s target node {node} ({names}); using the oldest, "
+    return chosen, note + repr(metadata_name(chosen))
 
 
 def target_of(obj: Mapping[str, Any]) -> tuple[str, str | None]:

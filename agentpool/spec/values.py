@@ -1,7 +1,10 @@
-"""Plain typed values the node controller works with; no I/O, no Kubernetes types.
+"""Plain typed values of the Joulie custom resources and of what the agent reports back.
 
-Raw custom-resource JSON arrives as dicts (the supervisor forwards them over a
-pipe); :mod:`agentpool.spec.parse` turns them into these values.
+No I/O, no Kubernetes types. Raw custom-resource JSON arrives as dicts (the
+supervisor forwards them over a pipe); :mod:`agentpool.spec.parse` turns
+them into these values. The same values serve both Joulie APIs: a NodeTwin's
+desired state is a :class:`PowerPolicy` as a NodePowerProfile's is, and
+``gpu.powerCap`` has one shape in both.
 """
 
 from __future__ import annotations
@@ -9,11 +12,32 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlsplit
 
-if TYPE_CHECKING:
-    from agentpool.spec.gpu import GpuCap, GpuTickResult
+
+def json_number(value: object) -> float | None:
+    """``value`` when it is a finite JSON number, as a float; None for anything else.
+
+    ``bool`` is an ``int`` subclass in Python, and JSON ``true`` is no wattage;
+    ``json.loads`` accepts ``NaN`` and ``Infinity``, and one of those in a
+    reading would poison every computation after it (each comparison with NaN
+    is false). JSON integers have no limit: one too large for a float (where
+    ``float()`` and ``math.isfinite`` raise ``OverflowError``) is no number
+    either.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def json_count(value: object) -> int | None:
+    """``value`` when it is a JSON integer (not ``true``/``false``); None otherwise."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class Profile(enum.StrEnum):
@@ -69,6 +93,67 @@ class Result(enum.StrEnum):
     """Nothing to enforce (no profile, or a profile without a cap)."""
 
 
+class GpuBackend(enum.StrEnum):
+    """Values of ``status.control.gpu.backend`` (README "GPU power caps")."""
+
+    NONE = "none"
+    # nothing enforced (no cap, no GPU, or no way to enforce it)
+    HTTP = "http"
+    # the node's GPU control endpoint (Joulie simulator, BMC gateway)
+    HOST_NVIDIA = "host-nvidia"
+    # NVML on this host
+    HOST_AMD = "host-amd"
+    # AMD SMI on this host
+
+
+@dataclass(frozen=True)
+class GpuCap:
+    """A node's desired GPU cap: watts per GPU, or a percent of each device's maximum.
+
+    Exactly one is set; when the resource carries both, watts win (the parser
+    keeps only them).
+    """
+
+    watts_per_gpu: float | None = None
+    pct_of_max: float | None = None
+
+    def describe(self) -> str:
+        if self.watts_per_gpu is not None:
+            return f"{self.watts_per_gpu:g} W per GPU"
+        return f"{self.pct_of_max:g}% of each GPU's maximum"
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What one device allows, in watts (NVML reports milliwatts; backends convert)."""
+
+    min_watts: float
+    max_watts: float
+    default_watts: float | None = None
+
+
+def limits_problem(limits: DeviceLimits) -> str | None:
+    """Why a device's reported limits make no range a cap can be clamped into; None if they do.
+
+    A driver that reports a maximum of 0, or a minimum above its maximum, has no
+    limit the agent could set: the device is ``blocked``, never written.
+    """
+    low, high = limits.min_watts, limits.max_watts
+    if not (math.isfinite(low) and math.isfinite(high)) or not 0 <= low <= high or high <= 0:
+        return f"reports no usable power limit range (min {low:g} W, max {high:g} W)"
+    return None
+
+
+def resolve_cap(cap: GpuCap, limits: DeviceLimits) -> tuple[float, float]:
+    """(target, clamped) watts for one device: percent against its own max, then clamped."""
+    if cap.watts_per_gpu is not None:
+        target = cap.watts_per_gpu
+    else:
+        assert cap.pct_of_max is not None
+        target = limits.max_watts * cap.pct_of_max / 100.0
+    return target, min(limits.max_watts, max(limits.min_watts, target))
+
+
 @dataclass(frozen=True)
 class PowerPolicy:
     """A node's desired state, from its NodePowerProfile."""
@@ -93,22 +178,6 @@ class PowerPolicy:
     def label(self) -> str:
         """The ``policy`` label value of ``joulie_policy_cap_watts``."""
         return self.profile.value
-
-
-def finite_number(value: Any) -> float | None:
-    """A decoded JSON number as a finite float; None for anything else.
-
-    Not a number: ``true``/``false`` (bool is an int subclass), NaN and
-    infinities (Python's json reads them), and integers too large for a
-    float (JSON numbers have no limit; ``math.isfinite`` would raise on them).
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def url_problem(template: str) -> str | None:
@@ -162,22 +231,39 @@ class Routing:
     control_http: HttpEndpoint | None = None
     mode: ControlMode = ControlMode.AUTO
     profile_name: str | None = None
-    """The TelemetryProfile this came from; None means the host defaults."""
+    """The TelemetryProfile this came from; None means the TELEMETRY_* variables."""
+
+
+class GpuControlMode(enum.StrEnum):
+    AUTO = "auto"
+    """Power caps (the only method this agent implements)."""
+    POWERCAP = "powercap"
+    """Power caps, explicitly."""
+    CLOCKS = "clocks"
+    """Clock locking: accepted by the CRD, not implemented, so reported ``blocked``."""
 
 
 @dataclass(frozen=True)
-class Hardware:
-    """What Node Feature Discovery labels say about the node."""
+class GpuRouting:
+    """Where a node's GPU controls go and where its GPU telemetry is read."""
 
-    cpu_vendor: str | None = None
-    """``GenuineIntel``, ``AuthenticAMD``, another raw vendor id, or None if unknown."""
-    gpu_vendors: tuple[str, ...] = ()
-    """From NFD PCI labels: a hint for which host GPU library to try first."""
+    control: ControlType = ControlType.HOST
+    control_http: HttpEndpoint | None = None
+    mode: GpuControlMode = GpuControlMode.AUTO
+    telemetry_http: HttpEndpoint | None = None
+    """Where the ``gpu`` telemetry object is read; None: no HTTP GPU telemetry."""
+    profile_name: str | None = None
+    """The TelemetryProfile this came from; None means the TELEMETRY_* variables."""
 
-    @property
-    def rapl_capable(self) -> bool:
-        """False only when the node is known to be neither Intel nor AMD."""
-        return self.cpu_vendor is None or self.cpu_vendor in ("GenuineIntel", "AuthenticAMD")
+
+@dataclass(frozen=True)
+class NodeRouting:
+    """A node's routing, CPU and GPU: from the TelemetryProfile targeting it, else from the
+    TELEMETRY_* variables (:func:`agentpool.spec.parse.cpu_routing`, ``gpu_routing``), on
+    either API."""
+
+    cpu: Routing = field(default_factory=Routing)
+    gpu: GpuRouting = field(default_factory=GpuRouting)
 
 
 @dataclass(frozen=True)
@@ -206,6 +292,19 @@ class NodeInputs:
     """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
     spec_stale: bool = False
     """The desired state has not been confirmed from the API for SPEC_READ_TIMEOUT."""
+
+
+@dataclass(frozen=True)
+class GpuTickResult:
+    """What one reconcile concluded about a node's GPUs; becomes ``control.gpu``."""
+
+    backend: GpuBackend
+    result: Result
+    message: str
+    observed: dict[str, Any] = field(default_factory=dict)
+
+    def status_key(self) -> tuple[str, str, str]:
+        return (self.backend.value, self.result.value, self.message)
 
 
 @dataclass(frozen=True)

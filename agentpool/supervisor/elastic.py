@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -93,10 +93,6 @@ class _CycleDone:
 _Result = _Resumed | _Written | _Read | _Replicas | _CycleDone
 
 
-def _merge(a: Actions, b: Actions) -> Actions:
-    return Actions(start=a.start | b.start, stop=a.stop | b.stop)
-
-
 class ElasticPool:
     """One pod's membership of an elastic pool. ``turn``/``stopped`` from one thread only."""
 
@@ -142,6 +138,17 @@ class ElasticPool:
         self._results.put(result)
         self.wake()
 
+    def follow(self, selected: Iterable[str], workers: Collection[str]) -> set[str]:
+        """The loop's turn of the pool: renew and hand over, then the nodes this pod may run.
+
+        A node being released that has no worker (never started, or already
+        forgotten) has nothing to stop: it is released at once.
+        """
+        self.turn(selected)
+        for node in self.releasing() - set(workers):
+            self.stopped(node)
+        return self.running()
+
     def releasing(self) -> set[str]:
         """Nodes being handed over: each needs :meth:`stopped` once its worker is gone."""
         if self.state is None:
@@ -164,7 +171,7 @@ class ElasticPool:
                 self._submit(None, now)
                 self._next_cycle = now + min(self.elastic.renew_s, 1.0)
             return actions
-        actions = _merge(actions, state.turn(nodes, now))
+        actions = actions | state.turn(nodes, now)
         if not self._busy and now >= self._next_cycle:
             self._submit(state.next_write(), now)
             pending = state.handoff.nodes(NodePhase.CLAIMING, NodePhase.CLAIMED,
@@ -194,7 +201,7 @@ class ElasticPool:
                 result = self._results.get_nowait()
             except queue.Empty:
                 return actions
-            actions = _merge(actions, self._apply(result, now))
+            actions = actions | self._apply(result, now)
 
     def _apply(self, result: _Result, now: float) -> Actions:
         state = self.state

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 
-from agentpool.config.settings import Settings
+from agentpool.config.settings import WorkerSettings
 from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.orphans import spare_pids
 from agentpool.worker.forking.wire import HEADER, REPLY, STATUS, recv_exact
@@ -113,7 +113,7 @@ class ForkServer:
         spare_pids.add(self._process.pid)
 
     def spawn(
-        self, node: str, settings: Settings, journal: str | None, inputs: NodeInputs | None,
+        self, node: str, settings: WorkerSettings, journal: str | None, inputs: NodeInputs | None,
         conn_fd: int,
     ) -> ForkedWorker:
         """Fork the worker of ``node``; ``conn_fd`` is its end of the pipe (the caller

@@ -24,7 +24,7 @@ from typing import Protocol
 import psutil
 
 from agentpool.backoff import RestartPolicy
-from agentpool.config.settings import Settings
+from agentpool.config.settings import WorkerSettings
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.supervisor.forkclient import ForkServer
 from agentpool.worker.nodefiles import NodeFiles
@@ -162,7 +162,7 @@ class WorkerHandle:
 class ForkServerLauncher:
     """The production :data:`Launch`: a worker forked by the lean fork server."""
 
-    def __init__(self, server: ForkServer, settings: Settings, files: NodeFiles) -> None:
+    def __init__(self, server: ForkServer, settings: WorkerSettings, files: NodeFiles) -> None:
         self.server = server
         self.settings = settings
         self.files = files

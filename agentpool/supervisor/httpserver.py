@@ -38,9 +38,10 @@ class AgentHttpServer:
         render: Callable[[], bytes] | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
-        """``render``, if given, writes part of ``/metrics`` directly (the workers' merged
-        multiprocess files, see ``FastMultiProcessCollector.render``); ``registry`` the rest.
-        ``not_ready_reason``, if given, says why ``/readyz`` is 503 (None: no known reason)."""
+        """``ready`` says whether ``/readyz`` answers 200 and with which body (the reason,
+        when not ready); ``render``, if given, writes part of ``/metrics`` directly (the
+        workers' merged multiprocess files, see ``FastMultiProcessCollector.render``);
+        ``registry`` the rest; ``on_scrape`` is told each scrape's duration."""
         scrape_lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):

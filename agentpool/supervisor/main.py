@@ -24,15 +24,15 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from agentpool.config.settings import AgentMode, Settings
+from agentpool.config.options import AgentMode
+from agentpool.config.settings import Settings
 from agentpool.errors import KubeError
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Informer
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
-from agentpool.kube.nodetwin import twin_status_body
 from agentpool.kube.selection import KindDiscovery
-from agentpool.kube.status import HEARTBEAT_S, StatusWriter
+from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
 from agentpool.logs import setup_logging
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool, grace_for
@@ -40,7 +40,6 @@ from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
-from agentpool.supervisor.orphans import stop_helpers
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.watches import Watches
@@ -215,7 +214,6 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     fork_server = ForkServer()
     fork_server.ensure_running()
-    stack.callback(stop_helpers)  # last out: after every worker is gone
     stack.callback(fork_server.stop)
 
     counters = ApiCounters()
@@ -249,7 +247,7 @@ def _run(settings: Settings, stack: contextlib.ExitStack) -> int:
     elastic, replicas_watch = _elastic_pool(settings, api)
     supervisor = Supervisor(
         settings,
-        ForkServerLauncher(fork_server, settings, files),
+        ForkServerLauncher(fork_server, settings.worker(), files),
         view,
         status,
         collector,

@@ -21,12 +21,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from agentpool.config.settings import AgentMode, JoulieApi, Settings
-from agentpool.hardware.gpus import gpu_allocatable
+from agentpool.config.options import AgentMode, JoulieApi
+from agentpool.config.settings import Settings
+from agentpool.hardware.labels import gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.pool.assignment import owns
-from agentpool.spec.parse import MAX_TIMEOUT_S, object_name, target_of
+from agentpool.spec.parse import MAX_TIMEOUT_S, metadata_name, oldest_claim, target_of
 from agentpool.spec.selectors import parse_selector
 from agentpool.spec.values import DEFAULT_HTTP_TIMEOUT_S, NodeApi, NodeInputs
 from agentpool.supervisor import twinview
@@ -95,12 +96,6 @@ def heartbeat_limit(settings: Settings, telemetry_profile: dict[str, Any] | None
     return max(3 * interval, interval + longest_tick_s(telemetry_profile)) + HEARTBEAT_SLACK_S
 
 
-def _oldest(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    return min(
-        objs, key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), object_name(o))
-    )
-
-
 class ClusterView:
     """Nodes, NodePowerProfiles, TelemetryProfiles (and NodeTwins, NodeHardwares through
     :class:`~agentpool.supervisor.twinview.TwinView`), indexed by node. Not thread safe."""
@@ -148,7 +143,7 @@ class ClusterView:
         return {node} if node else set()
 
     def _put(self, resource: Resource, obj: dict[str, Any]) -> None:
-        name = object_name(obj)
+        name = metadata_name(obj)
         if resource is Resource.NODES:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             self.labels[name] = {str(k): str(v) for k, v in labels.items()}
@@ -183,7 +178,7 @@ class ClusterView:
                 del index[node]
 
     def _change(self, change: Change) -> set[str]:
-        name = object_name(change.obj)
+        name = metadata_name(change.obj)
         affected = self._affected(change.resource, name)
         if change.resource is not Resource.NODES:
             self._drop(change.resource, name)
@@ -252,19 +247,11 @@ class ClusterView:
         names = index.get(node)
         if not names:
             return None, None
-        objs = [store[n] for n in sorted(names)]
-        chosen = _oldest(objs)
-        if len(objs) == 1:
-            return chosen, None
-        note = (
-            f"{len(objs)} {kind}s target node {node} ({', '.join(sorted(names))}); "
-            f"using the oldest, {object_name(chosen)!r}"
-        )
-        return chosen, note
+        return oldest_claim([store[n] for n in sorted(names)], kind, node)
 
     def telemetry_profile_name(self, node: str) -> str | None:
         chosen, _ = self._chosen(self.telemetry, self._telemetry_by_node, node, "TelemetryProfile")
-        return object_name(chosen) if chosen else None
+        return metadata_name(chosen) if chosen else None
 
     def api_of(self, node: str) -> NodeApi:
         """The API ``node`` follows: the one ``JOULIE_API`` names; with ``auto``, the NodeTwin
@@ -304,7 +291,7 @@ class ClusterView:
         if api is NodeApi.PROFILES:
             profile, _ = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
             what = (
-                f"NodePowerProfile {object_name(profile)!r}" if profile
+                f"NodePowerProfile {metadata_name(profile)!r}" if profile
                 else "no NodePowerProfile targets it yet"
             )
             return f"the profile API ({what}; {setting})"

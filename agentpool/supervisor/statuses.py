@@ -1,9 +1,10 @@
-"""What the supervisor itself writes into a node's status, as opposed to its worker.
+"""A node's status from the supervisor: where it goes, and what the supervisor says itself.
 
-When no worker can speak for a node (it is restarting, it left this pod's
-scope, the agent is stopping), or the node's status moved to the other API's
-object, the status must say so rather than keep claiming that a cap is
-applied. The wording lives here, in one place.
+Every status, a worker's tick result or the supervisor's own, goes to the
+object that carries it (:class:`StatusRouter`). When no worker can speak
+for a node (it is restarting, it left this pod's scope, the agent is
+stopping), or the node's status moved to the other API's object, the status
+must say so rather than keep claiming that a cap is applied. The wording lives here, in one place.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Protocol
 
 from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
-from agentpool.spec.gpu import GpuBackend, GpuTickResult
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 
 class StatusSink(Protocol):
@@ -23,6 +23,70 @@ class StatusSink(Protocol):
     def offer(self, profile: str, node: str, result: TickResult, force: bool = False) -> bool: ...
 
     def flush(self, timeout: float) -> bool: ...
+
+
+class StatusHomes(Protocol):
+    """Which object carries a node's status (the supervisor's cluster view)."""
+
+    def status_target(self, node: str) -> tuple[Resource, str] | None: ...
+
+    def targets(self, resource: Resource, name: str, node: str) -> bool: ...
+
+
+class StatusRouter:
+    """A node's status goes to the object that carries it: its TelemetryProfile (profile
+    API) or its NodeTwin, each through its own writer; a node without one has no status.
+    When that object changes (the node follows the other API now), the one it leaves
+    gets a last word saying so (:func:`moved`). Not thread safe: the loop's."""
+
+    def __init__(
+        self, homes: StatusHomes, profiles: StatusSink | None, twins: StatusSink | None
+    ) -> None:
+        self._view = homes
+        self._profiles = profiles
+        self._twins = twins
+        self._homes: dict[str, tuple[Resource, str]] = {}
+        """Where each node's status was last offered."""
+
+    def _writer(self, resource: Resource) -> StatusSink | None:
+        return self._twins if resource is Resource.NODE_TWINS else self._profiles
+
+    def offer(self, node: str, result: TickResult, force: bool = False) -> None:
+        target = self._view.status_target(node)
+        previous = self._homes.get(node)
+        if previous is not None and previous != target:
+            self._hand_over(node, previous, target, result)
+        if target is None:
+            self._homes.pop(node, None)
+            return
+        self._homes[node] = target
+        resource, name = target
+        writer = self._writer(resource)
+        if writer is not None:
+            writer.offer(name, node, result, force=force)
+
+    def _hand_over(
+        self,
+        node: str,
+        previous: tuple[Resource, str],
+        target: tuple[Resource, str] | None,
+        last: TickResult,
+    ) -> None:
+        """The object the node's status leaves says so, rather than go on claiming what it
+        last said. Not written to an object that is gone or that now targets another node
+        (that node writes it)."""
+        resource, name = previous
+        writer = self._writer(resource)
+        if writer is None or not self._view.targets(resource, name, node):
+            return
+        writer.offer(name, node, with_gpu(moved(target), last), force=True)
+
+    def forget(self, node: str) -> None:
+        """The node left this pod's scope."""
+        self._homes.pop(node, None)
+
+    def writers(self) -> list[StatusSink]:
+        return [w for w in (self._profiles, self._twins) if w is not None]
 
 
 def with_gpu(result: TickResult, last: TickResult | None) -> TickResult:

@@ -23,8 +23,8 @@ from agentpool.errors import ProfileError
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
-from agentpool.spec.parse import parse_telemetry_profile
-from agentpool.spec.values import ControlType, SourceType
+from agentpool.spec.parse import cpu_routing, oldest_claim
+from agentpool.spec.values import ControlType, SourceType, json_number
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
 
@@ -48,9 +48,9 @@ def _trim_twin(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return None
-    return float(value)
+    """A positive JSON number, or None."""
+    number = json_number(value)
+    return number if number is not None and number > 0 else None
 
 
 def hardware_max_w(obj: dict[str, Any]) -> float | None:
@@ -111,7 +111,10 @@ class TwinView:
             if change.kind != "DELETED":
                 affected |= self._put_twin(change.obj)
             return affected
-        affected = self._drop_hardware(name)
+        if change.kind == "DELETED" or self._hardware_node.get(name) != _spec_node(change.obj):
+            affected = self._drop_hardware(name)
+        else:
+            affected = set()  # the same node: only a new maximum changes its inputs
         if change.kind != "DELETED":
             affected |= self._put_hardware(change.obj)
         return affected
@@ -160,17 +163,7 @@ class TwinView:
         names = self._by_node.get(node)
         if not names:
             return None, None
-        objs = [self.twins[n] for n in sorted(names)]
-        chosen = min(
-            objs, key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), _name(o))
-        )
-        if len(objs) == 1:
-            return chosen, None
-        note = (
-            f"{len(objs)} NodeTwins target node {node} ({', '.join(sorted(names))}); "
-            f"using the oldest, {_name(chosen)!r}"
-        )
-        return chosen, note
+        return oldest_claim([self.twins[n] for n in sorted(names)], "NodeTwin", node)
 
     def has_twin(self, node: str) -> bool:
         return bool(self._by_node.get(node))
@@ -191,12 +184,10 @@ def hardware_inputs(
     telemetry_profile: dict[str, Any] | None,
 ) -> HardwareInputs:
     """What a node's NodeHardware depends on; sysfs is read only under host control."""
-    routing = settings.routing
-    if telemetry_profile is not None:
-        try:
-            routing = parse_telemetry_profile(telemetry_profile)
-        except ProfileError:
-            pass  # its worker reports the error; publish what labels say meanwhile
+    try:
+        routing = cpu_routing(telemetry_profile, settings.routing)
+    except ProfileError:
+        routing = settings.routing.cpu  # its worker reports the error; publish what labels say
     host = routing.control is ControlType.HOST
     obj = node_object or {}
     return HardwareInputs(

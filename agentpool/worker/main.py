@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from agentpool.backends.sysfs.files import Originals
-from agentpool.config.settings import Settings
+from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
 from agentpool.errors import shown
 from agentpool.logs import setup_logging
@@ -140,7 +140,7 @@ def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
 
 def run_worker(
     node: str,
-    settings: Settings,
+    settings: WorkerSettings,
     conn: Connection,
     journal: str | None,
     inputs: NodeInputs | None = None,
@@ -167,7 +167,7 @@ def run_worker(
         from agentpool.controller.metrics import NodeMetrics
 
         originals = Originals(Path(journal) if journal else None)
-        controller = NodeController(settings, node, NodeMetrics(node), originals)
+        controller = NodeController(settings.controller, node, NodeMetrics(node), originals)
         tick = tick_with_faults(node, controller.tick)
         if inputs is not None:
             controller.update(inputs)
@@ -192,7 +192,7 @@ def run_worker(
 def _loop(
     controller: NodeController,
     tick: Callable[[], TickResult],
-    settings: Settings,
+    settings: WorkerSettings,
     conn: Connection,
     stop: _StopFlag,
 ) -> None:
@@ -213,7 +213,7 @@ def _loop(
 def _turns(
     controller: NodeController,
     tick: Callable[[], TickResult],
-    settings: Settings,
+    settings: WorkerSettings,
     conn: Connection,
     stop: _StopFlag,
     wake_r: int,

@@ -29,8 +29,7 @@ import struct
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
-from agentpool.spec.gpu import GpuBackend, GpuTickResult
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 MAX_FRAME = 0x7FFFFFFF
 """Larger messages need ``Connection``'s 12-byte header; no message comes close."""

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agentpool.backends import httpclient
-from agentpool.backends.httpauth import HttpAuth, HttpAuthSettings
-from agentpool.config.settings import load_settings
+from agentpool.backends import cpu_http, httpclient
+from agentpool.backends.httpauth import HttpAuth
+from agentpool.config.settings import HttpAuthSettings, load_settings
 from agentpool.errors import ConfigError, HttpBackendError
 from agentpool.spec.values import HttpEndpoint, Result
 
@@ -44,7 +44,7 @@ def no_credentials_afterwards() -> Iterator[None]:
 
 def post(gateway_control: str) -> httpclient.ControlAnswer:
     endpoint = HttpEndpoint(gateway_control, 5)
-    return httpclient.post_control(endpoint, NODE, httpclient.RAPL_ACTION, 150, -1)
+    return cpu_http.post_control(endpoint, NODE, cpu_http.RAPL_ACTION, 150, -1)
 
 
 def test_ca_bundle_and_token_reach_the_gateway(pki: Pki, token_file: Path) -> None:
@@ -52,7 +52,7 @@ def test_ca_bundle_and_token_reach_the_gateway(pki: Pki, token_file: Path) -> No
     with https_gateway(pki, TOKEN) as gw:
         answer = post(gw.control)
         assert (answer.result, answer.message) == (Result.APPLIED, "gateway applied the cap")
-        assert httpclient.read_package_power(HttpEndpoint(gw.telemetry, 5), NODE) == 180.0
+        assert cpu_http.read_package_power(HttpEndpoint(gw.telemetry, 5), NODE) == 180.0
         assert [s["auth"] for s in gw.seen] == [f"Bearer {TOKEN}"] * 2
 
 

@@ -6,23 +6,27 @@ import dataclasses
 
 import pytest
 
-from agentpool.config.settings import (
+from agentpool.config.options import (
     OPTIONS,
     AgentMode,
     DvfsControllerKind,
-    DvfsSettings,
-    ElasticSettings,
     JoulieApi,
     LogFormat,
     Membership,
-    Settings,
     StaleAction,
     defaults,
-    load_settings,
 )
+from agentpool.config.settings import DvfsSettings, ElasticSettings, Settings, load_settings
 from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment
-from agentpool.spec.values import ControlMode, ControlType, HttpEndpoint, Routing, SourceType
+from agentpool.spec.values import (
+    ControlMode,
+    ControlType,
+    HttpEndpoint,
+    NodeRouting,
+    Routing,
+    SourceType,
+)
 
 POOL = {"AGENT_MODE": "pool"}
 DAEMON = {"NODE_NAME": "worker-0"}
@@ -280,7 +284,7 @@ def test_error_table_covers_every_validated_variable() -> None:
 
 
 def test_env_routing_defaults_to_host_and_reads_every_variable() -> None:
-    assert load_settings(POOL).routing == Routing()
+    assert load_settings(POOL).routing == NodeRouting()
     settings = load_settings(
         {
             **POOL,
@@ -293,14 +297,16 @@ def test_env_routing_defaults_to_host_and_reads_every_variable() -> None:
             "TELEMETRY_HTTP_TIMEOUT_SECONDS": "7",
         }
     )
-    assert settings.routing == Routing(
+    assert settings.routing.cpu == Routing(
         source=SourceType.HTTP,
         source_http=HttpEndpoint("http://sim:18080/telemetry/{node}", 7.0),
         control=ControlType.HTTP,
         control_http=HttpEndpoint("https://bmc/control/{node}", 7.0),
         mode=ControlMode.DVFS,
     )
-    assert settings.gpu_routing.control is ControlType.NONE
+    assert settings.routing.gpu.control is ControlType.NONE
+    # GPU telemetry rides on the CPU telemetry answer, as with a TelemetryProfile.
+    assert settings.routing.gpu.telemetry_http == settings.routing.cpu.source_http
     assert settings.joulie_api is JoulieApi.AUTO
     assert settings.spec_read_timeout_s == 300.0
     assert settings.spec_stale_action is StaleAction.RELAX

@@ -16,16 +16,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agentpool.backends.sysfs.files import Originals
-from agentpool.config.settings import AgentMode, Settings
+from agentpool.config.options import AgentMode
+from agentpool.config.settings import Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.kube.status import status_body
-from agentpool.sim.cluster import power_profile, telemetry_profile
+from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.power.gpu import GPU_ACTION, GpuConfig
 from agentpool.sim.power.model import NodeConfig, RequestKind
 from agentpool.sim.power.server import PowerSim
-from agentpool.spec.gpu import GpuBackend, GpuTickResult
-from agentpool.spec.values import NodeInputs, Result
+from agentpool.spec.values import GpuBackend, GpuTickResult, NodeInputs, Result
 from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)
@@ -39,7 +39,7 @@ class Node:
         self.registry = CollectorRegistry()
         self.settings = Settings(node_name=name, sysfs_root=str(tmp / "{node}"), **settings)
         self.controller = NodeController(
-            self.settings,
+            self.settings.controller(),
             name,
             NodeMetrics(name, registry=self.registry),
             Originals(journal or tmp / f"{name}.journal"),
@@ -390,18 +390,16 @@ def test_pool_mode_never_caps_the_pods_own_gpus(nvml: FakeNvml, tmp_path: Path) 
 def test_nodetwin_gpu_cap_routed_by_environment_with_its_control_status(
     sim: PowerSim, tmp_path: Path
 ) -> None:
-    from agentpool.config.env_routing import GpuRouting
-    from agentpool.kube.nodetwin import twin_status_body
-    from agentpool.sim.cluster import node_twin
-    from agentpool.spec.values import ControlType, HttpEndpoint, Routing, SourceType
+    from agentpool.config.env_routing import routing_from_env
+    from agentpool.kube.status import twin_status_body
+    from agentpool.sim.objects import node_twin
 
-    node = Node(
-        "gpu-0", tmp_path,
-        routing=Routing(source=SourceType.HTTP, source_http=HttpEndpoint(sim.telemetry_endpoint),
-                        control=ControlType.HTTP, control_http=HttpEndpoint(sim.control_endpoint)),
-        gpu_routing=GpuRouting(control=ControlType.HTTP,
-                               control_http=HttpEndpoint(sim.control_endpoint)),
-    )
+    telemetry, control = sim.telemetry_endpoint, sim.control_endpoint
+    node = Node("gpu-0", tmp_path, routing=routing_from_env({
+        "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": telemetry,
+        "TELEMETRY_CPU_CONTROL": "http", "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": control,
+        "TELEMETRY_GPU_CONTROL": "http", "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": control,
+    }))
     twin = node_twin("gpu-0", cap=150)
     twin["spec"]["gpu"] = {"powerCap": {"scope": "perGpu", "capPctOfMax": 60}}
     node.controller.update(NodeInputs("gpu-0", node_twin=twin, nodetwin_api=True))

@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agentpool import __version__
-from agentpool.config.settings import DvfsControllerKind, DvfsSettings, Settings
+from agentpool.config.options import DvfsControllerKind
+from agentpool.config.settings import DvfsSettings, Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NO_BACKEND, NodeController
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, NodeConfig, RequestKind
@@ -92,8 +93,9 @@ class Harness:
         settings.setdefault("dvfs", JOULIE)
         self.settings = Settings(node_name=NODE, sysfs_root=str(tmp / "{node}"), **settings)
         self.root = tmp / NODE
+        metrics = NodeMetrics(NODE, registry=self.registry)
         self.controller = NodeController(
-            self.settings, NODE, NodeMetrics(NODE, registry=self.registry), clock=self.clock
+            self.settings.controller(), NODE, metrics, clock=self.clock
         )
 
     def set(self, labels: dict[str, str] | None = None, **inputs: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentpool.sim.cluster import node_twin
+from agentpool.sim.objects import node_twin
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
@@ -23,6 +23,7 @@ from agentpool.spec.values import (
     ControlMode,
     ControlType,
     HttpEndpoint,
+    NodeRouting,
     Result,
     Routing,
     SourceType,
@@ -156,14 +157,14 @@ def sim() -> Iterator[PowerSim]:
         yield power
 
 
-def http_routing(sim: PowerSim, telemetry: bool = True) -> Routing:
-    return Routing(
+def http_routing(sim: PowerSim, telemetry: bool = True) -> NodeRouting:
+    return NodeRouting(Routing(
         source_http=HttpEndpoint(sim.telemetry_endpoint, 5) if telemetry else None,
         source=SourceType.HTTP if telemetry else SourceType.NONE,
         control=ControlType.HTTP,
         control_http=HttpEndpoint(sim.control_endpoint, 5),
         mode=ControlMode.AUTO,
-    )
+    ))
 
 
 def test_http_percent_resolves_against_nodehardware(tmp_path: Path, sim: PowerSim) -> None:
@@ -230,7 +231,7 @@ def test_stale_desired_state_relaxes_then_recovers(tmp_path: Path) -> None:
 
 
 def test_stale_desired_state_kept_when_asked(tmp_path: Path) -> None:
-    from agentpool.config.settings import StaleAction
+    from agentpool.config.options import StaleAction
 
     h = Harness(tmp_path, spec_stale_action=StaleAction.KEEP)
     with intel_2socket(h.root):

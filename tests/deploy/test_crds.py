@@ -154,7 +154,7 @@ def test_enums_and_cap_minimum() -> None:
     }
     gpu_cap = npp[".spec.gpu.powerCap"]["properties"]
     assert gpu_cap["capPctOfMax"]["maximum"] == 100
-    assert gpu_cap["capWattsPerGpu"]["exclusiveMinimum"] is True
+    assert gpu_cap["capWattsPerGpu"]["minimum"] == 1
     rules = tp[".spec.target"]["x-kubernetes-validations"]
     assert [r["rule"] for r in rules] == ["self.scope != 'node' || has(self.nodeName)"]
 
@@ -269,7 +269,7 @@ def test_good_nodepowerprofiles(sample: dict[str, Any]) -> None:
         (changed(GOOD_NPP, "spec", DELETE), "'spec' is a required property"),
         (
             changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capWattsPerGpu": 0}}),
-            "less than or equal to the minimum",
+            "less than the minimum",
         ),
         (
             changed(GOOD_NPP, "spec.gpu", {"powerCap": {"capPctOfMax": 0}}),

@@ -19,9 +19,10 @@ import pytest
 
 from agentpool.pool.assignment import shard_of
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import read_int
 from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 from tests.supervisor.agents import host_cluster, joulie_nodes, node_apis, pl1_files, worker_pids

@@ -15,9 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentpool.sim.cluster import SimCluster, node_twin, wait_until
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.objects import node_twin
+from agentpool.sim.polling import wait_until
 from agentpool.sim.power.model import RAPL_ACTION
 from tests.supervisor.agents import node_apis, worker_pids
 from tests.supervisor.test_both_apis import MOVED, tp_status, twin_status

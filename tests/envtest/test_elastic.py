@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import PoolDriver, Timings
 from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 

@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 
-from agentpool.hardware.host import discover_host, nodehardware_status
-from agentpool.kube.nodetwin import object_name
+from agentpool.hardware.host import discover_host
+from agentpool.hardware.nodehardware import nodehardware_status
+from agentpool.kube.nodehardware import node_object_name
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import SimCluster, node_twin, operator_status, wait_until
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
+from agentpool.sim.objects import node_twin, operator_status
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import intel_2socket
 from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
@@ -59,7 +62,7 @@ def test_the_crds_keep_what_the_operator_and_the_agent_write(
     with SimCluster(server=envtest_server, api="nodetwin") as cluster:
         admin = cluster.api
         cluster.add_node("real.node-0.example", cap=None, pct=60)
-        name = object_name("real.node-0.example")
+        name = node_object_name("real.node-0.example")
         twin = admin.get("nodetwins", name)
         assert twin["spec"]["cpu"] == {"packagePowerCapPctOfMax": 60}
         assert twin["status"] == operator_status("real.node-0.example")  # nothing pruned

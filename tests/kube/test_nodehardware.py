@@ -13,11 +13,16 @@ from pathlib import Path
 import pytest
 
 from agentpool.kube.api import KubeApi, Resource, load_client
-from agentpool.kube.nodehardware import HardwareInputs, HardwarePublisher, merge_diff
-from agentpool.kube.nodetwin import object_name, twin_status_body
-from agentpool.kube.status import StatusWriter
+from agentpool.kube.nodehardware import (
+    HardwareInputs,
+    HardwarePublisher,
+    merge_diff,
+    node_object_name,
+)
+from agentpool.kube.status import StatusWriter, twin_status_body
 from agentpool.sim.apiserver import ApiEmulator
-from agentpool.sim.cluster import node_twin, operator_status, wait_until
+from agentpool.sim.objects import node_twin, operator_status
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.spec.values import Backend, Result, TickResult
 
@@ -124,8 +129,8 @@ def test_merge_diff_nulls_removed_keys() -> None:
 
 
 def test_object_names_follow_the_operator() -> None:
-    assert object_name("Worker_0.Example/x") == "worker-0-example-x"
-    assert object_name("-a.") == "a"
+    assert node_object_name("Worker_0.Example/x") == "worker-0-example-x"
+    assert node_object_name("-a.") == "a"
 
 
 def test_twin_status_writes_keep_every_operator_field_byte_for_byte(

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from agentpool.config.settings import JoulieApi
+from agentpool.config.options import JoulieApi
 from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.selection import ABSENT_CONFIRM_S, KindDiscovery, kinds_for, problem_for
 from agentpool.sim.apiserver import ApiEmulator
-from agentpool.sim.cluster import wait_until
+from agentpool.sim.polling import wait_until
 from tests.kube.test_informer import api
 
 __all__ = ["api"]  # the KubeApi-on-the-emulator fixture, shared with test_informer

@@ -11,7 +11,8 @@ import pytest
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.status import StatusWriter
 from agentpool.sim.apiserver import ApiEmulator
-from agentpool.sim.cluster import telemetry_profile, wait_until
+from agentpool.sim.objects import telemetry_profile
+from agentpool.sim.polling import wait_until
 from agentpool.spec.values import Backend, Result, TickResult
 
 PATCHES = ("patch", "telemetryprofiles/status")
@@ -125,8 +126,8 @@ def test_only_the_status_subresource_is_written(
 def test_an_unexpected_error_loses_that_write_not_the_writer(
     api_emulator: ApiEmulator, writer: StatusWriter
 ) -> None:
-    # Defect: anything but an API error killed the writer thread, and statuses stopped
-    # for good. A value the client cannot serialise stands in for such a bug.
+    # Whatever a write runs into, the writer thread goes on: a value the client cannot
+    # serialise stands in for a bug in a write.
     assert writer.offer("node-a", "node-a", applied(bad=object()))
     wait_until(lambda: writer.failures == 1, 10)
     assert writer.offer("node-a", "node-a", applied("RAPL PL1 90 W"))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentpool.config.settings import OPTIONS, Settings, load_settings
+from agentpool.config.options import OPTIONS
+from agentpool.config.settings import Settings, load_settings
 from agentpool.errors import ConfigError
 from tests.properties.budget import examples
 from tests.properties.strategies import NUMBER_WORDS

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.sysfs.files import Originals
-from agentpool.spec.gpu import GpuCap
-from agentpool.spec.values import Result
+from agentpool.spec.values import GpuCap, Result
 from tests.backends.gpu.test_amdsmi import Device, binding
 from tests.properties.budget import examples
 

@@ -29,7 +29,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from agentpool.config.settings import DvfsControllerKind, DvfsSettings, Settings
+from agentpool.config.options import DvfsControllerKind
+from agentpool.config.settings import DvfsSettings, Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.kube.status import status_body
@@ -218,8 +219,8 @@ def test_any_sysfs_content_gives_a_result_and_only_sane_writes(
         now = [1000.0]
         settings = Settings(node_name=NODE, sysfs_root=str(scratch / "{node}"),
                             dvfs=DvfsSettings(controller=controller))
-        node = NodeController(settings, NODE, NodeMetrics(NODE, registry=CollectorRegistry()),
-                              clock=lambda: now[0])
+        metrics = NodeMetrics(NODE, registry=CollectorRegistry())
+        node = NodeController(settings.controller(), NODE, metrics, clock=lambda: now[0])
         profile = {"metadata": {"name": "p"},
                    "spec": {"nodeName": NODE, "profile": "eco",
                             "cpu": {"packagePowerCapWatts": cap}}}

@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentpool.backends import gpu_http, httpclient
+from agentpool.backends import cpu_http, gpu_http, httpclient
 from agentpool.errors import HttpBackendError
 from agentpool.spec.values import HttpEndpoint, Result
 from tests.backends.rawhttp import Answer, RawServer
@@ -209,7 +209,7 @@ def test_any_telemetry_answer_is_a_reading_no_reading_or_an_error(
     answer, clean_body = case
     with RawServer(answer) as server:
         endpoint = HttpEndpoint(server.url, TIMEOUT_S)
-        value, error, elapsed = timed(lambda: httpclient.read_package_power(endpoint, NODE))
+        value, error, elapsed = timed(lambda: cpu_http.read_package_power(endpoint, NODE))
     assert elapsed <= TIMEOUT_S + SLACK_S, elapsed
     if error is None:
         assert value is None or (isinstance(value, float) and math.isfinite(value))
@@ -242,8 +242,8 @@ def test_any_control_answer_is_honoured_or_an_error_and_the_request_is_finite_js
     answer, clean_body = case
     with RawServer(answer) as server:
         endpoint = HttpEndpoint(server.url, TIMEOUT_S)
-        got, error, elapsed = timed(lambda: httpclient.post_control(
-            endpoint, NODE, httpclient.RAPL_ACTION, cap, throttle))
+        got, error, elapsed = timed(lambda: cpu_http.post_control(
+            endpoint, NODE, cpu_http.RAPL_ACTION, cap, throttle))
         requests = list(server.requests)
     assert elapsed <= TIMEOUT_S + SLACK_S, elapsed
     for request in requests:  # what the agent sent: JSON with finite numbers only
@@ -277,7 +277,7 @@ def test_any_gpu_telemetry_answer_is_finite_readings_none_or_an_error(
     with RawServer(answer) as server:
         endpoint = HttpEndpoint(server.url, TIMEOUT_S)
         got, error, elapsed = timed(lambda: gpu_http.read_gpu_telemetry(endpoint, NODE))
-        maximum, _, elapsed_max = timed(lambda: httpclient.read_cpu_maximum(endpoint, NODE))
+        maximum, _, elapsed_max = timed(lambda: cpu_http.read_cpu_maximum(endpoint, NODE))
     assert elapsed <= TIMEOUT_S + SLACK_S, elapsed
     assert elapsed_max <= TIMEOUT_S + SLACK_S, elapsed_max
     assert maximum is None or (math.isfinite(maximum) and maximum > 0)

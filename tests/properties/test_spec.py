@@ -19,10 +19,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentpool.errors import ProfileError
-from agentpool.spec.gpu import GpuCap
-from agentpool.spec.gpu_parse import GpuRouting, parse_gpu_routing
-from agentpool.spec.parse import NPP, NT, parse_power_profile, parse_telemetry_profile
-from agentpool.spec.values import ControlType, HttpEndpoint, PowerPolicy, Routing, SourceType
+from agentpool.spec.parse import (
+    NPP,
+    NT,
+    parse_gpu_routing,
+    parse_power_profile,
+    parse_telemetry_profile,
+)
+from agentpool.spec.values import (
+    ControlType,
+    GpuCap,
+    GpuRouting,
+    HttpEndpoint,
+    PowerPolicy,
+    Routing,
+    SourceType,
+)
 from tests.properties.budget import examples
 from tests.properties.resources import (
     INFORMATIONAL,

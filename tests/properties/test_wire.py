@@ -34,9 +34,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentpool.config.settings import AgentMode, Settings
-from agentpool.spec.gpu import GpuBackend, GpuTickResult
-from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
+from agentpool.config.options import AgentMode
+from agentpool.config.settings import Settings
+from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, NodeInputs, Result, TickResult
 from agentpool.supervisor.forkclient import SERVER_MODULE, ForkServer
 from agentpool.supervisor.handles import WorkerState
 from agentpool.worker.forking.wire import HEADER, REPLY, STATUS
@@ -256,7 +256,7 @@ def test_any_bytes_to_a_worker_end_it_cleanly_or_leave_it_running(
         inputs = NodeInputs("n", labels=labels, power_profile=profile)
         ours, theirs = Pipe(duplex=True)
         try:
-            worker = fork_server.spawn("n", settings, str(scratch / "journal"), inputs,
+            worker = fork_server.spawn("n", settings.worker(), str(scratch / "journal"), inputs,
                                        theirs.fileno())
         finally:
             theirs.close()

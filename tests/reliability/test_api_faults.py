@@ -6,7 +6,8 @@ the real agent process talks to it over HTTP through the kubernetes client.
 
 from __future__ import annotations
 
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from tests.supervisor.agents import restarts, series, worker_pids
 
 

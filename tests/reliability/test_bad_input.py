@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from agentpool.sim.cluster import SimCluster, power_profile, telemetry_profile, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.objects import power_profile, telemetry_profile
+from agentpool.sim.polling import wait_until
 from tests.supervisor.agents import worker_pids
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from tests.supervisor.agents import alive, worker_pids
 
 NODES = 200

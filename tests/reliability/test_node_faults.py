@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import no_rapl, read_int, read_only_rapl
 from tests.supervisor.agents import (
     all_read,

@@ -43,3 +43,15 @@ def test_worker_nodes_reads_the_worker_pid_series() -> None:
             'agentpool_worker_pid{node="a"} 12.0\nagentpool_worker_pid{node="b"} 13.0\n'
             '# TYPE agentpool_workers gauge\nagentpool_workers{state="running"} 2.0\n')
     assert worker_nodes(text) == {"a", "b"}
+
+
+def test_the_judge_works_ownership_out_on_its_own_and_agrees_with_the_agent() -> None:
+    from agentpool.pool.assignment import Assignment, owner_of
+    from agentpool.sim.poolwatch import expected_owner
+
+    # fnv32a("a") = 0xe40c292c (the contract's vector): 3826002220 % 3 == 1.
+    assert expected_owner("a", ["p-2", "p-0", "p-1"], "modulo") == "p-1"
+    members = [f"pool-{i}" for i in range(5)]
+    for node in (f"kwok-node-{i}" for i in range(300)):
+        for assignment in Assignment:
+            assert expected_owner(node, members, assignment) == owner_of(node, members, assignment)

@@ -9,7 +9,8 @@ from pathlib import Path
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.sim.cluster import AgentProcess, SimCluster
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, intel_2socket, read_int
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from agentpool.config.settings import AgentMode, Settings
+from agentpool.config.options import AgentMode
+from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.spec.values import Backend, NodeInputs, Result, TickResult

@@ -16,7 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentpool.sim.cluster import MANAGED, AgentProcess, SimCluster, node_twin, wait_until
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.objects import MANAGED, node_twin
+from agentpool.sim.polling import wait_until
 from agentpool.sim.power.model import RAPL_ACTION
 from agentpool.sim.sysfs.trees import read_int
 

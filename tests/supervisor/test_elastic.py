@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from agentpool.config.settings import ElasticSettings, Membership
+from agentpool.config.options import Membership
+from agentpool.config.settings import ElasticSettings
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.pool.assignment import Assignment, owner_of
@@ -189,7 +190,7 @@ def test_scaling_2_3_5_2_hands_nodes_over_without_overlap(
                 if name not in pods:
                     pods[name] = Pod(name, pool, backend.kubeconfig, table).start()
             members = [f"{pool}-{i}" for i in range(size)]
-            # The bound is 30 s; measured about 2 s here.
+            # Converging after a resize is bounded by 30 s (README: elastic pool).
             wait_until(lambda m=members: converged(table, m), 30)  # type: ignore[misc]
             for name in [n for n in pods if n not in members]:
                 # Scaled away: it handed its nodes over while running; now it is stopped.
@@ -221,7 +222,7 @@ def test_a_killed_pods_nodes_are_taken_over_within_the_bound_and_it_resumes(
         took = time.monotonic() - killed_at
         bound = takeover_bound_s(ELASTIC, GRACE_S)
         # Not before the lease expired plus the grace; the upper bound with 5x headroom for a
-        # loaded 2-core box (measured about 3.5 s against a bound of 4 s).
+        # loaded 2-core box.
         assert took >= ELASTIC.lease_duration_s + GRACE_S - ELASTIC.renew_s
         assert took < 5 * bound
         assert lost

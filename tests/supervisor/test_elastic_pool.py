@@ -24,9 +24,11 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentpool.config.settings import ElasticSettings, Membership
+from agentpool.config.options import Membership
+from agentpool.config.settings import ElasticSettings
 from agentpool.pool.assignment import Assignment, owner_of
-from agentpool.sim.cluster import AgentProcess, SimCluster
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import MetricsSampler, Timings, request_overlaps, worker_nodes

@@ -1,4 +1,4 @@
-"""Acceptance of GPU power caps (issue 15): the real agent, a pool of HTTP nodes and a host node.
+"""Acceptance of GPU power caps (README): the real agent, a pool of HTTP nodes and a host node.
 
 The pool: two GPU nodes and a CPU-only node behind the power simulator
 (HTTP), run by a pool agent; and one node with host controls, run by a
@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from agentpool.sim.cluster import MANAGED, SimCluster, power_profile, telemetry_profile
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.objects import MANAGED, power_profile, telemetry_profile
 from agentpool.sim.polling import wait_until
 from agentpool.sim.power.gpu import GpuConfig
 from tests.fake_nvml import FakeGpu, FakeNvml, build

@@ -25,8 +25,8 @@ def _server(ready: tuple[bool, str] = (True, "ok"), timeout_s: float = 10.0) -> 
 
 
 def test_a_silent_client_is_disconnected() -> None:
-    # Defect: handler threads had no socket timeout, so connections that never send a
-    # request (or never read the answer) held a thread each, forever.
+    # A connection that never sends a request (or never reads the answer) must not hold
+    # a handler thread forever.
     server = _server(timeout_s=0.5)
     server.start()
     try:

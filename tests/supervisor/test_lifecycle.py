@@ -9,7 +9,8 @@ import time
 
 import psutil
 
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import read_int
 from agentpool.supervisor.forkclient import SERVER_MODULE
 from agentpool.worker.main import EXIT_CRASH
@@ -172,9 +173,8 @@ def test_a_dead_fork_server_is_replaced_and_every_worker_restarted() -> None:
 
 
 def test_a_hung_worker_flooded_with_changes_cannot_block_the_loop() -> None:
-    # Defect: the loop sent inputs with a blocking send; a worker that stopped reading
-    # (its tick hangs) plus a burst of changes filled the pipe and froze the loop, the
-    # heartbeat check that would have killed the worker included.
+    # A worker that stopped reading (its tick hangs) plus a burst of changes fills its
+    # pipe: the loop must go on turning, the heartbeat check that kills it included.
     with SimCluster() as cluster:
         cluster.add_node("stuck")
         cluster.add_node("fine")
@@ -197,8 +197,7 @@ def test_a_hung_worker_flooded_with_changes_cannot_block_the_loop() -> None:
 
 
 def test_no_descendant_outlives_the_supervisor() -> None:
-    # Defect: the fork server and the resource tracker were left to notice on their own
-    # that the supervisor had gone, and outlived it.
+    # The fork server and every worker must go with the supervisor, not outlive it.
     with SimCluster() as cluster:
         for name in ("a", "b"):
             cluster.add_node(name)

@@ -119,8 +119,8 @@ def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
 
 
 def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
-    # Defect: a 90 s heartbeat killed workers whose TelemetryProfile legally lets one
-    # tick wait 3 x 300 s on a slow endpoint. The limit now follows the profile.
+    # A TelemetryProfile may legally let one tick wait 3 x 300 s on a slow endpoint: the
+    # heartbeat limit follows the profile, so such a worker is not killed as hung.
     with Loop() as loop:
         loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a", 300), "ADDED")
         loop.nodes("a", "b")
@@ -151,8 +151,8 @@ def test_heartbeat_limit_rules() -> None:
 
 
 def test_a_worker_whose_pipe_stays_full_is_treated_as_hung_and_the_loop_never_blocks() -> None:
-    # Defect: a blocking send to a worker that stopped reading stopped the whole loop,
-    # including the heartbeat check that would have killed that worker.
+    # Sends never block: a worker that stopped reading cannot stop the loop, nor the
+    # heartbeat check that kills that worker.
     with Loop(heartbeat_timeout_s=30.0) as loop:
         loop.nodes("a", "b")
         loop.turn()
@@ -192,7 +192,7 @@ def test_a_worker_whose_pipe_stays_full_is_treated_as_hung_and_the_loop_never_bl
 
 
 def test_a_failed_spawn_backs_off_with_the_reason_in_the_status() -> None:
-    # Defect: an OSError from spawning escaped the loop, skipping the orderly shutdown.
+    # An OSError from spawning stays inside the loop: the node backs off like a death.
     launcher = FakeLauncher(fail_with=OSError(errno.EMFILE, "Too many open files"))
     with Loop(launcher) as loop:
         loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
@@ -281,7 +281,7 @@ def test_shutdown_stops_all_at_once_kills_the_rest_together_and_writes_final_sta
         for worker in loop.launcher.started:
             expected = ["SIGTERM", "SIGKILL"] if worker.node in stubborn else ["SIGTERM"]
             assert worker.process.signals == expected, worker.node
-        assert not loop.supervisor._running()
+        assert not loop.supervisor.table.running()
         for name in names:
             status = loop.status.last(name)
             assert status is not None
@@ -289,8 +289,8 @@ def test_shutdown_stops_all_at_once_kills_the_rest_together_and_writes_final_sta
 
 
 def test_a_replacement_waits_until_the_previous_process_is_gone() -> None:
-    # Defect: when the fork server died, a new worker started while the orphaned old
-    # one was still restoring the host; both wrote the same files.
+    # A worker orphaned by its fork server may still be restoring the host: its
+    # replacement must not start (and write the same files) until it is gone.
     lingering = subprocess.Popen(["sleep", "60"])
     try:
         launcher = FakeLauncher(pids=itertools.chain([lingering.pid], itertools.count(10**9 + 7)))

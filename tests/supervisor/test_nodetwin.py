@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
-from agentpool.kube.nodetwin import object_name
-from agentpool.sim.cluster import AgentProcess, SimCluster, node_twin, wait_until
+from agentpool.kube.nodehardware import node_object_name
+from agentpool.sim.agentproc import AgentProcess
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.objects import node_twin
+from agentpool.sim.polling import wait_until
 from tests.backends.tls_helpers import https_gateway, make_pki
 
 from .agents import host_cluster, node_apis, pl1_files, worker_pids
@@ -33,7 +36,7 @@ def readyz(agent: AgentProcess) -> tuple[int, str]:
 
 def operator_fields(cluster: SimCluster, node: str) -> str:
     """Everything in a NodeTwin's status but the agent's ``controlStatus.cpu``, as bytes."""
-    status: dict[str, Any] = dict(cluster.api.get("nodetwins", object_name(node))["status"])
+    status: dict[str, Any] = dict(cluster.api.get("nodetwins", node_object_name(node))["status"])
     control = dict(status.pop("controlStatus"))
     control.pop("cpu", None)
     return json.dumps({**status, "controlStatus": control}, sort_keys=True)

@@ -7,7 +7,8 @@ import time
 from collections import Counter
 
 from agentpool.pool.assignment import shard_of
-from agentpool.sim.cluster import SimCluster, wait_until
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 
 from .agents import joulie_nodes, series, worker_pids
 

@@ -28,8 +28,16 @@ from typing import Any
 from agentpool.backends.gpu.host import DeviceOutcome, journal_key, journal_owner, journaled
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError, shown
-from agentpool.spec.gpu import DeviceLimits, GpuBackend, GpuCap, limits_problem, resolve_cap
-from agentpool.spec.values import Result
+from agentpool.spec.values import (
+    DeviceLimits,
+    GpuBackend,
+    GpuCap,
+    Result,
+    json_count,
+    json_number,
+    limits_problem,
+    resolve_cap,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +64,12 @@ def _load_binding() -> ModuleType:
 
 def _microwatts(info: Any, key: str) -> int | None:
     """An integer microwatt field of the binding's answer; None for "N/A" or anything else."""
-    value = info.get(key) if isinstance(info, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    value = json_count(info.get(key) if isinstance(info, dict) else None)
+    return value if value is not None and value >= 0 else None
 
 
 def _watts(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return json_number(value)  # the binding answers "N/A" where a device has no value
 
 
 class AmdSmiGpus:

@@ -1,6 +1,6 @@
 """What a host GPU backend (NVML, AMD SMI) reports, and the journal keys of its originals.
 
-A host backend applies one :class:`~agentpool.spec.gpu.GpuCap` to every
+A host backend applies one :class:`~agentpool.spec.values.GpuCap` to every
 device it finds and answers one :class:`DeviceOutcome` per device, so one
 device that refuses never stops the others. Its originals (the power limit
 found before the first write) go into the node's
@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentpool.spec.gpu import DeviceLimits, GpuBackend, GpuCap
-from agentpool.spec.values import Result
+from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result
 
 JOURNAL_PREFIX = "gpu"
 

@@ -24,8 +24,14 @@ from typing import Any
 from agentpool.backends.gpu.host import DeviceOutcome, journal_key, journal_owner, journaled
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.gpu import DeviceLimits, GpuBackend, GpuCap, limits_problem, resolve_cap
-from agentpool.spec.values import Result
+from agentpool.spec.values import (
+    DeviceLimits,
+    GpuBackend,
+    GpuCap,
+    Result,
+    limits_problem,
+    resolve_cap,
+)
 
 log = logging.getLogger(__name__)
 

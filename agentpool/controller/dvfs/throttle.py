@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agentpool.config.settings import DvfsControllerKind, DvfsSettings
+from agentpool.config.options import DvfsControllerKind
+from agentpool.config.settings import DvfsSettings
 from agentpool.controller.dvfs.adaptive import AdaptiveDvfsController
 from agentpool.controller.dvfs.joulie import DvfsAction, DvfsController
 

@@ -4,8 +4,9 @@
 This module owns the HTTP side of the simulated Joulie power endpoints: the
 ``GET /telemetry/{node}`` and ``POST /control/{node}`` routes, the tell-it API
 tests use to steer nodes (load, control answers, faults), and the record of
-every request. Control takes the CPU actions of section 6 and
-``gpu.set_power_cap_watts`` of section 9 (GPUs per node: :mod:`agentpool.sim.power.gpu`).
+every request. Control takes the CPU actions (README "Custom resources") and
+``gpu.set_power_cap_watts`` (README "GPU power caps"; GPUs per node:
+:mod:`agentpool.sim.power.gpu`).
 The Joulie simulator is a Go program and real RAPL/DVFS-capable
 servers cannot exist on a CI box, so this is their stand-in; the numbers come
 from :mod:`agentpool.sim.power.model`.

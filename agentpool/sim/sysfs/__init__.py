@@ -1,1 +1,5 @@
-"""sysfs-shaped RAPL/cpufreq trees for tests and the simulator, and their dynamics."""
+"""sysfs-shaped RAPL/cpufreq trees (:mod:`.trees`) and what makes them behave (:mod:`.dynamics`).
+
+Owns: the shapes of real machines' host files (two sockets, BIOS-locked
+RAPL, AMD without writable limits), and energy counters that move.
+"""

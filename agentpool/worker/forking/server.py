@@ -28,7 +28,7 @@ import socket
 import sys
 from multiprocessing.connection import Connection
 
-from agentpool.config.settings import Settings
+from agentpool.config.settings import WorkerSettings
 from agentpool.spec.values import NodeInputs
 from agentpool.worker.forking import preload  # noqa: F401 - imports, warms and freezes the heap
 from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, REPLY, STATUS, recv_exact
@@ -68,7 +68,7 @@ def _worker_args(args: object) -> bool:
     node, settings, journal, inputs = args
     return (
         isinstance(node, str)
-        and isinstance(settings, Settings)
+        and isinstance(settings, WorkerSettings)
         and (journal is None or isinstance(journal, str))
         and (inputs is None or isinstance(inputs, NodeInputs))
     )
@@ -84,7 +84,7 @@ def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None
                 os.close(fd)
         node, settings, journal, inputs = args  # checked by _receive
         assert isinstance(node, str)
-        assert isinstance(settings, Settings)
+        assert isinstance(settings, WorkerSettings)
         assert journal is None or isinstance(journal, str)
         assert inputs is None or isinstance(inputs, NodeInputs)
         probe(node, "fork")

@@ -9,8 +9,9 @@ sysfs tree, DVFS over cpufreq where RAPL is locked, HTTP telemetry and
 control against an in-process canned server (RAPL applied; RAPL
 ``blocked``, then DVFS; DVFS only), restoring the host, logging a line, pickling a tick
 report, writing metrics. Everything is throwaway: a private temporary sysfs
-tree and metrics directory, a private metrics registry, a log handler
-writing to memory; nothing of it is left in the fork server but the warmed
+tree (built here from the few files the host backends read: the agent never
+imports the simulation kit) and metrics directory, a private metrics
+registry, a log handler writing to memory; nothing of it is left in the fork server but the warmed
 code and caches. Best effort: the caller ignores any failure.
 """
 
@@ -28,15 +29,16 @@ import socket
 import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, values
 
 from agentpool.backends.httpclient import close_connections
-from agentpool.config.settings import DvfsSettings, Settings
+from agentpool.config.settings import ControllerSettings, DvfsSettings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
-from agentpool.spec.values import NodeInputs
+from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.worker.protocol import TickReport
 
 TICKS = 12
@@ -133,13 +135,42 @@ def node_inputs(node: str, endpoint: str | None, mode: str) -> NodeInputs:
     return NodeInputs(node, {}, power, telemetry)
 
 
-def _drive(settings: Settings, node: str, inputs: NodeInputs) -> None:
+def _put(path: Path, value: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{value}\n")
+
+
+def host_tree(root: Path, rapl: bool) -> None:
+    """A two-package host under ``root``: RAPL package zones (when ``rapl``; without
+    them the controller falls back to DVFS) and four cpufreq policies."""
+    if rapl:
+        for n in (0, 1):
+            zone = root / "class" / "powercap" / f"intel-rapl:{n}"
+            _put(zone / "name", f"package-{n}")
+            _put(zone / "enabled", 1)
+            _put(zone / "energy_uj", 0)
+            _put(zone / "max_energy_range_uj", 262_143_328_850)
+            _put(zone / "constraint_0_name", "long_term")
+            _put(zone / "constraint_0_power_limit_uw", 150_000_000)
+            _put(zone / "constraint_0_max_power_uw", 200_000_000)
+    for n in range(4):
+        policy = root / "devices" / "system" / "cpu" / "cpufreq" / f"policy{n}"
+        _put(policy / "affected_cpus", n)
+        _put(policy / "cpuinfo_min_freq", 800_000)
+        _put(policy / "cpuinfo_max_freq", 3_500_000)
+        _put(policy / "scaling_min_freq", 800_000)
+        _put(policy / "scaling_max_freq", 3_500_000)
+        _put(policy / "scaling_cur_freq", 2_000_000)
+
+
+def _drive(settings: ControllerSettings, node: str, inputs: NodeInputs) -> TickResult:
     controller = NodeController(settings, node, NodeMetrics(node, CollectorRegistry()))
     controller.update(inputs)
     for _ in range(TICKS):
         result = controller.tick()
         pickle.dumps(TickReport(node, result, 0.001))
     controller.restore()
+    return result
 
 
 def _close_metrics_files(under: str) -> None:
@@ -156,10 +187,9 @@ def _close_metrics_files(under: str) -> None:
             obj.close()  # type: ignore[no-untyped-call]
 
 
-def warm_up() -> None:
-    """Drive throwaway controllers through every path (see the module docstring)."""
-    from agentpool.sim.sysfs.trees import build_nodes, intel_2socket, read_only_rapl
-
+def warm_up() -> dict[str, TickResult]:
+    """Drive throwaway controllers through every path (see the module docstring); the
+    last result of each, by node, says which path it took."""
     saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     saved_value_class = values.ValueClass
     handler = logging.StreamHandler(io.StringIO())
@@ -180,22 +210,22 @@ def warm_up() -> None:
                 process_identifier=lambda: "warm-up"
             )
             template = os.path.join(tmp, "sys", "{node}")
-            trees = [
-                *build_nodes(template, ["warm-rapl"], intel_2socket).values(),
-                *build_nodes(template, ["warm-dvfs"], read_only_rapl).values(),
-            ]
-            settings = Settings(
-                reconcile_interval_s=1.0,
-                sysfs_root=template,
-                dvfs=dataclasses.replace(DvfsSettings(), cooldown_s=0.0),
+            host_tree(Path(template.replace("{node}", "warm-rapl")), rapl=True)
+            host_tree(Path(template.replace("{node}", "warm-dvfs")), rapl=False)
+            settings = ControllerSettings(
+                sysfs_root=template, dvfs=dataclasses.replace(DvfsSettings(), cooldown_s=0.0)
             )
-            _drive(settings, "warm-rapl", node_inputs("warm-rapl", None, "auto"))
-            _drive(settings, "warm-dvfs", node_inputs("warm-dvfs", None, "auto"))
-            _drive(settings, "warm-http", node_inputs("warm-http", endpoint, "auto"))
-            _drive(settings, "warm-http-rapl", node_inputs("warm-http-rapl", endpoint, "auto"))
-            _drive(settings, "warm-http-dvfs", node_inputs("warm-http-dvfs", endpoint, "dvfs"))
-            for tree in trees:
-                tree.close()
+            paths = {
+                "warm-rapl": None,  # host RAPL
+                "warm-dvfs": None,  # host DVFS (no powercap)
+                "warm-http": "auto",  # HTTP RAPL blocked, then DVFS
+                "warm-http-rapl": "auto",  # HTTP RAPL applied
+                "warm-http-dvfs": "dvfs",  # HTTP DVFS only
+            }
+            results = {}
+            for node, mode in paths.items():
+                inputs = node_inputs(node, endpoint if mode else None, mode or "auto")
+                results[node] = _drive(settings, node, inputs)
             _close_metrics_files(tmp)
     finally:
         close_connections()  # no worker may inherit a socket to the canned server
@@ -206,3 +236,4 @@ def warm_up() -> None:
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         else:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved_env
+    return results

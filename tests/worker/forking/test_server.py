@@ -50,7 +50,8 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ForkServ
 def spawn(server: ForkServer, node: str) -> tuple[ForkedWorker, Connection]:
     ours, theirs = Pipe(duplex=True)
     try:
-        worker = server.spawn(node, Settings(reconcile_interval_s=0.2), None, None, theirs.fileno())
+        settings = Settings(reconcile_interval_s=0.2).worker()
+        worker = server.spawn(node, settings, None, None, theirs.fileno())
     finally:
         theirs.close()
     return worker, ours
@@ -132,7 +133,7 @@ def test_sigterm_ends_a_worker_waiting_for_its_next_tick_at_once(server: ForkSer
     # on until the next tick (here 30 s away).
     ours, theirs = Pipe(duplex=True)
     try:
-        worker = server.spawn("n1", Settings(reconcile_interval_s=30.0), None, None,
+        worker = server.spawn("n1", Settings(reconcile_interval_s=30.0).worker(), None, None,
                               theirs.fileno())
     finally:
         theirs.close()
@@ -149,7 +150,7 @@ def test_a_frame_cut_short_leaves_the_worker_able_to_stop(server: ForkServer) ->
     # waited for the rest, and SIGTERM could not end it (only SIGKILL, host not restored).
     ours, theirs = Pipe(duplex=True)
     try:
-        worker = server.spawn("n1", Settings(reconcile_interval_s=30.0), None, None,
+        worker = server.spawn("n1", Settings(reconcile_interval_s=30.0).worker(), None, None,
                               theirs.fileno())
     finally:
         theirs.close()
@@ -218,7 +219,7 @@ def test_a_crashing_worker_says_why_and_with_which_inputs(
         profile = {"metadata": {"name": "n1-eco", "resourceVersion": "42"},
                    "spec": {"nodeName": "n1", "profile": "eco"}}
         try:
-            worker = fork_server.spawn("n1", Settings(reconcile_interval_s=0.2), None,
+            worker = fork_server.spawn("n1", Settings(reconcile_interval_s=0.2).worker(), None,
                                        NodeInputs("n1", power_profile=profile), theirs.fileno())
         finally:
             theirs.close()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentpool.hardware.host import discover_host, nodehardware_status, parse_quantity
+from agentpool.hardware.host import discover_host
+from agentpool.hardware.labels import parse_quantity
+from agentpool.hardware.nodehardware import nodehardware_status
 from agentpool.sim.sysfs.trees import amd_no_writable_limits, intel_2socket, no_rapl, read_only_rapl
 
 NFD = "feature.node.kubernetes.io/"

@@ -1,0 +1,140 @@
+"""The parsers of the options table: raw text in, a value or a :class:`ConfigError` out.
+
+Each takes the variable's name (for the error) and the raw text, so that every
+message names the variable, the bad value and what is accepted. They hold no
+defaults and know no option: :mod:`agentpool.config.options` pairs them with
+their variables.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from agentpool.durations import parse_duration
+from agentpool.errors import ConfigError
+from agentpool.spec.selectors import SelectorError, parse_selector
+
+E = TypeVar("E", bound=enum.StrEnum)
+
+Parser = Callable[[str, str], Any]
+"""``(variable, raw text) -> value``; raises :class:`ConfigError` naming the variable."""
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def boolean(env: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(env, raw, "expected true or false")
+
+
+def integer(minimum: int, maximum: int | None = None) -> Parser:
+    def parse(env: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(env, raw, "expected an integer") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            accepted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+            raise ConfigError(env, raw, f"expected an integer {accepted}")
+        return value
+
+    return parse
+
+
+def number(check: Callable[[float], bool], accepted: str) -> Parser:
+    def parse(env: str, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(env, raw, f"expected a number, {accepted}") from None
+        if not math.isfinite(value) or not check(value):
+            raise ConfigError(env, raw, f"expected a number, {accepted}")
+        return value
+
+    return parse
+
+
+def duration(positive: bool) -> Parser:
+    """Seconds in a Go duration; ``positive`` refuses 0 as well as negative values."""
+
+    def parse(env: str, raw: str) -> float:
+        try:
+            value = parse_duration(raw)
+        except ValueError:
+            raise ConfigError(
+                env, raw, "expected a Go duration such as 500ms, 20s or 1m30s"
+            ) from None
+        if value < 0 or (positive and value == 0):
+            raise ConfigError(env, raw, "expected a positive duration such as 500ms, 20s or 1m")
+        return value
+
+    return parse
+
+
+def one_of(kind: type[E]) -> Parser:
+    def parse(env: str, raw: str) -> E:
+        try:
+            return kind(raw.strip().lower())
+        except ValueError:
+            accepted = ", ".join(m.value for m in kind)
+            raise ConfigError(env, raw, f"expected one of {accepted}") from None
+
+    return parse
+
+
+def optional(parser: Parser | None = None) -> Parser:
+    """A setting without a default: blank means unset (None), anything else is parsed."""
+
+    def parse(env: str, raw: str) -> Any:
+        text = raw.strip()
+        if not text:
+            return None
+        return parser(env, raw) if parser is not None else text
+
+    return parse
+
+
+def path(env: str, raw: str) -> str:
+    """A required path: blank is refused."""
+    value = raw.strip()
+    if not value:
+        raise ConfigError(env, value, "expected a directory path")
+    return value
+
+
+def metrics_addr(env: str, raw: str) -> tuple[str, int]:
+    host, sep, port = raw.strip().rpartition(":")
+    if not sep:
+        raise ConfigError(env, raw, "expected [host]:port, for example :8080 or 127.0.0.1:9090")
+    host = host.strip("[]")
+    try:
+        value = int(port)
+    except ValueError:
+        raise ConfigError(env, raw, "expected [host]:port with a numeric port") from None
+    if not 0 <= value <= 65535:
+        raise ConfigError(env, raw, "expected a port between 0 and 65535")
+    return host, value
+
+
+def selector(env: str, raw: str) -> str:
+    try:
+        parse_selector(raw)
+    except SelectorError as exc:
+        raise ConfigError(env, raw, f"expected a Kubernetes label selector ({exc})") from None
+    return raw.strip()
+
+
+def log_level(env: str, raw: str) -> str:
+    level = raw.strip().lower()
+    if level not in {"debug", "info", "warning", "error"}:
+        raise ConfigError(env, raw, "expected debug, info, warning or error")
+    return level
+

@@ -1,0 +1,320 @@
+"""The supervisor's worker table: each owned node's worker, from its start to its end.
+
+Owns the :class:`~agentpool.supervisor.handles.WorkerHandle` of every node
+this pod runs: starting a worker (and backing off when that fails), reading
+its reports (tick results double as heartbeats), noticing its death and
+deciding how it died, scheduling its restart, stopping it and SIGKILLing it
+when it overstays, and never starting a node's new process while its
+previous one still runs. The loop (:mod:`agentpool.supervisor.loop`) decides
+which nodes need a worker; this table carries that out. Only the loop's
+thread touches it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from logging import ERROR, INFO, WARNING
+
+from agentpool.config.settings import Settings
+from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.spec.values import NodeApi, NodeInputs
+from agentpool.supervisor import statuses
+from agentpool.supervisor.elastic import ElasticPool
+from agentpool.supervisor.handles import (
+    Launch,
+    StopReason,
+    WorkerHandle,
+    WorkerState,
+    describe_exit,
+    pid_running,
+)
+from agentpool.supervisor.loopio import LoopIO
+from agentpool.supervisor.scope import ClusterView, heartbeat_limit
+from agentpool.supervisor.statuses import StatusRouter
+from agentpool.worker.nodefiles import NodeFiles
+from agentpool.worker.protocol import (
+    ProtocolError,
+    Stopped,
+    StopWorker,
+    TickReport,
+    frame,
+    receive,
+)
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_S = 2.0
+"""A silent worker gets SIGTERM, then SIGKILL this much later; after the shutdown
+deadline, how long the SIGKILLed workers are waited for."""
+
+
+def node_log(level: int, node: str, message: str, *args: object) -> None:
+    """Log an event of one node: the node is the message's first argument and, in JSON
+    logs, a ``node`` field to filter on."""
+    log.log(level, message, node, *args, extra={"node": node})
+
+
+class WorkerTable:
+    """Every owned node's worker handle, and what happens to it. Not thread safe."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        launch: Launch,
+        view: ClusterView,
+        statuses: StatusRouter,
+        files: NodeFiles,
+        io: LoopIO,
+        clock: Callable[[], float] = time.monotonic,
+        loop_period_s: float = 0.5,
+        hardware: HardwarePublisher | None = None,
+        elastic: ElasticPool | None = None,
+    ) -> None:
+        self.settings = settings
+        self.launch = launch
+        self.view = view
+        self.statuses = statuses
+        self.files = files
+        self.io = io
+        self.clock = clock
+        self.loop_period_s = loop_period_s
+        self.hardware = hardware
+        self.elastic = elastic
+        self.workers: dict[str, WorkerHandle] = {}
+        self.changed = True
+        """A worker started, stopped, died or began running: publish a fresh snapshot."""
+        self.rescope = False
+        """A node left the table for good: which nodes this pod owns may have changed."""
+        self.apis: dict[str, NodeApi] = {}
+        """The API each worker's node follows, as last logged (``agentpool_node_api``)."""
+
+    def note_api(self, node: str) -> None:
+        """Log once, and export, which API the node follows when that changes."""
+        api = self.view.api_of(node)
+        if self.apis.get(node) is api:
+            return
+        self.apis[node] = api
+        self.changed = True
+        node_log(INFO, node, "node %s follows %s", self.view.describe_api(node, api))
+
+    # -- reports ---------------------------------------------------------------------------------
+
+    def read_reports(self, now: float) -> None:
+        ready, self.io.readable = self.io.readable, set()
+        for node in ready:
+            handle = self.workers.get(node)
+            if handle is not None:
+                self._read_from(handle, now)
+
+    def _read_from(self, handle: WorkerHandle, now: float) -> None:
+        conn = handle.conn
+        if conn is None:
+            return
+        try:
+            messages, closed = receive(conn.fileno(), handle.inbox)
+        except ProtocolError as exc:
+            what = "worker for node %s (pid %s) sent %s: stopping it"
+            node_log(ERROR, handle.node, what, handle.pid, exc)
+            self.io.close_conn(handle)
+            if handle.state in (WorkerState.STARTING, WorkerState.RUNNING):
+                self.stop(handle, StopReason.PROTOCOL, now, KILL_GRACE_S)
+            return
+        except OSError:
+            messages, closed = [], True
+        for message in messages:
+            self._on_message(handle, message, now)
+        if closed:
+            self.io.close_conn(handle)  # the process sentinel tells us how it ended
+
+    def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
+        handle.last_seen = now
+        if isinstance(message, TickReport):
+            if handle.state is WorkerState.STARTING:
+                handle.state = WorkerState.RUNNING
+                self.changed = True
+                node_log(INFO, handle.node, "worker for node %s running (pid %s)", handle.pid)
+            previous, result = handle.last_result, message.result
+            handle.last_result = result
+            if previous is None or previous.status_key() != result.status_key():
+                what = (result.backend.value, result.result.value, result.message)
+                node_log(INFO, handle.node, "node %s: %s %s: %s", *what)
+            self.statuses.offer(handle.node, message.result)
+        elif isinstance(message, Stopped):
+            handle.restore_problems = message.problems
+            handle.crash = message.crash
+
+    # -- deaths ----------------------------------------------------------------------------------
+
+    def reap(self, now: float) -> None:
+        exited, self.io.exited = self.io.exited, set()
+        for node in exited:
+            handle = self.workers.get(node)
+            process = handle.process if handle is not None else None
+            if handle is None or process is None:
+                continue
+            if process.exitcode is None:  # not gone after all: wait for the next wake-up
+                continue
+            self._read_from(handle, now)  # a Stopped message may still be in the pipe
+            handle.exit_how = describe_exit(process.exitcode)
+            pid = process.pid
+            self.io.unregister(process.sentinel)
+            process.close()
+            handle.process = None
+            self.changed = True
+            self.io.close_conn(handle)
+            if pid is not None and pid_running(pid):
+                # Reported dead by a fork server that lost it, yet still restoring the
+                # host: one process per node, so nothing starts until it is gone.
+                handle.lingering, handle.state = pid, WorkerState.STOPPING
+                handle.kill_at = now + self.settings.shutdown_timeout_s
+                message = "worker for node %s (pid %s) %s but is still running: waiting for it"
+                node_log(WARNING, node, message, pid, handle.exit_how)
+                continue
+            self._settle(handle, pid, now)
+
+    def _settle(self, handle: WorkerHandle, pid: int | None, now: float) -> None:
+        """The node's process is gone for sure: forget it, or schedule its restart."""
+        node, how, reason = handle.node, handle.exit_how, handle.stop_reason
+        self.files.worker_gone(node)
+        if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
+            node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+            if reason is StopReason.SCOPE:
+                self._final_scope_status(handle)
+                self.forget(node)
+                self.rescope = True  # it may have come back meanwhile
+            return
+        cause = "died"
+        if reason is StopReason.HEARTBEAT:
+            cause = "unresponsive, killed"
+        elif reason is StopReason.PROTOCOL:
+            cause = "sent a corrupt message, stopped"
+        delay = self._back_off(handle, now, handle.started_at)
+        restart = handle.policy.restarts + 1
+        crash = f" ({handle.crash})" if handle.crash else ""
+        message = "worker for node %s (pid %s) %s: %s%s; restart %d in %.1fs"
+        node_log(ERROR, node, message, pid, cause, how, crash, restart, delay)
+        restarting = statuses.restarting(cause, how, restart, delay)
+        self.statuses.offer(node, statuses.with_gpu(restarting, handle.last_result))
+
+    def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
+        self.changed = True
+        return handle.back_off(now, started_at)
+
+    def check_lingering(self, now: float) -> None:
+        for handle in list(self.workers.values()):
+            if handle.lingering is not None and not pid_running(handle.lingering):
+                pid, handle.lingering = handle.lingering, None
+                self._settle(handle, pid, now)
+
+    def _final_scope_status(self, handle: WorkerHandle) -> None:
+        """Say why a node is no longer controlled, unless another pod now owns it.
+
+        A node that moved to another shard gets its status from its new owner;
+        writing ours too would race with it. A node that was deleted or stopped
+        matching the selector has no controller any more, and its status must
+        not keep claiming a cap is applied.
+        """
+        if not self.view.matches_selector(handle.node):
+            result = statuses.not_controlled(self.settings, handle.restore_problems)
+            result = statuses.with_gpu(result, handle.last_result)
+            self.statuses.offer(handle.node, result, force=True)
+
+    def forget(self, node: str) -> None:
+        """A node left this pod's scope: drop its worker entry and its files."""
+        self.workers.pop(node, None)
+        if self.elastic is not None:
+            self.elastic.stopped(node)  # its worker is gone: the claim may be released
+        self.changed = True
+        self.apis.pop(node, None)
+        self.statuses.forget(node)
+        self.files.forget(node)
+        if self.hardware is not None:
+            self.hardware.forget(node)
+
+    # -- heartbeats and stops --------------------------------------------------------------------
+
+    def check_heartbeats(self, now: float) -> None:
+        for handle in self.workers.values():
+            if (why := handle.hung(now)) is None:
+                continue
+            message = "worker for node %s (pid %s) %s: terminating"
+            node_log(ERROR, handle.node, message, handle.pid, why)
+            self.stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
+
+    def set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
+        """The worker is being given ``inputs``; its heartbeat limit follows them."""
+        handle.heartbeat_s = heartbeat_limit(self.settings, inputs.telemetry_profile)
+
+    def stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
+        handle.state = WorkerState.STOPPING
+        self.changed = True
+        handle.stop_reason = reason
+        handle.kill_at = now + grace
+        handle.unsent = None
+        if handle.conn is not None and not handle.outbox:
+            handle.outbox += frame(StopWorker())
+            self.io.flush(handle, now)
+        if handle.process is not None and handle.process.exitcode is None:
+            handle.process.terminate()
+
+    def enforce_kill_deadlines(self, now: float) -> None:
+        """SIGKILL what overstayed a stop: a worker, or a lingering predecessor."""
+        for handle in self.workers.values():
+            if handle.kill_at is not None and now >= handle.kill_at and handle.kill():
+                message = "worker for node %s (pid %s) did not stop in time: SIGKILL"
+                node_log(WARNING, handle.node, message, handle.pid or handle.lingering)
+            if handle.kill_at is not None and now >= handle.kill_at:
+                handle.kill_at = None
+
+    def start(self, handle: WorkerHandle, now: float) -> None:
+        inputs = self.view.inputs_for(handle.node)
+        self.note_api(handle.node)
+        try:
+            process, conn = self.launch(handle.node, inputs)
+        except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
+            delay = self._back_off(handle, now, now)
+            how = f"{type(exc).__name__}: {exc}"
+            message = "worker for node %s could not be started: %s; retry in %.1fs"
+            node_log(ERROR, handle.node, message, how, delay)
+            status = statuses.restarting("not started", how, handle.policy.restarts + 1, delay)
+            self.statuses.offer(handle.node, status)
+            return
+        handle.started(process, conn, now)
+        handle.last_sent = inputs
+        self.set_heartbeat(handle, inputs)
+        self.io.add_worker(handle)
+        self.changed = True
+
+    def restart_due(self, now: float) -> None:
+        for handle in self.workers.values():
+            due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
+            if due and handle.process is None and handle.lingering is None:
+                handle.policy.on_restart()
+                message = "restarting worker for node %s (restart %d)"
+                node_log(INFO, handle.node, message, handle.policy.restarts)
+                self.start(handle, now)
+
+    def running(self) -> set[str]:
+        return {n for n, h in self.workers.items() if h.process is not None or h.lingering}
+
+    def await_exits(self, deadline: float) -> None:
+        while self.running():
+            now = self.clock()
+            if now >= deadline:
+                return
+            self.io.wait(min(self.loop_period_s, deadline - now))
+            now = self.clock()
+            self.read_reports(now)
+            self.reap(now)
+            self.check_lingering(now)
+
+    def kill_all(self) -> None:
+        running = self.running()
+        log.error("%d workers did not stop in time: SIGKILL to all of them", len(running))
+        for node in running:
+            handle = self.workers[node]
+            handle.kill()
+            if handle.process is not None:
+                self.io.exited.add(node)  # its sentinel fires; reap it even if it already did

@@ -1,0 +1,115 @@
+"""NodeTwins and NodeHardwares by node (TwinView): informer events in, a node's twin out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentpool.config.settings import Settings
+from agentpool.kube.api import Resource
+from agentpool.kube.informer import Change, Relisted
+from agentpool.supervisor.twinview import TwinView, hardware_inputs, hardware_max_w
+
+
+def twin(name: str, node: str, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "creationTimestamp": created, "resourceVersion": "7"},
+        "spec": {"nodeName": node, "profile": "eco", "cpu": {"packagePowerCapWatts": 100}},
+        "status": {"schedulableClass": "eco"},
+    }
+
+
+def hardware(name: str, node: str, per_socket: float | None, sockets: int | None) -> dict[str, Any]:
+    cpu: dict[str, Any] = {}
+    if per_socket is not None:
+        cpu["capRange"] = {"type": "package", "maxWattsPerSocket": per_socket}
+    if sockets is not None:
+        cpu["sockets"] = sockets
+    return {"metadata": {"name": name}, "spec": {"nodeName": node}, "status": {"cpu": cpu}}
+
+
+def test_a_twin_is_found_by_spec_node_name_not_by_its_own_name() -> None:
+    view = TwinView()
+    assert view.apply(Relisted(Resource.NODE_TWINS, [twin("whatever", "worker.0")])) == {"worker.0"}
+    found, note = view.twin_for("worker.0")
+    assert found is not None
+    assert found["spec"]["nodeName"] == "worker.0"
+    assert note is None
+    assert view.twin_name("worker.0") == "whatever"
+    assert view.twin_for("whatever") == (None, None)
+
+
+def test_the_oldest_of_several_twins_wins_and_the_choice_is_said() -> None:
+    view = TwinView()
+    view.apply(Relisted(Resource.NODE_TWINS, [
+        twin("b-new", "n", "2026-03-01T00:00:00Z"), twin("a-old", "n", "2026-01-01T00:00:00Z"),
+    ]))
+    found, note = view.twin_for("n")
+    assert found is not None
+    assert found["metadata"]["name"] == "a-old"
+    assert note == "2 NodeTwins target node n (a-old, b-new); using the oldest, 'a-old'"
+
+
+def test_twins_keep_only_metadata_and_spec_so_status_writes_change_nothing() -> None:
+    view = TwinView()
+    view.apply(Relisted(Resource.NODE_TWINS, [twin("t", "n")]))
+    before = view.twin_for("n")[0]
+    assert before is not None
+    assert set(before) == {"metadata", "spec"}
+    written = twin("t", "n")
+    written["status"]["controlStatus"] = {"cpu": {"result": "applied"}}
+    view.apply(Change(Resource.NODE_TWINS, "MODIFIED", written))
+    assert view.twin_for("n")[0] == before
+
+
+def test_a_twin_moving_to_another_node_affects_both_and_deletion_forgets_it() -> None:
+    view = TwinView()
+    view.apply(Relisted(Resource.NODE_TWINS, [twin("t", "a")]))
+    assert view.apply(Change(Resource.NODE_TWINS, "MODIFIED", twin("t", "b"))) == {"a", "b"}
+    assert view.twin_for("a") == (None, None)
+    assert view.apply(Change(Resource.NODE_TWINS, "DELETED", twin("t", "b"))) == {"b"}
+    assert view.twin_for("b") == (None, None)
+
+
+def test_hardware_maximum_is_per_socket_times_sockets_never_guessed() -> None:
+    assert hardware_max_w(hardware("h", "n", 200.0, 2)) == 400.0
+    assert hardware_max_w(hardware("h", "n", 200.0, None)) is None
+    assert hardware_max_w(hardware("h", "n", None, 2)) is None
+    assert hardware_max_w(hardware("h", "n", True, 2)) is None  # type: ignore[arg-type]
+    assert hardware_max_w({"status": "junk"}) is None
+
+
+def test_only_a_new_hardware_maximum_changes_a_nodes_inputs() -> None:
+    view = TwinView()
+    assert view.apply(Relisted(Resource.NODE_HARDWARES, [hardware("h", "n", 200.0, 2)])) == {"n"}
+    assert view.hardware_max == {"n": 400.0}
+    # The agent's own NodeHardware writes come back as MODIFIED with the same maximum.
+    def event(kind: str, per_socket: float) -> Change:
+        return Change(Resource.NODE_HARDWARES, kind, hardware("h", "n", per_socket, 2))
+
+    assert view.apply(event("MODIFIED", 200.0)) == set()
+    assert view.apply(event("MODIFIED", 150.0)) == {"n"}
+    assert view.apply(event("DELETED", 150.0)) == {"n"}
+    assert view.hardware_max == {}
+
+
+def test_hardware_inputs_read_sysfs_only_under_host_control() -> None:
+    settings = Settings(sysfs_root="/sys-{node}")
+    node = {"labels": {"a": "b"}, "capacity": {"cpu": "8"}, "allocatable": {"nvidia.com/gpu": "2"}}
+    host = hardware_inputs(settings, "n", node, None)
+    assert host.sysfs_root == "/sys-n"
+    assert (host.labels, host.capacity, host.allocatable) == (
+        {"a": "b"}, {"cpu": "8"}, {"nvidia.com/gpu": "2"}
+    )
+    http_tp = {
+        "metadata": {"name": "n"},
+        "spec": {
+            "sources": {"cpu": {"type": "http", "http": {"endpoint": "http://s/t"}}},
+            "controls": {"cpu": {"type": "http", "http": {"endpoint": "http://s/c"}}},
+        },
+    }
+    remote = hardware_inputs(settings, "n", node, http_tp)
+    assert remote.sysfs_root is None
+    assert (remote.http_control, remote.http_telemetry) == (True, True)
+    # A malformed TelemetryProfile is its worker's to report: publish what the env says.
+    broken = hardware_inputs(settings, "n", None, {"spec": {"controls": {"cpu": {"type": "x"}}}})
+    assert broken.sysfs_root == "/sys-n"
