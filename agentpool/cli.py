@@ -24,10 +24,8 @@ from agentpool import __version__
 from agentpool.config.options import OPTIONS, option
 from agentpool.config.parsers import duration
 from agentpool.config.settings import Settings, load_settings
-from agentpool.errors import ConfigError
+from agentpool.errors import CONFIG_EXIT, ConfigError
 from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
-
-CONFIG_EXIT = 2
 
 
 def _settings_options(func: Any) -> Any:
@@ -77,7 +75,11 @@ def cli(ctx: click.Context, /, **flags: str | None) -> None:
     settings = settings_from(flags)
     from agentpool.supervisor.main import run  # heavy imports only when running
 
-    sys.exit(run(settings))
+    try:
+        code = run(settings)
+    except ConfigError as exc:  # a value found unusable at start, everything stopped again
+        _config_exit(exc)
+    sys.exit(code)
 
 
 @cli.command()
