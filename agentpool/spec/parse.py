@@ -170,13 +170,25 @@ def gpu_routing(telemetry_profile: Mapping[str, Any] | None, env: NodeRouting) -
     return parse_gpu_routing(telemetry_profile)
 
 
+def _typed_block(
+    parent: Mapping[str, Any], key: str, default: E, name: str, path: str
+) -> tuple[Mapping[str, Any], E]:
+    """A source or control block and its ``type``: ``default`` when the block is absent;
+    a block that is there must say its type (the CRD requires it)."""
+    block = _mapping(parent, key, TP, name, path)
+    if parent.get(key) is not None and block.get("type") is None:
+        accepted = ", ".join(m.value for m in type(default))
+        raise ProfileError(TP, name, f"{path}.type", f"required, one of {accepted}")
+    return block, _choice(block, "type", default, TP, name, f"{path}.type")
+
+
 def _endpoint(
     block: Mapping[str, Any], name: str, path: str
 ) -> tuple[HttpEndpoint, Mapping[str, Any]]:
     http = _mapping(block, "http", TP, name, f"{path}.http")
     endpoint = http.get("endpoint")
     if not isinstance(endpoint, str) or not endpoint:
-        raise ProfileError(TP, name, f"{path}.http.endpoint", "required when type is http")
+        raise ProfileError(TP, name, f"{path}.http.endpoint", "required, a URL")
     problem = url_problem(endpoint)
     if problem is not None:
         raise ProfileError(TP, name, f"{path}.http.endpoint", f"{shown(endpoint)} {problem}")
@@ -192,25 +204,35 @@ def _endpoint(
     return HttpEndpoint(endpoint, timeout), http
 
 
+def _http_of(
+    block: Mapping[str, Any], used: bool, name: str, path: str
+) -> tuple[HttpEndpoint | None, Mapping[str, Any]]:
+    """A block's HTTP endpoint (None unless ``used``: its type is http) and ``http`` block.
+
+    An ``http`` block is checked even where its type does not use it: the CRD
+    holds it to the same bounds, so the agent never takes what a cluster would refuse.
+    """
+    if not used and block.get("http") is None:
+        return None, {}
+    endpoint, http = _endpoint(block, name, path)
+    return (endpoint if used else None), http
+
+
 def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
     """The CPU routing of a TelemetryProfile."""
     name = metadata_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", TP, name, "spec")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")
-    source_block = _mapping(sources, "cpu", TP, name, "spec.sources.cpu")
-    control_block = _mapping(controls, "cpu", TP, name, "spec.controls.cpu")
-
-    source = _choice(source_block, "type", SourceType.HOST, TP, name, "spec.sources.cpu.type")
-    control = _choice(control_block, "type", ControlType.HOST, TP, name, "spec.controls.cpu.type")
-    source_http = None
-    if source is SourceType.HTTP:
-        source_http, _ = _endpoint(source_block, name, "spec.sources.cpu")
-    control_http = None
-    mode = ControlMode.AUTO
-    if control is ControlType.HTTP:
-        control_http, http = _endpoint(control_block, name, "spec.controls.cpu")
-        mode = _choice(http, "mode", ControlMode.AUTO, TP, name, "spec.controls.cpu.http.mode")
+    source_block, source = _typed_block(sources, "cpu", SourceType.HOST, name, "spec.sources.cpu")
+    control_block, control = _typed_block(
+        controls, "cpu", ControlType.HOST, name, "spec.controls.cpu"
+    )
+    source_http, _ = _http_of(source_block, source is SourceType.HTTP, name, "spec.sources.cpu")
+    control_http, http = _http_of(
+        control_block, control is ControlType.HTTP, name, "spec.controls.cpu"
+    )
+    mode = _choice(http, "mode", ControlMode.AUTO, TP, name, "spec.controls.cpu.http.mode")
     return Routing(
         source=source,
         source_http=source_http,
@@ -233,18 +255,16 @@ def parse_gpu_routing(obj: Mapping[str, Any]) -> GpuRouting:
     spec = _mapping(obj, "spec", TP, name, "spec")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")
-    block = _mapping(controls, "gpu", TP, name, "spec.controls.gpu")
-    control = _choice(block, "type", ControlType.HOST, TP, name, "spec.controls.gpu.type")
-    control_http, mode = None, GpuControlMode.AUTO
-    if control is ControlType.HTTP:
-        control_http, http = _endpoint(block, name, "spec.controls.gpu")
-        mode = _choice(http, "mode", GpuControlMode.AUTO, TP, name, "spec.controls.gpu.http.mode")
+    block, control = _typed_block(controls, "gpu", ControlType.HOST, name, "spec.controls.gpu")
+    control_http, http = _http_of(block, control is ControlType.HTTP, name, "spec.controls.gpu")
+    mode = _choice(http, "mode", GpuControlMode.AUTO, TP, name, "spec.controls.gpu.http.mode")
     telemetry = None
     for key in ("gpu", "cpu"):
-        source = _mapping(sources, key, TP, name, f"spec.sources.{key}")
-        kind = _choice(source, "type", SourceType.HOST, TP, name, f"spec.sources.{key}.type")
-        if kind is SourceType.HTTP:
-            telemetry, _ = _endpoint(source, name, f"spec.sources.{key}")
+        where = f"spec.sources.{key}"
+        source, kind = _typed_block(sources, key, SourceType.HOST, name, where)
+        endpoint, _ = _http_of(source, kind is SourceType.HTTP, name, where)
+        if endpoint is not None:
+            telemetry = endpoint
             break
         if key == "gpu" and source:
             break  # an explicit non-HTTP GPU source: do not borrow the CPU one

@@ -49,7 +49,9 @@ def power_profiles(draw: st.DrawFn) -> dict[str, Any]:
             power_cap["capPctOfMax"] = draw(percents)
         spec["gpu"] = {"powerCap": power_cap}
     if draw(st.booleans()):
-        spec["policy"] = {"name": draw(st.text(max_size=10))}
+        # Not empty: a 1.20 API server refuses "" in any string field ("must be of type
+        # string: null"), so an empty name is no valid object.
+        spec["policy"] = {"name": draw(st.text(min_size=1, max_size=10))}
     return {"metadata": {"name": draw(node_names)}, "spec": spec}
 
 

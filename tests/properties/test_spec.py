@@ -103,12 +103,25 @@ def check_gpu_cap(cap: GpuCap | None, block: Any) -> None:
         assert cap is None
 
 
-def check_error(exc: ProfileError, kind: str, bent_paths: list[str]) -> None:
-    assert exc.kind == kind
-    assert related(exc.field, [p for p in bent_paths if p not in INFORMATIONAL]), (
-        exc.field,
-        bent_paths,
+def missing_in_a_made_block(field: str, obj: dict[str, Any], bent_paths: list[str]) -> bool:
+    """``field`` is a required key (a block's ``type``, an ``http`` block's ``endpoint``)
+    missing from a block a bend made: bending ``x.http`` where there was no ``x`` leaves
+    an ``x`` without the type the CRD requires."""
+    block = field.rpartition(".")[0]
+    return (
+        field.endswith((".type", ".http.endpoint"))
+        and get_path(obj, field) is DELETE
+        and any(p.startswith(block + ".") for p in bent_paths)
     )
+
+
+def check_error(
+    exc: ProfileError, kind: str, bent_paths: list[str], obj: dict[str, Any] | None = None
+) -> None:
+    assert exc.kind == kind
+    assert related(exc.field, [p for p in bent_paths if p not in INFORMATIONAL]) or (
+        obj is not None and missing_in_a_made_block(exc.field, obj, bent_paths)
+    ), (exc.field, bent_paths)
     assert f": {exc.field}: " in str(exc)
     assert len(str(exc)) <= MAX_MESSAGE, len(str(exc))
 
@@ -169,11 +182,11 @@ def test_any_value_in_any_field_of_a_telemetry_profile(
     try:
         check_routing(parse_telemetry_profile(obj), obj)
     except ProfileError as exc:
-        check_error(exc, "TelemetryProfile", paths)
+        check_error(exc, "TelemetryProfile", paths, obj)
     try:
         check_gpu_routing(parse_gpu_routing(obj), obj)
     except ProfileError as exc:
-        check_error(exc, "TelemetryProfile", paths)
+        check_error(exc, "TelemetryProfile", paths, obj)
 
 
 endpoint_texts = st.builds(
