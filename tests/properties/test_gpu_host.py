@@ -67,3 +67,41 @@ def test_any_amd_smi_values_give_capped_blocked_or_error_devices(
             assert isinstance(low, int)
             assert isinstance(high, int)
             assert low <= int(microwatts) <= high, (call, info)
+
+
+# -- NVML: the fake libnvidia-ml.so.1 (tests/fake_nvml.py) through NVIDIA's own binding, its
+# -- devices holding any unsigned milliwatt values NVML's API can return (min above max,
+# -- zeros, limits outside their range) and any failure mode the fake knows.
+
+u32 = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 999, 1000, 2**31, 2**32 - 1]))
+fake_gpus = st.lists(
+    st.tuples(u32, u32, u32, u32, u32,
+              st.sampled_from(["none", "none", "not_supported", "no_permission", "lost",
+                               "sticky"])),
+    min_size=1, max_size=3,
+)
+
+
+@settings(max_examples=examples(100))
+@given(rows=fake_gpus, cap=caps)
+def test_any_nvml_values_give_capped_blocked_or_error_devices(
+    fake_nvml_state: Any, rows: list[tuple[int, int, int, int, int, str]], cap: GpuCap
+) -> None:
+    from agentpool.backends.gpu.nvml import NvmlGpus
+    from tests.fake_nvml import FakeGpu
+
+    gpus = [
+        FakeGpu(f"GPU-{i}", "Fake", lo / 1000, hi / 1000, d / 1000, lim / 1000, p / 1000, fail)
+        for i, (lo, hi, d, lim, p, fail) in enumerate(rows)
+    ]
+    fake_nvml_state.write(gpus)
+    outcomes = NvmlGpus(Originals()).apply(cap)
+    assert len(outcomes) == len(gpus)
+    for outcome in outcomes:
+        assert outcome.result in (Result.APPLIED, Result.BLOCKED, Result.ERROR)
+        if outcome.result is not Result.APPLIED:
+            assert outcome.reason
+    _, after = fake_nvml_state.read()
+    for before, now in zip(gpus, after, strict=True):
+        if now.limit_w != before.limit_w:  # written: only ever within the device's range
+            assert before.min_w <= now.limit_w <= before.max_w, (before, now)
