@@ -1,11 +1,11 @@
 """The property suites' Hypothesis profile is loaded before any of them is collected."""
 
-from tests.properties import budget  # noqa: F401 - registers and loads the profile
-
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.properties import budget  # noqa: F401 - registers and loads the profile
 
 
 @pytest.fixture(scope="module")

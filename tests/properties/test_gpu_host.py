@@ -5,7 +5,8 @@ test_amdsmi.py says why), whose power-cap fields hold anything the real
 binding returns (integers of any size, "N/A", missing keys) or worse. Each
 device comes out applied within its own [min, max], or blocked/error with a
 reason; the binding is never asked to set a cap outside that range, and no
-exception escapes.
+exception escapes. NVML the same, through the fake libnvidia-ml.so.1 and
+NVIDIA's real binding: any unsigned milliwatt values and failure modes.
 """
 
 from __future__ import annotations
