@@ -28,11 +28,9 @@ from agentpool import __version__
 from agentpool.config.options import OPTIONS, option
 from agentpool.config.parsers import duration
 from agentpool.config.settings import Settings, load_settings
-from agentpool.errors import ConfigError
+from agentpool.errors import CONFIG_EXIT, ConfigError
 from agentpool.plugin.command import status
 from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
-
-CONFIG_EXIT = 2
 
 
 def _settings_options(func: Any) -> Any:
@@ -90,7 +88,10 @@ def cli(ctx: click.Context, /, **flags: str | None) -> None:
         listener = None  # start-up binds again, and says why it cannot
     from agentpool.supervisor.main import run  # heavy imports only when running
 
-    code = run(settings, listener)
+    try:
+        code = run(settings, listener)
+    except ConfigError as exc:  # a value found unusable at start, everything stopped again
+        _config_exit(exc)
     # Everything is stopped, only the metrics server still answers (see run). Tearing the
     # interpreter down (the kubernetes client's modules) would take most of a second more.
     logging.shutdown()

@@ -3,7 +3,7 @@
 ::
 
     AgentError
-    ├── ConfigError            bad setting: the process exits 2 before starting anything
+    ├── ConfigError            bad setting: the process exits 2 (CONFIG_EXIT) naming it
     ├── ProfileError           malformed custom resource: status ``error`` naming the field
     ├── CapacityError          more owned nodes than the descriptor limit allows: exit 1
     ├── BackendError           a control or telemetry backend failed this tick
@@ -20,6 +20,25 @@ kept and callers catch one family.
 """
 
 from __future__ import annotations
+
+import reprlib
+
+_SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12 on
+_SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 60, 40, 60
+_SHOWN.maxlist = _SHOWN.maxdict = 4
+_SHOWN.maxlevel = 2
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, shortened: a bad value is quoted in messages that end up in an
+    object's status, and a megabyte string there would make the status write fail."""
+    return _SHOWN.repr(value)
+
+
+CONFIG_EXIT = 2
+"""Exit status of a configuration error: a value that does not parse, and one found
+unusable at start (a directory that cannot be made or written, an address that cannot
+be listened on, a kubeconfig that does not load)."""
 
 
 class AgentError(Exception):
@@ -47,7 +66,7 @@ class ProfileError(AgentError):
         self.name = name
         self.field = field
         self.problem = problem
-        super().__init__(f"{kind} {name!r}: {field}: {problem}")
+        super().__init__(f"{kind} {shown(name)}: {field}: {problem}")
 
 
 class BackendError(AgentError):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -169,3 +171,81 @@ def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert result.output.startswith("agentpool, version ")
+
+
+# A setting that parses but cannot be used at start: exit 2 naming it, as for one that
+# does not parse, once everything already started is stopped again. Run as a real
+# process: the fork server and the private directories exist only there.
+
+KUBECONFIG_NOWHERE = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: x
+  context: {cluster: c, user: u}
+current-context: x
+"""
+
+
+def start_unusable(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The agent in pool mode with ``env`` over a kubeconfig that loads (nothing is ever
+    asked of its server: every case fails before the first request)."""
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG_NOWHERE)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    base = {"AGENT_MODE": "pool", "KUBECONFIG": str(tmp_path / "kubeconfig"),
+            "TMPDIR": str(scratch)}
+    # A fork server or worker left running would hold stderr open: run() would time out.
+    return run_agentpool(**(base | env))
+
+
+def assert_config_exit(done: subprocess.CompletedProcess[str], variable: str, value: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"agentpool: configuration error: {variable}={value!r}"), (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("variable", ["STATE_DIR", "PROMETHEUS_MULTIPROC_DIR"])
+def test_a_directory_under_a_regular_file_exits_2_naming_it(tmp_path: Path, variable: str) -> None:
+    (tmp_path / "file").write_text("")
+    value = str(tmp_path / "file" / "dir")
+    done = start_unusable(tmp_path, **{variable: value})
+    assert_config_exit(done, variable, value)
+    assert "Not a directory" in done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []  # private directories removed again
+
+
+def test_a_metrics_addr_already_in_use_exits_2_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        value = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = start_unusable(tmp_path, METRICS_ADDR=value)
+    assert_config_exit(done, "METRICS_ADDR", value)
+    assert "Address already in use" in done.stderr
+    # Started before the listener (fork server, private metrics and state directories):
+    # all stopped and removed again.
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"junk: [\n", b"just a string\n", b"\x00\xff\xfe", b"apiVersion: v1\nclusters: 5\n", b""],
+    ids=["bad-yaml", "scalar", "undecodable", "wrong-types", "empty"],
+)
+def test_a_kubeconfig_that_does_not_load_exits_2_naming_it(
+    tmp_path: Path, content: bytes
+) -> None:
+    junk = tmp_path / "junk-kubeconfig"
+    junk.write_bytes(content)
+    done = start_unusable(tmp_path, KUBECONFIG=str(junk))
+    assert_config_exit(done, "KUBECONFIG", str(junk))
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -16,7 +16,7 @@ from agentpool.backends.httpclient import (
     get_telemetry,
     post_action,
 )
-from agentpool.errors import HttpBackendError
+from agentpool.errors import HttpBackendError, shown
 from agentpool.spec.values import HttpEndpoint, json_number
 
 RAPL_ACTION = "rapl.set_power_cap_watts"
@@ -49,9 +49,11 @@ def read_package_power(
         value = payload.get("packagePowerWatts")
     if value is None:
         return None
-    watts = json_number(value)  # NaN would poison the DVFS EMA for good: refused
-    if watts is None:
-        raise HttpBackendError(url, f"packagePowerWatts is not a number: {value!r}")
+    # NaN would poison the DVFS EMA for good (every comparison with it is false), so it is
+    # refused like any non-number, and so is a negative power, which no meter reads.
+    watts = json_number(value)
+    if watts is None or watts < 0:
+        raise HttpBackendError(url, f"packagePowerWatts is not a number of watts: {shown(value)}")
     return watts
 
 

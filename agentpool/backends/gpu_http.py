@@ -19,10 +19,13 @@ from agentpool.backends.httpclient import (
     get_telemetry,
     post_action,
 )
-from agentpool.errors import HttpBackendError
+from agentpool.errors import HttpBackendError, shown
 from agentpool.spec.values import HttpEndpoint, json_count, json_number
 
 GPU_ACTION = "gpu.set_power_cap_watts"
+
+MAX_GPUS = 1 << 16
+"""More GPUs than this on one node is not a count, it is junk."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,10 @@ def _watts(url: str, block: dict[str, Any], key: str) -> float | None:
     value = block.get(key)
     if value is None:
         return None
-    watts = json_number(value)  # "[N/A]" or NaN is not a reading: never 0 W
-    if watts is None:
-        raise HttpBackendError(url, f"gpu.{key} is not a number: {value!r}")
+    # "[N/A]", NaN or a negative power is not a reading: refuse it rather than read 0 W.
+    watts = json_number(value)
+    if watts is None or watts < 0:
+        raise HttpBackendError(url, f"gpu.{key} is not a number of watts: {shown(value)}")
     return watts
 
 
@@ -60,10 +64,10 @@ def read_gpu_telemetry(
     if gpu is None:
         return None
     if not isinstance(gpu, dict):
-        raise HttpBackendError(url, f"gpu is not an object: {gpu!r}")
+        raise HttpBackendError(url, f"gpu is not an object: {shown(gpu)}")
     count = gpu.get("count")
-    if count is not None and (json_count(count) is None or count < 0):
-        raise HttpBackendError(url, f"gpu.count is not a count: {count!r}")
+    if count is not None and (json_count(count) is None or not 0 <= count <= MAX_GPUS):
+        raise HttpBackendError(url, f"gpu.count is not a count: {shown(count)}")
     present = gpu.get("present")
     vendor = gpu.get("vendor")
     return GpuTelemetry(

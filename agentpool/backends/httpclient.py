@@ -11,10 +11,19 @@ per origin and worker thread (a worker owns a single node, so that is one
 or two connections): no urllib opener and handler chain is rebuilt per
 request, and a tick whose server keeps connections alive costs no
 connection set-up. Redirects are not followed (a 3xx is an error, as any
-non-2xx), so credentials never travel elsewhere. ``https`` connections use
+non-2xx), so credentials never travel elsewhere. The endpoint's timeout
+bounds the whole request, not each receive: a server that drips its answer
+a byte at a time, each just inside a socket timeout, is cut off at the
+deadline all the same (:class:`_DeadlineIO`). ``https`` connections use
 the TLS context and headers of :mod:`agentpool.backends.httpauth`; when its
 files change, the connection is made again with the new context. Bodies are
 read up to a bound so a misbehaving endpoint cannot balloon a worker's memory.
+
+What an answer carries is checked before it goes anywhere: a control
+answer's message is cut to :data:`MAX_MESSAGE` characters and its ``state``
+kept only when it is finite JSON of at most :data:`MAX_STATE_BYTES` (both
+end up in the node's status, which a megabyte message or a NaN would make
+unwritable); readings are the CPU's and GPU's modules' to check.
 
 Every request says who sent it: ``User-Agent: agentpool/<version> (<pod
 name>, shard <id>)`` (:func:`user_agent`), so a BMC gateway's or the
@@ -24,9 +33,13 @@ simulator's log shows which pool pod acted on a node.
 from __future__ import annotations
 
 import http.client
+import io
 import json
+import math
+import socket
 import ssl
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +49,14 @@ from agentpool.backends import fencing
 from agentpool.backends.httpauth import HttpAuth
 from agentpool.config.settings import HttpAuthSettings
 from agentpool.durations import utc_timestamp
-from agentpool.errors import HttpBackendError
+from agentpool.errors import HttpBackendError, shown
 from agentpool.spec.values import HttpEndpoint, Result
 
 MAX_BODY_BYTES = 1 << 20
+MAX_MESSAGE = 500
+"""Characters of an endpoint's ``message`` kept for the status."""
+MAX_STATE_BYTES = 4096
+"""The largest ``state`` of a control answer kept for the status (as JSON)."""
 MAX_CONNECTIONS = 4
 """Kept-alive connections per worker (its telemetry and control origins, usually one)."""
 _GET_HEADERS = {"Accept": "application/json"}
@@ -85,9 +102,51 @@ class _Connections(threading.local):
         self.by_origin: dict[tuple[str, str], http.client.HTTPConnection] = {}
         self.contexts: dict[tuple[str, str], ssl.SSLContext | None] = {}
         """The TLS context each connection was made with."""
+        self.deadline = math.inf
+        """When this thread's request in flight must be over (monotonic seconds)."""
 
 
 _open = _Connections()
+
+
+class _DeadlineIO(io.RawIOBase):
+    """A connection's socket as an answer is read from it: no receive outlasts the deadline.
+
+    A socket timeout bounds one receive only; ``http.client`` reads the status
+    line, each header and each chunk of the body with receives of their own.
+    It wraps the socket file ``http.client`` made (``raw``), which holds the
+    reference that keeps the socket open when the connection hands itself over
+    to an answer that ends with the connection (``Connection: close``).
+    """
+
+    def __init__(self, sock: socket.socket, raw: io.RawIOBase, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = raw
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's deadline passed")
+        self._sock.settimeout(left)
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _Response(http.client.HTTPResponse):
+    """``http.client``'s response, reading through :class:`_DeadlineIO`."""
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        raw = self.fp.detach()  # nothing is buffered yet: the answer is still unread
+        self.fp = io.BufferedReader(_DeadlineIO(sock, raw, _open.deadline))
 
 
 def close_connections() -> None:
@@ -113,6 +172,7 @@ def _connection(
             conn = http.client.HTTPSConnection(netloc, timeout=timeout, context=context)
         else:
             conn = http.client.HTTPConnection(netloc, timeout=timeout)
+        conn.response_class = _Response
         _open.by_origin[(scheme, netloc)] = conn
         _open.contexts[(scheme, netloc)] = context
     conn.timeout = timeout
@@ -137,32 +197,36 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {**headers, **_auth.headers(url)}
     context = _auth.context(url)
+    _open.deadline = time.monotonic() + timeout  # both attempts together: one timeout
     for attempt in (1, 2):
         if method == "POST":
             fencing.permit(f"POST {url}", timeout)
-        conn = _connection(parts.scheme, parts.netloc, timeout, context)
-        reused = conn.sock is not None
+        conn: http.client.HTTPConnection | None = None
+        response: http.client.HTTPResponse | None = None
+        reused = False
         try:
+            conn = _connection(parts.scheme, parts.netloc, _left(), context)
+            reused = conn.sock is not None
             if not reused:
                 _connect(conn, url, timeout)
             conn.request(method, target, body=body, headers=headers)
             response = conn.getresponse()
             data = response.read(MAX_BODY_BYTES + 1)
         except TimeoutError as exc:
-            conn.close()
+            _drop(conn, response)
             raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
         except (ConnectionError, http.client.RemoteDisconnected) as exc:
-            conn.close()
+            _drop(conn, response)
             if reused and attempt == 1:
                 continue
             raise HttpBackendError(url, f"request failed: {exc}") from exc
         except (OSError, ValueError, http.client.HTTPException) as exc:
-            conn.close()  # reset mid-body, malformed answer...
-            raise HttpBackendError(url, f"request failed: {exc}") from exc
+            _drop(conn, response)  # reset mid-body, malformed answer, a URL it cannot use...
+            raise HttpBackendError(url, f"request failed: {shown(exc)}") from exc
         if not response.isclosed():  # body left unread (too large): the connection is spent
-            conn.close()
+            _drop(conn, response)
         if not 200 <= response.status < 300:
-            problem = f"HTTP {response.status} {response.reason}"
+            problem = f"HTTP {response.status} {shown(response.reason)}"
             if response.status in (401, 403):
                 problem += f": {_refusal(response.status)}"
             raise HttpBackendError(url, problem, status=response.status)
@@ -170,6 +234,22 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
             raise HttpBackendError(url, f"answer larger than {MAX_BODY_BYTES} bytes")
         return data
     raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+def _left() -> float:
+    """Seconds left before this thread's request deadline (a tiny positive floor: a
+    socket timeout of 0 would mean non-blocking, not 'none left')."""
+    return max(0.001, _open.deadline - time.monotonic())
+
+
+def _drop(
+    conn: http.client.HTTPConnection | None, response: http.client.HTTPResponse | None
+) -> None:
+    """Close a connection that cannot be reused, and its answer's socket file with it."""
+    if response is not None:
+        response.close()
+    if conn is not None:
+        conn.close()
 
 
 def _connect(conn: http.client.HTTPConnection, url: str, timeout: float) -> None:
@@ -221,6 +301,20 @@ def post_action(
     return parse_answer(url, action, raw)
 
 
+def _portable(value: Any) -> bool:
+    """Whether an API server can store ``value``: JSON whose numbers are finite floats or
+    integers of int64 (NaN, Infinity or a 400-digit integer make a status write fail)."""
+    if isinstance(value, dict):
+        return all(_portable(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_portable(v) for v in value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, float) and math.isfinite(value)
+
+
 def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
     """A control answer: empty or non-object bodies mean accepted; ``result`` is honoured."""
     if not raw.strip():
@@ -232,9 +326,17 @@ def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
     try:
         result = Result(raw_result)
     except ValueError:
-        raise HttpBackendError(url, f"unknown result {raw_result!r} in answer") from None
+        raise HttpBackendError(url, f"unknown result {shown(raw_result)} in answer") from None
     if result is Result.NONE:
         result = Result.APPLIED
     message = str(payload.get("message") or f"{action} {result.value}")
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + " [cut]"
     state = payload.get("state")
-    return ControlAnswer(result, message, state if isinstance(state, dict) else {})
+    if not isinstance(state, dict):
+        return ControlAnswer(result, message, {})
+    encoded = json.dumps(state) if _portable(state) else ""
+    if not encoded or len(encoded) > MAX_STATE_BYTES:
+        note = f"; its state is not finite JSON of at most {MAX_STATE_BYTES} bytes, not kept"
+        return ControlAnswer(result, message + note, {})
+    return ControlAnswer(result, message, state)

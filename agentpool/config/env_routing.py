@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TypeVar
-from urllib.parse import urlsplit
 
 from agentpool.errors import ConfigError
 from agentpool.spec.parse import MAX_TIMEOUT_S
@@ -29,6 +28,7 @@ from agentpool.spec.values import (
     NodeRouting,
     Routing,
     SourceType,
+    url_problem,
 )
 
 E = TypeVar("E", SourceType, ControlType, ControlMode)
@@ -52,9 +52,11 @@ def _endpoint(env: str, raw: str | None, needed_by: str, timeout_s: float) -> Ht
     value = (raw or "").strip()
     if not value:
         raise ConfigError(env, raw or "", f"required when {needed_by} is http")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(env, raw, "expected an http:// or https:// URL ('{node}' allowed)")
+    problem = url_problem(value)
+    if problem is not None:
+        raise ConfigError(
+            env, raw, f"expected an http:// or https:// URL ('{{node}}' allowed); it {problem}"
+        )
     return HttpEndpoint(value, timeout_s)
 
 

@@ -344,8 +344,14 @@ def _check_http_auth(auth: HttpAuthSettings) -> None:
         variable = "HTTP_CA_BUNDLE" if auth.ca_bundle else "HTTP_CLIENT_CERT"
         value = auth.ca_bundle or auth.client_cert or ""
         raise ConfigError(variable, value, f"expected PEM files that load ({exc})") from None
-    if auth.token_file is not None and not read_token(auth.token_file):
-        raise ConfigError("HTTP_TOKEN_FILE", auth.token_file, "expected a non-empty token")
+    if auth.token_file is not None:
+        try:
+            token = read_token(auth.token_file)
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, a FIFO gone wrong, not text
+            problem = f"expected a readable token file ({exc})"
+            raise ConfigError("HTTP_TOKEN_FILE", auth.token_file, problem) from None
+        if not token:
+            raise ConfigError("HTTP_TOKEN_FILE", auth.token_file, "expected a non-empty token")
 
 
 def _elastic(

@@ -66,12 +66,11 @@ class HostCpu:
                 observed["raplLimitsUw"] = applied
                 self.metrics.set_rapl_limits(applied)
                 zones = ", ".join(applied)
-                return TickResult(
-                    Backend.RAPL,
-                    Result.APPLIED,
-                    f"RAPL PL1 {cap:g} W over {len(applied)} package zone(s) ({zones})",
-                    observed,
-                )
+                message = f"RAPL PL1 {cap:g} W over {len(applied)} package zone(s) ({zones})"
+                total_w = sum(applied.values()) / 1_000_000
+                if abs(total_w - cap) > 0.005 * cap:  # beyond the zones' range, or below it
+                    message += f", clamped to {total_w:g} W by the zones' PL1 range"
+                return TickResult(Backend.RAPL, Result.APPLIED, message, observed)
         if not self.cpufreq.available():
             return TickResult(Backend.NONE, Result.BLOCKED, NO_BACKEND, observed)
         return reason

@@ -51,6 +51,7 @@ from agentpool.spec.values import (
     HttpEndpoint,
     NodeInputs,
     Result,
+    json_number,
     resolve_cap,
 )
 
@@ -245,8 +246,7 @@ class GpuController:
             )
         if answer.state:
             observed["controlState"] = answer.state  # apart, so it cannot overwrite ours
-        applied = answer.state.get("gpuCapWattsPerGpuApplied")
-        cap_now = applied if isinstance(applied, int | float) else None
+        cap_now = json_number(answer.state.get("gpuCapWattsPerGpuApplied"))
         if cap_now is None and answer.result is Result.APPLIED:
             cap_now = watts
         power = telemetry.power_watts_total if telemetry is not None else None

@@ -6,7 +6,8 @@ The maximum it means is the node's CPU package maximum:
 - host control: the package zones' long-term (PL1) constraint
   ``constraint_N_max_power_uw``, summed over the zones the cap is split
   over; each zone's share is clamped up to ``constraint_N_min_power_uw``
-  where that file exists (a limit below it would not be honoured);
+  where that file exists (a limit below it would not be honoured), and no
+  cap resolves below :data:`MIN_CAP_W`;
 - HTTP control: the maximum the node's NodeHardware reports
   (``maxWattsPerSocket x sockets``), else what its telemetry reports
   (``cpu.packagePowerMaxWatts``).
@@ -22,12 +23,15 @@ import logging
 from dataclasses import dataclass
 
 from agentpool.backends import cpu_http, httpclient
-from agentpool.backends.sysfs.files import try_read_int
-from agentpool.backends.sysfs.rapl import PackageZone
+from agentpool.backends.sysfs.rapl import PackageZone, stated_limits
 from agentpool.errors import HttpBackendError
 from agentpool.spec.values import HttpEndpoint
 
 log = logging.getLogger(__name__)
+
+MIN_CAP_W = 1.0
+"""The smallest cap a percent resolves to: the smallest ``packagePowerCapWatts`` the CRD
+accepts. A legal but absurd percent (3.5e-320) is a cap of 1 W, never of 0 W."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class Maximum:
         """``pct`` of the maximum, raised to the floor; None when the maximum is unknown."""
         if self.watts is None:
             return None
-        return max(self.floor_watts, self.watts * pct / 100.0)
+        return max(MIN_CAP_W, self.floor_watts, self.watts * pct / 100.0)
 
 
 def host_maximum(zones: list[PackageZone]) -> Maximum:
@@ -56,13 +60,11 @@ def host_maximum(zones: list[PackageZone]) -> Maximum:
     total = 0
     floor = 0
     for zone in writable:
-        ceiling = try_read_int(zone.max_file) if zone.max_file is not None else None
-        if not ceiling or ceiling <= 0:
+        minimum, ceiling = stated_limits(zone)
+        if ceiling is None:
             return Maximum(None, f"{zone.label} has no readable PL1 max_power_uw")
         total += ceiling
-        minimum = try_read_int(zone.min_file) if zone.min_file is not None else None
-        if minimum and 0 < minimum <= ceiling:
-            floor += minimum
+        floor += minimum or 0
     labels = ", ".join(z.label for z in writable)
     return Maximum(total / 1_000_000, f"PL1 max of {labels}", floor / 1_000_000)
 

@@ -121,14 +121,22 @@ def _wrap(exc: Exception, what: str) -> KubeError:
 def load_client(kubeconfig: str | None) -> client.ApiClient:
     """An ApiClient from a kubeconfig file, or the in-cluster service account."""
     configuration = client.Configuration()
+    source = kubeconfig or "in-cluster service account"
     try:
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         else:
             config.load_incluster_config(client_configuration=configuration)
     except (config.ConfigException, OSError) as exc:
-        source = kubeconfig or "in-cluster service account"
         raise KubeError(f"cannot load Kubernetes configuration from {source}: {exc}") from exc
+    except Exception as exc:
+        # The client reads the file's YAML with no shape check of its own: a file that is
+        # not a kubeconfig (a scalar, a list, undecodable bytes, a mapping of wrong types)
+        # raises whatever its code trips over (YAMLError, TypeError, UnicodeDecodeError...).
+        raise KubeError(
+            f"cannot load Kubernetes configuration from {source}: "
+            f"not a kubeconfig ({type(exc).__name__}: {exc})"
+        ) from exc
     configuration.retries = 0
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     return client.ApiClient(configuration)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
-from agentpool.errors import ProfileError
+from agentpool.errors import ProfileError, shown
 from agentpool.spec.values import (
     DEFAULT_HTTP_TIMEOUT_S,
     ControlMode,
@@ -28,6 +27,7 @@ from agentpool.spec.values import (
     Routing,
     SourceType,
     json_number,
+    url_problem,
 )
 
 E = TypeVar("E", SourceType, ControlType, ControlMode, GpuControlMode, Profile)
@@ -60,7 +60,7 @@ def _mapping(
 def _number(value: Any, kind: str, name: str, path: str) -> float:
     number = json_number(value)
     if number is None:
-        raise ProfileError(kind, name, path, f"{value!r} is not a number")
+        raise ProfileError(kind, name, path, f"{shown(value)} is not a number")
     return number
 
 
@@ -74,7 +74,7 @@ def _choice(
         return enum(raw)
     except ValueError:
         accepted = ", ".join(m.value for m in enum)
-        raise ProfileError(kind, name, path, f"{raw!r} is not one of {accepted}") from None
+        raise ProfileError(kind, name, path, f"{shown(raw)} is not one of {accepted}") from None
 
 
 # -- desired state: NodePowerProfile, NodeTwin ---------------------------------------------
@@ -95,7 +95,7 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
     raw_profile = spec.get("profile")
     if not isinstance(raw_profile, str) or raw_profile not in set(Profile):
         accepted = " or ".join(p.value for p in Profile)
-        raise ProfileError(kind, name, "spec.profile", f"{raw_profile!r} is not {accepted}")
+        raise ProfileError(kind, name, "spec.profile", f"{shown(raw_profile)} is not {accepted}")
     profile = Profile(raw_profile)
     cpu = _mapping(spec, "cpu", kind, name, "spec.cpu")
     cap = cpu.get("packagePowerCapWatts")
@@ -103,17 +103,15 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
     if cap is not None:
         cap_watts = _number(cap, kind, name, "spec.cpu.packagePowerCapWatts")
         if cap_watts < 1:
-            raise ProfileError(
-                kind, name, "spec.cpu.packagePowerCapWatts", f"{cap!r} must be a number >= 1"
-            )
+            problem = f"{shown(cap)} must be a number >= 1"
+            raise ProfileError(kind, name, "spec.cpu.packagePowerCapWatts", problem)
     pct = cpu.get("packagePowerCapPctOfMax")
     cap_pct: float | None = None
     if pct is not None:
         cap_pct = _number(pct, kind, name, "spec.cpu.packagePowerCapPctOfMax")
         if not 0 < cap_pct <= 100:
-            raise ProfileError(
-                kind, name, "spec.cpu.packagePowerCapPctOfMax", f"{pct!r} must be 0 < pct <= 100"
-            )
+            problem = f"{shown(pct)} must be 0 < pct <= 100"
+            raise ProfileError(kind, name, "spec.cpu.packagePowerCapPctOfMax", problem)
     policy = _mapping(spec, "policy", kind, name, "spec.policy")
     policy_name = policy.get("name")
     return PowerPolicy(
@@ -138,17 +136,18 @@ def parse_gpu_cap(
     gpu = _mapping(spec, "gpu", kind, name, f"{path}.gpu")
     where = f"{path}.gpu.powerCap"
     block = _mapping(gpu, "powerCap", kind, name, where)
-    watts, pct = block.get("capWattsPerGpu"), block.get("capPctOfMax")
-    if watts is not None and (json_number(watts) is None or watts < 1):
-        problem = f"{watts!r} must be a number >= 1"
+    raw_watts, raw_pct = block.get("capWattsPerGpu"), block.get("capPctOfMax")
+    watts, pct = json_number(raw_watts), json_number(raw_pct)
+    if raw_watts is not None and (watts is None or watts < 1):
+        problem = f"{shown(raw_watts)} must be a number >= 1"
         raise ProfileError(kind, name, f"{where}.capWattsPerGpu", problem)
-    if pct is not None and (json_number(pct) is None or not 0 < pct <= 100):
-        problem = f"{pct!r} must be a number, 0 < pct <= 100"
+    if raw_pct is not None and (pct is None or not 0 < pct <= 100):
+        problem = f"{shown(raw_pct)} must be a number, 0 < pct <= 100"
         raise ProfileError(kind, name, f"{where}.capPctOfMax", problem)
     if watts is not None:
-        return GpuCap(watts_per_gpu=float(watts))
+        return GpuCap(watts_per_gpu=watts)
     if pct is not None:
-        return GpuCap(pct_of_max=float(pct))
+        return GpuCap(pct_of_max=pct)
     return None
 
 
@@ -171,18 +170,28 @@ def gpu_routing(telemetry_profile: Mapping[str, Any] | None, env: NodeRouting) -
     return parse_gpu_routing(telemetry_profile)
 
 
+def _typed_block(
+    parent: Mapping[str, Any], key: str, default: E, name: str, path: str
+) -> tuple[Mapping[str, Any], E]:
+    """A source or control block and its ``type``: ``default`` when the block is absent;
+    a block that is there must say its type (the CRD requires it)."""
+    block = _mapping(parent, key, TP, name, path)
+    if parent.get(key) is not None and block.get("type") is None:
+        accepted = ", ".join(m.value for m in type(default))
+        raise ProfileError(TP, name, f"{path}.type", f"required, one of {accepted}")
+    return block, _choice(block, "type", default, TP, name, f"{path}.type")
+
+
 def _endpoint(
     block: Mapping[str, Any], name: str, path: str
 ) -> tuple[HttpEndpoint, Mapping[str, Any]]:
     http = _mapping(block, "http", TP, name, f"{path}.http")
     endpoint = http.get("endpoint")
     if not isinstance(endpoint, str) or not endpoint:
-        raise ProfileError(TP, name, f"{path}.http.endpoint", "required when type is http")
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ProfileError(
-            TP, name, f"{path}.http.endpoint", f"{endpoint!r} is not an http:// or https:// URL"
-        )
+        raise ProfileError(TP, name, f"{path}.http.endpoint", "required, a URL")
+    problem = url_problem(endpoint)
+    if problem is not None:
+        raise ProfileError(TP, name, f"{path}.http.endpoint", f"{shown(endpoint)} {problem}")
     raw_timeout = http.get("timeoutSeconds", DEFAULT_HTTP_TIMEOUT_S)
     timeout = json_number(raw_timeout)
     if timeout is None or not 0 < timeout <= MAX_TIMEOUT_S:
@@ -190,9 +199,23 @@ def _endpoint(
             TP,
             name,
             f"{path}.http.timeoutSeconds",
-            f"{raw_timeout!r} must be a number of seconds, 0 < t <= {MAX_TIMEOUT_S:g}",
+            f"{shown(raw_timeout)} must be a number of seconds, 0 < t <= {MAX_TIMEOUT_S:g}",
         )
     return HttpEndpoint(endpoint, timeout), http
+
+
+def _http_of(
+    block: Mapping[str, Any], used: bool, name: str, path: str
+) -> tuple[HttpEndpoint | None, Mapping[str, Any]]:
+    """A block's HTTP endpoint (None unless ``used``: its type is http) and ``http`` block.
+
+    An ``http`` block is checked even where its type does not use it: the CRD
+    holds it to the same bounds, so the agent never takes what a cluster would refuse.
+    """
+    if not used and block.get("http") is None:
+        return None, {}
+    endpoint, http = _endpoint(block, name, path)
+    return (endpoint if used else None), http
 
 
 def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
@@ -201,19 +224,15 @@ def parse_telemetry_profile(obj: Mapping[str, Any]) -> Routing:
     spec = _mapping(obj, "spec", TP, name, "spec")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")
-    source_block = _mapping(sources, "cpu", TP, name, "spec.sources.cpu")
-    control_block = _mapping(controls, "cpu", TP, name, "spec.controls.cpu")
-
-    source = _choice(source_block, "type", SourceType.HOST, TP, name, "spec.sources.cpu.type")
-    control = _choice(control_block, "type", ControlType.HOST, TP, name, "spec.controls.cpu.type")
-    source_http = None
-    if source is SourceType.HTTP:
-        source_http, _ = _endpoint(source_block, name, "spec.sources.cpu")
-    control_http = None
-    mode = ControlMode.AUTO
-    if control is ControlType.HTTP:
-        control_http, http = _endpoint(control_block, name, "spec.controls.cpu")
-        mode = _choice(http, "mode", ControlMode.AUTO, TP, name, "spec.controls.cpu.http.mode")
+    source_block, source = _typed_block(sources, "cpu", SourceType.HOST, name, "spec.sources.cpu")
+    control_block, control = _typed_block(
+        controls, "cpu", ControlType.HOST, name, "spec.controls.cpu"
+    )
+    source_http, _ = _http_of(source_block, source is SourceType.HTTP, name, "spec.sources.cpu")
+    control_http, http = _http_of(
+        control_block, control is ControlType.HTTP, name, "spec.controls.cpu"
+    )
+    mode = _choice(http, "mode", ControlMode.AUTO, TP, name, "spec.controls.cpu.http.mode")
     return Routing(
         source=source,
         source_http=source_http,
@@ -236,18 +255,16 @@ def parse_gpu_routing(obj: Mapping[str, Any]) -> GpuRouting:
     spec = _mapping(obj, "spec", TP, name, "spec")
     controls = _mapping(spec, "controls", TP, name, "spec.controls")
     sources = _mapping(spec, "sources", TP, name, "spec.sources")
-    block = _mapping(controls, "gpu", TP, name, "spec.controls.gpu")
-    control = _choice(block, "type", ControlType.HOST, TP, name, "spec.controls.gpu.type")
-    control_http, mode = None, GpuControlMode.AUTO
-    if control is ControlType.HTTP:
-        control_http, http = _endpoint(block, name, "spec.controls.gpu")
-        mode = _choice(http, "mode", GpuControlMode.AUTO, TP, name, "spec.controls.gpu.http.mode")
+    block, control = _typed_block(controls, "gpu", ControlType.HOST, name, "spec.controls.gpu")
+    control_http, http = _http_of(block, control is ControlType.HTTP, name, "spec.controls.gpu")
+    mode = _choice(http, "mode", GpuControlMode.AUTO, TP, name, "spec.controls.gpu.http.mode")
     telemetry = None
     for key in ("gpu", "cpu"):
-        source = _mapping(sources, key, TP, name, f"spec.sources.{key}")
-        kind = _choice(source, "type", SourceType.HOST, TP, name, f"spec.sources.{key}.type")
-        if kind is SourceType.HTTP:
-            telemetry, _ = _endpoint(source, name, f"spec.sources.{key}")
+        where = f"spec.sources.{key}"
+        source, kind = _typed_block(sources, key, SourceType.HOST, name, where)
+        endpoint, _ = _http_of(source, kind is SourceType.HTTP, name, where)
+        if endpoint is not None:
+            telemetry = endpoint
             break
         if key == "gpu" and source:
             break  # an explicit non-HTTP GPU source: do not borrow the CPU one

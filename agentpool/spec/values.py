@@ -13,7 +13,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 
 def json_number(value: object) -> float | None:
@@ -22,11 +22,17 @@ def json_number(value: object) -> float | None:
     ``bool`` is an ``int`` subclass in Python, and JSON ``true`` is no wattage;
     ``json.loads`` accepts ``NaN`` and ``Infinity``, and one of those in a
     reading would poison every computation after it (each comparison with NaN
-    is false).
+    is false). JSON integers have no limit: one too large for a float (where
+    ``float()`` and ``math.isfinite`` raise ``OverflowError``) is no number
+    either.
     """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def json_count(value: object) -> int | None:
@@ -126,6 +132,18 @@ class DeviceLimits:
     default_watts: float | None = None
 
 
+def limits_problem(limits: DeviceLimits) -> str | None:
+    """Why a device's reported limits make no range a cap can be clamped into; None if they do.
+
+    A driver that reports a maximum of 0, or a minimum above its maximum, has no
+    limit the agent could set: the device is ``blocked``, never written.
+    """
+    low, high = limits.min_watts, limits.max_watts
+    if not (math.isfinite(low) and math.isfinite(high)) or not 0 <= low <= high or high <= 0:
+        return f"reports no usable power limit range (min {low:g} W, max {high:g} W)"
+    return None
+
+
 def resolve_cap(cap: GpuCap, limits: DeviceLimits) -> tuple[float, float]:
     """(target, clamped) watts for one device: percent against its own max, then clamped."""
     if cap.watts_per_gpu is not None:
@@ -160,6 +178,31 @@ class PowerPolicy:
     def label(self) -> str:
         """The ``policy`` label value of ``joulie_policy_cap_watts``."""
         return self.profile.value
+
+
+def url_problem(template: str) -> str | None:
+    """Why an endpoint (``{node}`` standing for a node name) cannot be requested; None if it can.
+
+    Checked when the endpoint is configured, so that a bad one is an error naming its field
+    or variable rather than a failure of every request: ``http.client`` refuses whitespace
+    and control characters, non-ASCII cannot go into a request line, and a port must be a
+    number from 1 to 65535.
+    """
+    url = template.replace("{node}", "node")
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        return "has whitespace, control or non-ASCII characters (percent-encode them)"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"is not a URL: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL"
+    if port == 0:
+        return "has port 0, which cannot be connected to"
+    if parts.username is not None or parts.password is not None:
+        return "has credentials, which are never sent (use HTTP_TOKEN_FILE)"
+    return None
 
 
 DEFAULT_HTTP_TIMEOUT_S = 2.0

@@ -50,6 +50,9 @@ class StopReason(enum.StrEnum):
     """The supervisor is stopping."""
     HEARTBEAT = "heartbeat"
     """The worker stopped reporting ticks, or stopped reading its pipe; it is restarted."""
+    PROTOCOL = "protocol"
+    """The worker wrote something that is not a message (a corrupt or cut frame); it is
+    restarted."""
 
 
 class WorkerProcess(Protocol):
@@ -105,6 +108,8 @@ class WorkerHandle:
     """The deadlines last handed to the pipe (:mod:`agentpool.supervisor.fences`)."""
     fence_unsent: FenceTimes | None = None
     """Newer deadlines waiting for the pipe to drain; only the latest is kept."""
+    inbox: bytearray = field(default_factory=bytearray)
+    """The part of the worker's next message that has arrived so far."""
     lingering: int | None = None
     """Pid of this node's previous process, reported dead but still running (it lost its
     fork server and is restoring the host): no new worker starts until it is gone."""
@@ -167,6 +172,7 @@ class WorkerHandle:
         self.stop_reason, self.kill_at = None, None
         self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
         self.fence_sent = self.fence_unsent = None
+        self.inbox = bytearray()
         self.restore_problems = None
         self.exit_code, self.exit_reason = None, ""
 

@@ -110,6 +110,7 @@ class LoopIO:
         self.writable.discard(handle.node)
         handle.unsent, handle.outbox, handle.outbox_since = None, bytearray(), None
         handle.fence_unsent = None
+        handle.inbox = bytearray()
         if conn is None:
             return
         with contextlib.suppress(OSError):

@@ -5,6 +5,13 @@ multiprocess metrics directory is set in the environment before it starts,
 because the fork server and every worker inherit both. Everything started is
 registered on one ``ExitStack`` as it starts, so it is stopped in reverse
 order however far start-up got.
+
+A setting that parsed but cannot be used (``PROMETHEUS_MULTIPROC_DIR`` or
+``STATE_DIR`` that cannot be made or written, ``METRICS_ADDR`` that cannot be
+listened on, ``KUBECONFIG`` that does not load) is a :class:`ConfigError`
+naming the variable: it is found before any worker starts or any request is
+made, and leaves :func:`run` once everything started is stopped again, so
+the CLI exits 2 as for a value that does not parse.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from prometheus_client.registry import Collector
 
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
-from agentpool.errors import KubeError
+from agentpool.errors import ConfigError, KubeError
 from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
@@ -94,13 +101,35 @@ def node_capacity(fd_limit: int) -> int:
     return max(0, (fd_limit - RESERVED_FDS) // FDS_PER_NODE)
 
 
+def usable_dir(variable: str, configured: str) -> Path:
+    """``configured`` as a directory this process can write, created if missing; a
+    ConfigError naming ``variable`` when it cannot be (a file in the way, a read-only
+    mount, a name too long). Written to once here, because the workers write there
+    later, where a failure would be one per node rather than one at start."""
+    path = Path(configured)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".agentpool-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            variable, configured, f"expected a directory the agent can create and write ({why})"
+        ) from None
+    return path
+
+
 def prepare_metrics_dir(configured: str | None) -> tuple[str, bool]:
     """The multiprocess directory, emptied of old ``*.db`` files; True if we created it."""
     if configured:
-        path = Path(configured)
-        path.mkdir(parents=True, exist_ok=True)
-        for old in path.glob("*.db"):
-            old.unlink(missing_ok=True)
+        path = usable_dir("PROMETHEUS_MULTIPROC_DIR", configured)
+        try:
+            for old in path.glob("*.db"):
+                old.unlink(missing_ok=True)
+        except OSError as exc:  # a *.db that is a directory, or not ours to remove
+            problem = f"expected a directory whose old *.db files can be removed ({exc})"
+            raise ConfigError("PROMETHEUS_MULTIPROC_DIR", configured, problem) from None
         return str(path), False
     return tempfile.mkdtemp(prefix="agentpool-metrics-"), True
 
@@ -108,10 +137,7 @@ def prepare_metrics_dir(configured: str | None) -> tuple[str, bool]:
 def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack) -> str:
     """``configured`` (created if missing, never wiped), or a temporary dir removed at exit."""
     if configured:
-        try:
-            os.makedirs(configured, exist_ok=True)
-        except OSError as exc:
-            raise StartupError(f"STATE_DIR={configured!r}: cannot create it: {exc}") from exc
+        usable_dir("STATE_DIR", configured)
         return configured
     path = tempfile.mkdtemp(prefix=prefix)
     stack.callback(shutil.rmtree, path, ignore_errors=True)
@@ -289,7 +315,11 @@ def _run(
             namespace=settings.elastic.namespace,
         )
     except KubeError as exc:
-        raise StartupError(str(exc)) from exc
+        if settings.kubeconfig:
+            raise ConfigError(
+                "KUBECONFIG", settings.kubeconfig, f"expected a kubeconfig file that loads ({exc})"
+            ) from None
+        raise StartupError(str(exc)) from exc  # in-cluster: no variable was set to blame
     stack.callback(api.close)
     collector = SupervisorCollector(counters)
     status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True)
@@ -431,8 +461,13 @@ def _http_server(
             render=workers_metrics.render,
             listener=listener,
         )
-    except OSError as exc:
-        raise StartupError(f"cannot listen on METRICS_ADDR: {exc}") from exc
+    except (OSError, UnicodeError) as exc:  # in use, not an address of this host, no name
+        host = settings.metrics_host
+        where = f"[{host}]" if ":" in host else host
+        raise ConfigError(
+            "METRICS_ADDR", f"{where}:{settings.metrics_port}",
+            f"expected an address this host can listen on ({exc})",
+        ) from None
 
 
 def _log_start(settings: Settings, port: int, capacity: int) -> None:

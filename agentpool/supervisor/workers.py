@@ -41,10 +41,12 @@ from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import (
     DUMP_SIGNAL,
     EXIT_FENCED,
+    ProtocolError,
     Stopped,
     StopWorker,
     TickReport,
     frame,
+    receive,
 )
 
 log = logging.getLogger(__name__)
@@ -128,9 +130,19 @@ class WorkerTable:
         if conn is None:
             return
         try:
-            while conn.poll(0):
-                self._on_message(handle, conn.recv(), now)
-        except (EOFError, OSError):
+            messages, closed = receive(conn.fileno(), handle.inbox)
+        except ProtocolError as exc:
+            what = "worker for node %s (pid %s) sent %s: stopping it"
+            node_log(ERROR, handle.node, what, handle.pid, exc)
+            self.io.close_conn(handle)
+            if handle.state in (WorkerState.STARTING, WorkerState.RUNNING):
+                self.stop(handle, StopReason.PROTOCOL, now, KILL_GRACE_S)
+            return
+        except OSError:
+            messages, closed = [], True
+        for message in messages:
+            self._on_message(handle, message, now)
+        if closed:
             self.io.close_conn(handle)  # the process sentinel tells us how it ended
 
     def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
@@ -204,7 +216,11 @@ class WorkerTable:
         if reason is None and handle.exit_code == EXIT_FENCED:
             self._fenced_itself(handle, pid, now)
             return
-        cause = "unresponsive, killed" if reason is StopReason.HEARTBEAT else "died"
+        cause = "died"
+        if reason is StopReason.HEARTBEAT:
+            cause = "unresponsive, killed"
+        elif reason is StopReason.PROTOCOL:
+            cause = "sent a corrupt message, stopped"
         delay = self._back_off(handle, now, handle.started_at)
         self._report_failure(handle, pid, cause, how, handle.exit_reason, delay)
 

@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from agentpool.backends.sysfs.files import Originals
 from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
-from agentpool.errors import FencedError
+from agentpool.errors import FencedError, shown
 from agentpool.logs import setup_logging
 from agentpool.proctitle import set_title, worker_title
 from agentpool.spec.values import NodeInputs, TickResult
@@ -42,9 +42,11 @@ from agentpool.worker.protocol import (
     DUMP_SIGNAL,
     EXIT_FENCED,
     Fence,
+    ProtocolError,
     Stopped,
     StopWorker,
     TickReport,
+    read_frames,
 )
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,23 @@ def _use_node_metrics_files(node: str) -> None:
     )
 
 
+def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
+    """What made a worker fail, in one line: the exception and the desired state it was
+    enforcing, so that a crash an input causes is told with the input that caused it."""
+    what = f"{type(exc).__name__}: {shown(str(exc))[1:-1]}"
+    if inputs is None:
+        return what
+    sources = []
+    for kind, obj in (("NodeTwin", inputs.node_twin), ("NodePowerProfile", inputs.power_profile),
+                      ("TelemetryProfile", inputs.telemetry_profile)):
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(meta, dict):
+            version = meta.get("resourceVersion")
+            at = f" (resourceVersion {shown(version)})" if version is not None else ""
+            sources.append(f"{kind} {shown(meta.get('name'))}{at}")
+    return f"{what}, with {', '.join(sources)}" if sources else what
+
+
 def run_worker(
     node: str,
     settings: WorkerSettings,
@@ -177,9 +196,10 @@ def run_worker(
             reason = fence.reason(time.monotonic())
             log.error("node %s: %s", node, reason)
             code = EXIT_FENCED
-    except BaseException as exc:  # report how we died, then exit non-zero; we are restarted
-        log.error("worker for node %s crashed:\n%s", node, traceback.format_exc())
-        reason = f"crashed: {type(exc).__name__}: {exc}"[:500]
+    except BaseException as exc:  # say how we died, exit non-zero; the supervisor restarts us
+        crash = crash_reason(exc, controller.inputs if controller is not None else inputs)
+        log.error("worker for node %s crashed (%s):\n%s", node, crash, traceback.format_exc())
+        reason = f"crashed: {crash}"
         code = EXIT_CRASH
     problems = _restore(controller) if controller is not None else []
     for problem in problems:
@@ -216,32 +236,66 @@ def _loop(
     fence: WorkerFence,
 ) -> bool:
     """Tick until asked to stop (False) or until the fence passes (True)."""
+    # SIGTERM must end a wait on the pipe at once: its handler only records it, and the
+    # wait (retried after a signal, PEP 475) would otherwise go on until the next tick.
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    try:
+        return _turns(controller, tick, settings, conn, stop, fence, wake_r)
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _turns(
+    controller: NodeController,
+    tick: Callable[[], TickResult],
+    settings: WorkerSettings,
+    conn: Connection,
+    stop: _StopFlag,
+    fence: WorkerFence,
+    wake_r: int,
+) -> bool:
     interval = settings.reconcile_interval_s
     next_tick = time.monotonic()
+    inbox = bytearray()  # a message from the supervisor that has not fully arrived yet
     while not stop.requested():
         now = time.monotonic()
         if fence.passed(now) and not _pending(conn):  # a newer fence may be waiting
             return True
         try:
-            ready = conn.poll(max(0.0, fence.wake_at(next_tick, now) - now))
+            ready = wait([conn, wake_r], max(0.0, fence.wake_at(next_tick, now) - now))
         except (OSError, EOFError):
             return False
         if stop.requested():
             return False
-        if ready:
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 512)  # another signal: nothing to do but wait on
+        if conn in ready:
             try:
-                message = conn.recv()
-            except (OSError, EOFError):
-                log.info("node %s: supervisor pipe closed, stopping", controller.node)
-                return False
-            if isinstance(message, StopWorker):
-                return False
-            if isinstance(message, Fence):
-                fence.update(message.times)
-            elif isinstance(message, NodeInputs):
+                messages, closed = read_frames(conn.fileno(), inbox)
+            except OSError:
+                messages, closed = [], True
+            for message in messages:
+                if isinstance(message, StopWorker):
+                    return False
+                if isinstance(message, Fence):
+                    fence.update(message.times)
+                    continue
+                if not isinstance(message, NodeInputs):
+                    raise ProtocolError(f"an unexpected message: {type(message).__name__}")
                 controller.update(message)
                 next_tick = time.monotonic()  # act on a change at once
+            if closed:
+                log.info("node %s: supervisor pipe closed, stopping", controller.node)
+                return False
             continue
+        if ready:
+            continue  # only another signal woke us: wait on
         now = time.monotonic()
         if now < next_tick or not fence.may_act() or fence.passed(now):
             continue  # woken for the fence, or still waiting for the first one

@@ -8,16 +8,24 @@ start, with each lease renewal, and as the reply to its heartbeats) or
 tick (doubles as the heartbeat) and :class:`Stopped` once host values were
 restored on the way out.
 
-The worker reads and writes with ``Connection.recv``/``send``. The supervisor
-reads the same way (only when the selector says data is there) but writes
-with :func:`frame` and :func:`send_nowait`: ``Connection.send`` blocks once the
+The worker writes with ``Connection.send``. The supervisor writes with
+:func:`frame` and :func:`send_nowait` (``Connection.send`` blocks once the
 socket buffer is full, and a worker that stopped reading would then stop the
-whole loop. The framing is ``Connection.send``'s own (a 4-byte big-endian
-length, then the pickle), so the worker's ``recv`` reads both alike.
+whole loop). Both read with :func:`read_frames`, never ``Connection.recv``,
+which blocks until a whole message is there (a frame cut short would stop
+the supervisor's loop, or keep a worker from ever seeing its SIGTERM) and
+raises whatever unpickling a corrupt frame raises. The framing is
+``Connection.send``'s own (a 4-byte big-endian length, then the pickle).
+
+Anything else than whole, well-formed :class:`TickReport` and :class:`Stopped`
+messages from a worker is a :class:`ProtocolError` (:func:`receive`): the
+supervisor stops that worker (and restarts it after its backoff), and goes
+on. A worker that reads one exits through its crash path, restoring its host.
 """
 
 from __future__ import annotations
 
+import pickle
 import signal
 import socket
 import struct
@@ -25,7 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
 from agentpool.pool.fence import FenceTimes
-from agentpool.spec.values import TickResult
+from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 EXIT_FENCED = 75
 """A worker's exit status when its fence passed and it stopped on its own (EX_TEMPFAIL):
@@ -36,6 +44,14 @@ hangs in a system call: sent before a hung worker is killed, so the log says whe
 
 MAX_FRAME = 0x7FFFFFFF
 """Larger messages need ``Connection``'s 12-byte header; no message comes close."""
+MAX_MESSAGE = 16 << 20
+"""The largest message either end reads (a report or a node's inputs is a few KiB): a
+longer frame is junk, not something to wait for."""
+_LENGTH = struct.Struct("!i")
+
+
+class ProtocolError(Exception):
+    """A worker sent something that is not a whole, well-formed message (says what)."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +84,8 @@ class Stopped:
     problems: tuple[str, ...]
     """Host values that could not be restored (empty when all went back)."""
     reason: str = ""
-    """Why the worker stopped on its own (a crash, a fence that passed); empty when it
-    was asked to stop."""
+    """Why the worker stopped on its own: a crash (the exception and the inputs it was
+    enforcing) or a fence that passed; empty when it was asked to stop."""
 
 
 def frame(message: object) -> bytes:
@@ -95,3 +111,91 @@ def send_nowait(fd: int, data: bytes | bytearray | memoryview) -> int:
         return 0
     finally:
         sock.detach()  # the descriptor stays the Connection's
+
+
+def read_frames(fd: int, inbox: bytearray) -> tuple[list[object], bool]:
+    """Read what the socket ``fd`` holds now, without blocking; the whole messages in it.
+
+    ``inbox`` keeps the part of a frame that has not fully arrived, between
+    calls. Returns the unpickled messages and whether the other end is
+    closed. Raises :class:`ProtocolError` for a frame of an impossible
+    length, one that does not unpickle, or one cut short by the end of the
+    pipe; the messages before it are lost with the peer.
+    """
+    closed = False
+    sock = socket.socket(fileno=fd)
+    try:
+        while True:
+            try:
+                chunk = sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            if not chunk:
+                closed = True
+                break
+            inbox += chunk
+    finally:
+        sock.detach()  # the descriptor stays the Connection's
+    messages: list[object] = []
+    while len(inbox) >= _LENGTH.size:
+        (size,) = _LENGTH.unpack_from(inbox)
+        if not 0 < size <= MAX_MESSAGE:
+            raise ProtocolError(f"a frame of {size} bytes")
+        if len(inbox) < _LENGTH.size + size:
+            break  # the rest is on its way
+        payload = bytes(inbox[_LENGTH.size : _LENGTH.size + size])
+        del inbox[: _LENGTH.size + size]
+        messages.append(_unpickle(payload))
+    if closed and inbox:
+        raise ProtocolError(f"{len(inbox)} bytes of a frame cut short by the end of the pipe")
+    return messages, closed
+
+
+def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Stopped], bool]:
+    """The supervisor's :func:`read_frames`: only well-formed worker messages pass."""
+    messages, closed = read_frames(fd, inbox)
+    for message in messages:
+        if not well_formed(message):
+            raise ProtocolError(f"an unexpected message: {type(message).__name__}")
+    return [m for m in messages if isinstance(m, TickReport | Stopped)], closed
+
+
+def _unpickle(payload: bytes) -> object:
+    try:
+        return pickle.loads(payload)
+    except Exception as exc:  # a corrupt pickle raises anything at all
+        problem = f"{type(exc).__name__}: {exc}"
+        raise ProtocolError(f"a frame that does not unpickle ({problem})") from exc
+
+
+def well_formed(message: object) -> bool:
+    """Whether ``message`` is a report or a stop notice the supervisor can act on."""
+    if isinstance(message, Stopped):
+        return (
+            isinstance(message.node, str)
+            and isinstance(getattr(message, "crash", ""), str)
+            and isinstance(message.problems, tuple)
+            and all(isinstance(p, str) for p in message.problems)
+        )
+    if not isinstance(message, TickReport):
+        return False
+    result, gpu = message.result, getattr(message.result, "gpu", None)
+    return (
+        isinstance(message.node, str)
+        and isinstance(message.duration_s, int | float)
+        and isinstance(result, TickResult)
+        and isinstance(result.backend, Backend)
+        and isinstance(result.result, Result)
+        and isinstance(result.message, str)
+        and isinstance(result.observed, dict)
+        and (
+            gpu is None
+            or (
+                isinstance(gpu, GpuTickResult)
+                and isinstance(gpu.backend, GpuBackend)
+                and isinstance(gpu.result, Result)
+                and isinstance(gpu.message, str)
+                and isinstance(gpu.observed, dict)
+            )
+        )
+    )

@@ -259,3 +259,18 @@ def test_control_5xx_from_power_sim(sim: PowerSim) -> None:
     )
 
 
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"packagePowerWatts": 1' + b"0" * 400 + b"}",  # math.isfinite raised OverflowError
+        b'{"packagePowerWatts": -12}',  # no meter reads a negative power
+        b'{"cpu": {"packagePowerWatts": -0.5}}',
+    ],
+)
+def test_readings_that_are_no_power_are_errors(scripted: tuple[Scripted, str], body: bytes) -> None:
+    script, url = scripted
+    answer(script, body)
+    with pytest.raises(HttpBackendError, match="not a number of watts"):
+        read_package_power(HttpEndpoint(url + "/t", OK_S), "n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,8 +17,9 @@ from agentpool.backends.httpclient import _open, user_agent
 from agentpool.errors import HttpBackendError
 from agentpool.sim.power.model import RequestKind
 from agentpool.sim.power.server import PowerSim
-from agentpool.spec.values import HttpEndpoint
-from tests.backends.conftest import OK_S
+from agentpool.spec.values import HttpEndpoint, Result
+from tests.backends.conftest import OK_S, Scripted, answer
+from tests.backends.rawhttp import Answer, RawServer
 
 
 def test_every_request_says_which_pod_and_shard_sent_it(sim: PowerSim) -> None:
@@ -101,3 +103,51 @@ def test_a_kept_connection_closed_by_the_server_is_replaced(
     for _ in range(3):  # each request after the first finds its connection closed
         assert read_package_power(endpoint, "n") == 42.0
     assert len(accepted) == 3
+
+
+# -- shrunk examples of tests/properties/test_http.py, kept as regressions -------------------
+
+
+def test_an_answer_dripped_slower_than_the_timeout_is_cut_off_at_it() -> None:
+    # Each piece arrives inside the socket timeout; the whole took 12 x 0.06 s against a
+    # timeout of 0.25 s, because the timeout bounded each receive, not the request.
+    body = b'{"packagePowerWatts": 12}'
+    data = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with RawServer(Answer(data, pieces=12, delay_s=0.06)) as server:
+        started = time.monotonic()
+        with pytest.raises(HttpBackendError, match=r"timed out after 0\.25s"):
+            read_package_power(HttpEndpoint(server.url, 0.25), "n")
+        assert time.monotonic() - started < 0.25 + 0.5
+
+
+def test_an_answer_held_open_after_its_headers_ends_at_the_timeout() -> None:
+    data = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"
+    with RawServer(Answer(data, hold=True)) as server:
+        started = time.monotonic()
+        with pytest.raises(HttpBackendError, match="timed out"):
+            post_control(HttpEndpoint(server.url, 0.25), "n", RAPL_ACTION, 120.0, -1)
+        assert time.monotonic() - started < 0.25 + 0.5
+
+
+def test_a_control_answer_is_cut_to_what_a_status_can_carry(
+    scripted: tuple[Scripted, str],
+) -> None:
+    script, url = scripted
+    answer(script, {"result": "blocked", "message": "m" * 100_000,
+                    "state": {"capWatts": float("nan")}})
+    got = post_control(HttpEndpoint(url + "/c", OK_S), "n", RAPL_ACTION, 120.0, -1)
+    assert got.result is Result.BLOCKED
+    assert got.message.startswith("m" * 500 + " [cut]")
+    assert "its state is not finite JSON" in got.message
+    assert got.state == {}
+    answer(script, {"state": {"big": 10**400}})
+    assert post_control(HttpEndpoint(url + "/c", OK_S), "n", RAPL_ACTION, 1, -1).state == {}
+    answer(script, {"state": {"capWatts": 120.5, "n": [1, None, "x"]}})
+    kept = post_control(HttpEndpoint(url + "/c", OK_S), "n", RAPL_ACTION, 1, -1).state
+    assert kept == {"capWatts": 120.5, "n": [1, None, "x"]}
+
+
+def test_a_port_http_client_cannot_use_is_an_error_not_a_crash() -> None:
+    # HTTPConnection's constructor raised InvalidURL outside the request's error handling.
+    with pytest.raises(HttpBackendError, match="nonnumeric port"):
+        post_control(HttpEndpoint("http://sim:abc/", OK_S), "n", RAPL_ACTION, 120.0, -1)

@@ -335,3 +335,22 @@ def test_static_membership_is_the_default_and_ignores_lease_requirements() -> No
     assert not s.elastic.lease
     assert s.elastic.assignment is Assignment.RENDEZVOUS
     assert (s.elastic.lease_duration_s, s.elastic.renew_s) == (15.0, 5.0)
+
+
+@pytest.mark.parametrize("endpoint", ["http://[", "http://sim:abc/", "http://:", "http://sim/a b"])
+def test_a_telemetry_endpoint_that_cannot_be_requested_exits_naming_it(endpoint: str) -> None:
+    # Shrunk from tests/properties/test_spec.py: urlsplit raised ValueError on the first
+    # (a traceback, not exit 2), and the others were accepted and failed every request.
+    raw = {**POOL, "TELEMETRY_CPU_CONTROL": "http", "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": endpoint}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(raw)
+    assert caught.value.variable == "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT"
+
+
+def test_a_token_file_that_is_a_directory_exits_naming_it() -> None:
+    # Shrunk from tests/properties/test_config.py (HTTP_TOKEN_FILE='/'): reading it raised
+    # IsADirectoryError out of load_settings, a traceback instead of exit 2.
+    with pytest.raises(ConfigError) as caught:
+        load_settings({**POOL, "HTTP_TOKEN_FILE": "/"})
+    assert caught.value.variable == "HTTP_TOKEN_FILE"
+    assert "readable token file" in str(caught.value)

@@ -753,3 +753,28 @@ def test_sysfs_root_template_gives_each_node_its_own_tree(tmp_path: Path) -> Non
         assert h.tick().backend is Backend.RAPL
         assert (mine.root / PL1[0]).read_text() == "50000000\n"
         assert snapshot(other.root) == untouched
+
+
+# -- absurd but legal caps (README "Custom resources"): clamped to the hardware, the same way
+# on both APIs; the known crash of issue 28 and its shrunk examples from tests/properties ----
+
+
+@pytest.mark.parametrize("api", ["profiles", "nodetwin"])
+def test_a_cap_of_1e308_w_is_clamped_to_the_zones_and_said_so(tmp_path: Path, api: str) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root):
+        if api == "nodetwin":
+            twin = {**npp(1e308), "kind": "NodeTwin"}
+            h.set(node_twin=twin, nodetwin_api=True)
+        else:
+            h.set(power_profile=npp(1e308))
+        result = h.tick()  # raised OverflowError in RaplHost.apply, killing the worker
+        assert result.backend is Backend.RAPL
+        assert result.result is Result.APPLIED
+        assert result.message == (
+            "RAPL PL1 1e+308 W over 2 package zone(s) (intel-rapl:0, intel-rapl:1), "
+            "clamped to 330 W by the zones' PL1 range"
+        )
+        assert result.observed["raplLimitsUw"] == {
+            "intel-rapl:0": 165_000_000, "intel-rapl:1": 165_000_000
+        }

@@ -240,3 +240,17 @@ def test_stale_desired_state_kept_when_asked(tmp_path: Path) -> None:
         assert result.result is Result.APPLIED
         assert "SPEC_STALE_ACTION=keep: RAPL PL1 100 W" in result.message
         assert pl1_watts(h.root, PL1) == [50.0, 50.0]
+
+
+@pytest.mark.parametrize("pct", [3.5e-320, 5e-324, 1e-300])
+def test_an_absurdly_small_percent_resolves_to_1_w_not_0_w(tmp_path: Path, pct: float) -> None:
+    # Legal (0 < pct <= 100) but absurd: its watts rounded to 0.0, a 0 W cap written to PL1.
+    h = Harness(tmp_path)
+    with intel_2socket(h.root):
+        h.set(node_twin=twin(pct=pct), nodetwin_api=True)
+        result = h.tick()
+        assert result.result is Result.APPLIED
+        assert result.observed["capWatts"] == 1.0
+        assert result.observed["raplLimitsUw"] == {
+            "intel-rapl:0": 500_000, "intel-rapl:1": 500_000
+        }

@@ -346,3 +346,104 @@ def test_malformed_gpu_routing_names_the_field(controls: Any, field: str) -> Non
     with pytest.raises(ProfileError) as caught:
         parse_gpu_routing(tp)
     assert caught.value.field == field
+
+
+# -- shrunk examples of tests/properties/test_spec.py, kept as regressions -------------------
+
+
+@pytest.mark.parametrize("field", ["packagePowerCapWatts", "packagePowerCapPctOfMax"])
+def test_an_integer_beyond_float_range_is_not_a_number(field: str) -> None:
+    # JSON integers have no limit; math.isfinite() raised OverflowError on this one.
+    obj = {"spec": {"nodeName": "0", "profile": "performance", "cpu": {field: 10**400}}}
+    with pytest.raises(ProfileError) as caught:
+        parse_power_profile(obj)
+    assert caught.value.field == f"spec.cpu.{field}"
+    assert "is not a number" in str(caught.value)
+
+
+def test_a_huge_bad_value_is_quoted_shortened() -> None:
+    obj = {"spec": {"nodeName": "0", "profile": "performance",
+                    "cpu": {"packagePowerCapWatts": "x" * 1000}}}
+    with pytest.raises(ProfileError) as caught:
+        parse_power_profile(obj)
+    assert "spec.cpu.packagePowerCapWatts: 'xxxx" in str(caught.value)
+    assert len(str(caught.value)) < 200
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("http://[", "is not a URL: Invalid IPv6 URL"),  # urlsplit raised ValueError
+        ("http://:", "is not an http:// or https:// URL"),  # no host
+        ("http://sim:abc", "is not a URL: Port could not be cast"),  # http.client raised
+        ("http://sim:65536", "is not a URL: Port out of range"),
+        ("http://sim:0/", "port 0"),
+        ("http://sim/a b", "whitespace"),
+        ("http://sim/\x00", "control"),
+        ("http://sim/é", "non-ASCII"),
+        ("http://user:pw@sim/", "credentials"),
+    ],
+)
+def test_an_endpoint_that_cannot_be_requested_is_refused(endpoint: str, problem: str) -> None:
+    obj = tp(controls={"cpu": {"type": "http", "http": {"endpoint": endpoint}}})
+    with pytest.raises(ProfileError) as caught:
+        parse_telemetry_profile(obj)
+    assert caught.value.field == "spec.controls.cpu.http.endpoint"
+    assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["http://{node}.sim:8080/x", "HTTPS://sim/telemetry/{node}?a=b", "http://[::1]:9/"]
+)
+def test_usable_endpoints_are_kept(endpoint: str) -> None:
+    obj = tp(controls={"cpu": {"type": "http", "http": {"endpoint": endpoint}}})
+    assert parse_telemetry_profile(obj).control_http == HttpEndpoint(endpoint)
+
+
+# Shrunk examples of tests/properties/test_crd_schema.py: the parser took what the chart's
+# CRD refuses on a real API server (a block without its required ``type``; an ``http`` block
+# that breaks its bounds under a type that does not use it).
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        (tp(sources={"cpu": {}}), "spec.sources.cpu.type"),
+        (tp(controls={"cpu": {}}), "spec.controls.cpu.type"),
+        (tp(controls={"cpu": {"http": {"endpoint": "http://sim/x"}}}), "spec.controls.cpu.type"),
+        (tp(controls={"cpu": {"type": "none", "http": {}}}), "spec.controls.cpu.http.endpoint"),
+        (
+            tp(sources={"cpu": {"type": "host", "http": {"endpoint": "x", "timeoutSeconds": 500}}}),
+            "spec.sources.cpu.http.endpoint",
+        ),
+        (
+            tp(controls={"cpu": {"type": "host", "http": {"endpoint": "http://s/", "mode": "x"}}}),
+            "spec.controls.cpu.http.mode",
+        ),
+    ],
+)
+def test_what_the_crd_refuses_is_refused_even_where_unused(obj: Any, field: str) -> None:
+    with pytest.raises(ProfileError) as caught:
+        parse_telemetry_profile(obj)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("sources", "controls", "field"),
+    [
+        ({"gpu": {}}, None, "spec.sources.gpu.type"),
+        (None, {"gpu": {}}, "spec.controls.gpu.type"),
+        (None, {"gpu": {"type": "host", "http": {"endpoint": "http://s/", "timeoutSeconds": 0}}},
+         "spec.controls.gpu.http.timeoutSeconds"),
+    ],
+)
+def test_gpu_blocks_need_their_type_and_a_valid_http_block(
+    sources: Any, controls: Any, field: str
+) -> None:
+    with pytest.raises(ProfileError) as caught:
+        parse_gpu_routing(tp(sources=sources, controls=controls))
+    assert caught.value.field == field
+
+
+def test_a_null_block_is_an_absent_one() -> None:
+    # The API server prunes null values of fields that are not nullable: no type needed.
+    routing = parse_telemetry_profile(tp(sources={"cpu": None}, controls={"cpu": None}))
+    assert (routing.source, routing.control) == (SourceType.HOST, ControlType.HOST)

@@ -11,9 +11,13 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import pickle
+import socket
+import struct
 import subprocess
 import threading
 import time
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import pytest
@@ -21,12 +25,12 @@ from prometheus_client import CollectorRegistry
 
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
-from agentpool.spec.values import Result
+from agentpool.spec.values import Backend, Result, TickResult
 from agentpool.supervisor.handles import StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
 from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.worker.nodefiles import metrics_id
-from agentpool.worker.protocol import Fence, Stopped
+from agentpool.worker.protocol import Fence, Stopped, TickReport
 
 from .fakeworkers import FakeLauncher, Loop, power, telemetry
 
@@ -447,3 +451,64 @@ def test_a_static_pools_workers_get_a_silence_fence_renewed_while_the_loop_turns
         loop.turn()
         (first,) = fences_of(loop.launcher.started[0])
         assert first.times.stop_at == pytest.approx(loop.clock.now + 30.0)
+
+
+# -- shrunk examples of tests/properties/test_wire.py, kept as regressions -------------------
+
+
+def _write_raw(worker: Any, data: bytes) -> None:
+    sock = socket.socket(fileno=worker.pipe.fileno())
+    try:
+        sock.sendall(data)
+    finally:
+        sock.detach()
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        # Connection.recv() raised UnpicklingError out of the loop: the supervisor stopped.
+        (struct.pack("!i", 5) + b"\x00\x80\x04K\x00", "does not unpickle"),
+        # A well-framed pickle of something else than a report was taken silently.
+        (struct.pack("!i", 5) + pickle.dumps(0)[:5], "an unexpected message: int"),
+        (struct.pack("!i", 2**31 - 1) + b"\x80\x05", "a frame of 2147483647 bytes"),
+    ],
+)
+def test_a_corrupt_frame_stops_that_worker_and_the_loop_goes_on(
+    data: bytes, said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Loop() as loop:
+        loop.nodes("a", "b")
+        loop.turn()
+        a, b = sorted(loop.launcher.started, key=lambda w: w.node)
+        a.report()
+        b.report()
+        loop.turn()
+        _write_raw(a, data)
+        loop.turn()
+        assert a.process.signals == ["SIGTERM"]
+        assert loop.handle("a").stop_reason is StopReason.PROTOCOL
+        assert said in caplog.text
+        assert b.process.signals == []
+        assert loop.handle("b").state is WorkerState.RUNNING
+        loop.turn()  # the stand-in obeyed SIGTERM: it is reaped, and restarts after its backoff
+        assert loop.handle("a").state is WorkerState.BACKOFF
+
+
+def test_half_a_report_never_blocks_the_loop() -> None:
+    # Connection.recv() waited for the rest of a frame that a hung worker never sends.
+    with Loop() as loop:
+        loop.nodes("a")
+        loop.turn()
+        (a,) = loop.launcher.started
+        frame = bytes(ForkingPickler.dumps(TickReport("a", TickResult(
+            Backend.RAPL, Result.APPLIED, "ok"), 0.1)))
+        whole = struct.pack("!i", len(frame)) + frame
+        _write_raw(a, whole[: len(whole) // 2])
+        started = time.monotonic()
+        loop.turn()
+        assert time.monotonic() - started < 5.0
+        assert loop.handle("a").state is WorkerState.STARTING  # nothing whole arrived yet
+        _write_raw(a, whole[len(whole) // 2 :])
+        loop.turn()
+        assert loop.handle("a").state is WorkerState.RUNNING

@@ -33,8 +33,17 @@ from agentpool.backends.gpu.host import (
     journaled,
 )
 from agentpool.backends.sysfs.files import Originals
-from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result, json_number, resolve_cap
+from agentpool.errors import GpuUnavailableError, shown
+from agentpool.spec.values import (
+    DeviceLimits,
+    GpuBackend,
+    GpuCap,
+    Result,
+    json_count,
+    json_number,
+    limits_problem,
+    resolve_cap,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,12 @@ def _load_binding() -> ModuleType:
     except (OSError, KeyError, AttributeError) as exc:
         said = " ".join(chatter.getvalue().split()) or str(exc)
         raise GpuUnavailableError(f"AMD SMI library missing: {said}") from exc
+
+
+def _microwatts(info: Any, key: str) -> int | None:
+    """An integer microwatt field of the binding's answer; None for "N/A" or anything else."""
+    value = json_count(info.get(key) if isinstance(info, dict) else None)
+    return value if value is not None and value >= 0 else None
 
 
 def _watts(value: Any) -> float | None:
@@ -132,25 +147,35 @@ class AmdSmiGpus:
             ident = str(smi.amdsmi_get_gpu_device_uuid(handle))
             name = str(smi.amdsmi_get_gpu_asic_info(handle).get("market_name", "?"))
             info = smi.amdsmi_get_power_cap_info(handle)
-            limits = DeviceLimits(
-                info["min_power_cap"] / 1e6,
-                info["max_power_cap"] / 1e6,
-                info["default_power_cap"] / 1e6,
-            )
+            # The binding reports "N/A" for what a device does not know: no number at all.
+            low, high = _microwatts(info, "min_power_cap"), _microwatts(info, "max_power_cap")
+            current = _microwatts(info, "power_cap")
+            if low is None or high is None or current is None:
+                reason = f"AMD SMI reports no power cap range: {shown(info)}"
+                return DeviceOutcome(index, ident, name, None, None, None, None,
+                                     Result.BLOCKED, reason)
+            default = _microwatts(info, "default_power_cap")
+            limits = DeviceLimits(low / 1e6, high / 1e6, None if default is None else default / 1e6)
+            problem = limits_problem(limits)
+            if problem is not None:
+                return DeviceOutcome(index, ident, name, limits, None, None, None,
+                                     Result.BLOCKED, f"AMD SMI {problem}")
             target, clamped = resolve_cap(cap, limits)
             wanted = round(clamped * 1e6)
-            if info["power_cap"] != wanted:
+            if current != wanted:
                 key = journal_key(JOURNAL, ident)
-                fresh = self._originals.remember(
-                    key, int(info["power_cap"]), journal_owner(JOURNAL)
-                )
+                fresh = self._originals.remember(key, current, journal_owner(JOURNAL))
                 try:
                     smi.amdsmi_set_power_cap(handle, SENSOR, wanted)
                 except smi.AmdSmiException:
                     if fresh:
                         self._originals.forget(key)
                     raise
-            back = int(smi.amdsmi_get_power_cap_info(handle)["power_cap"])
+            back = _microwatts(smi.amdsmi_get_power_cap_info(handle), "power_cap")
+            if back is None:
+                reason = "AMD SMI reads no power cap back after setting it"
+                return DeviceOutcome(index, ident, name, limits, target, None, None,
+                                     Result.ERROR, reason)
         except smi.AmdSmiException as exc:
             code = getattr(exc, "err_code", None)
             blocking = code in {getattr(smi, n, object()) for n in _BLOCKING}

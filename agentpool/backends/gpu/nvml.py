@@ -30,7 +30,14 @@ from agentpool.backends.gpu.host import (
 )
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result, resolve_cap
+from agentpool.spec.values import (
+    DeviceLimits,
+    GpuBackend,
+    GpuCap,
+    Result,
+    limits_problem,
+    resolve_cap,
+)
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +158,10 @@ class NvmlGpus:
             low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
             default = nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
             limits = DeviceLimits(low / 1000.0, high / 1000.0, default / 1000.0)
+            problem = limits_problem(limits)
+            if problem is not None:
+                return DeviceOutcome(index, ident, name, limits, None, None, None,
+                                     Result.BLOCKED, f"NVML {problem}")
             target, clamped = resolve_cap(cap, limits)
             wanted = round(clamped * 1000)
             back = self._set_limit(nvml, handle, ident, wanted)

@@ -11,9 +11,12 @@ Zone selection is where real machines bite, so it is deliberate:
   intel-rapl:0`` are one zone: paths are resolved before de-duplication.
 
 The cap is the node's whole CPU package budget, split evenly over packages,
-written to the ``long_term`` (PL1) constraint, clamped to its max, and read
-back; a value that does not stick (BIOS lock, AMD's read-only powercap) makes
-RAPL unavailable, and nothing is left half-applied.
+written to the ``long_term`` (PL1) constraint, clamped into the range its
+``min``/``max`` files state (:func:`limit_range`), and read back; a value
+that does not stick (BIOS lock, AMD's read-only powercap) makes RAPL
+unavailable, and nothing is left half-applied. Any cap the parser accepts
+(>= 1 W, up to 1e308 W) becomes a limit inside that range: a cap beyond the
+hardware means "as much as the zone allows", never an error.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ log = logging.getLogger(__name__)
 
 OWNER = "rapl"
 """This backend's entries in the journal of originals."""
+MAX_LIMIT_UW = 2**63 - 1
+"""The largest limit ever written: where a zone states no maximum, what a 64-bit sysfs
+attribute holds (the kernel then clamps it to its register, or it does not stick)."""
 _TOP_ZONE = re.compile(r"^intel-rapl:(\d+)$")
 _CONSTRAINT_NAME = re.compile(r"^constraint_(\d+)_name$")
 
@@ -59,6 +65,25 @@ class PackageZone:
     """``constraint_N_max_power_uw`` when present."""
     min_file: Path | None = None
     """``constraint_N_min_power_uw`` when present."""
+
+
+def stated_limits(zone: PackageZone) -> tuple[int | None, int | None]:
+    """The (min, max) microwatts a zone's PL1 constraint files state; None where a file is
+    missing, unreadable or holds no sane value (not positive, beyond a 64-bit attribute,
+    or a minimum above the maximum)."""
+    ceiling = try_read_int(zone.max_file) if zone.max_file is not None else None
+    floor = try_read_int(zone.min_file) if zone.min_file is not None else None
+    if ceiling is not None and not 0 < ceiling <= MAX_LIMIT_UW:
+        ceiling = None
+    if floor is not None and not 0 < floor <= (ceiling or MAX_LIMIT_UW):
+        floor = None
+    return floor, ceiling
+
+
+def limit_range(zone: PackageZone) -> tuple[int, int]:
+    """The [min, max] microwatts a limit written to ``zone`` is clamped into."""
+    floor, ceiling = stated_limits(zone)
+    return floor or 1, ceiling or MAX_LIMIT_UW
 
 
 def _powercap_dirs(root: Path) -> list[Path]:
@@ -166,17 +191,15 @@ class RaplHost:
         zones = [z for z in self.zones() if z.limit_file is not None]
         if not zones:
             raise RaplUnavailableError("no RAPL package zone with a PL1 limit")
-        per_zone = int(cap_watts / len(zones) * 1_000_000)
+        # A float until clamped: 1e308 W is infinite microwatts, which int() refuses.
+        share_uw = cap_watts / len(zones) * 1_000_000
         host = HostApply(self._originals, OWNER)
         applied: dict[str, int] = {}
         try:
             for zone in zones:
                 assert zone.limit_file is not None
-                want = per_zone
-                if zone.max_file is not None:
-                    ceiling = try_read_int(zone.max_file)
-                    if ceiling:
-                        want = min(want, ceiling)
+                low, high = limit_range(zone)
+                want = int(min(max(share_uw, low), high))
                 current = read_int(zone.limit_file)
                 if not stuck(want, current):
                     got = host.write(zone.limit_file, current, want)

@@ -85,6 +85,18 @@ class AdaptiveState:
     """Readings taken since the throttle last changed."""
 
 
+def _mean(values: deque[float]) -> float:
+    """Their mean, finite for any finite readings (a plain sum of two near the float
+    maximum overflows to infinity, and an infinite estimate would poison every later tick)."""
+    total = sum(values)
+    if math.isfinite(total):
+        return total / len(values)
+    # A mean lies between the smallest and the largest value; summing shares can still round
+    # past the float maximum (three readings at it), so the result is held in that range.
+    shares = sum(v / len(values) for v in values)
+    return max(min(values), min(max(values), shares))
+
+
 class AdaptiveDvfsController:
     """One node's adaptive DVFS state, kept across ticks. Not thread safe."""
 
@@ -121,7 +133,7 @@ class AdaptiveDvfsController:
             s.recent.clear()
             return None
         self._remember(observed, cap_watts)
-        s.ema = sum(s.recent) / len(s.recent)
+        s.ema = _mean(s.recent)
         if s.anchor is not None:
             self._learn(s.ema)
             s.anchor = None  # one secant per change
@@ -157,7 +169,7 @@ class AdaptiveDvfsController:
     def _remember(self, reading: float, cap_watts: float) -> None:
         recent = self.state.recent
         if recent:
-            mean = sum(recent) / len(recent)
+            mean = _mean(recent)
             # Noise of +-3% keeps two readings within ~6% of each other; a bigger jump
             # than twice the hold band is the load moving: the older readings are stale.
             if abs(reading - mean) > 2 * self.settings.hold_band_pct / 100.0 * cap_watts:

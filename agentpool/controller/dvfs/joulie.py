@@ -8,6 +8,7 @@ a power sequence and check the exact trajectory.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from agentpool.config.settings import DvfsSettings
@@ -47,9 +48,10 @@ class DvfsController:
         if observed is None:
             return None  # no reading: hold everything, including the EMA
         s.observed = observed
-        s.ema = (
-            observed if s.ema is None else cfg.ema_alpha * observed + (1 - cfg.ema_alpha) * s.ema
-        )
+        ema = observed if s.ema is None else cfg.ema_alpha * observed + (1 - cfg.ema_alpha) * s.ema
+        # Two readings near the float maximum sum past it: an infinite EMA would poison every
+        # later tick and make the status unwritable, so the newest reading stands in for it.
+        s.ema = ema if math.isfinite(ema) else observed
         if now < s.cooldown_until:
             return None  # let the last step take effect before judging again
         upper = cap_watts + cfg.high_margin_w

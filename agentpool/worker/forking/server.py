@@ -37,7 +37,13 @@ from agentpool.worker.main import EXIT_CRASH, probe, run_worker
 
 
 def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
-    """One request: the worker's arguments, and its pipe and status descriptors."""
+    """One request: the worker's arguments, and its pipe and status descriptors.
+
+    Anything else than a request of our supervisor's (cut short, the wrong
+    descriptors, a payload that is not the four arguments of a worker) ends
+    the server (EOFError): it stops rather than guesses, and the supervisor
+    starts a new one at its next spawn.
+    """
     header, fds, _, _ = socket.recv_fds(sock, HEADER.size, 2)
     if not header:
         raise EOFError
@@ -45,8 +51,28 @@ def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
     (size,) = HEADER.unpack(header)
     if size > MAX_REQUEST or len(fds) != 2:
         raise EOFError  # not our supervisor talking: stop rather than guess
-    args = pickle.loads(recv_exact(sock, size))
+    try:
+        args = pickle.loads(recv_exact(sock, size))
+    except EOFError:
+        raise
+    except Exception as exc:  # a corrupt pickle raises anything at all
+        raise EOFError(f"a request that does not unpickle: {exc!r}") from exc
+    if not _worker_args(args):
+        raise EOFError(f"a request that is not a worker's arguments: {type(args).__name__}")
     return tuple(args), fds
+
+
+def _worker_args(args: object) -> bool:
+    """Whether ``args`` are what :func:`run_worker` takes (node, settings, journal, inputs)."""
+    if not isinstance(args, tuple) or len(args) != 4:
+        return False
+    node, settings, journal, inputs = args
+    return (
+        isinstance(node, str)
+        and isinstance(settings, WorkerSettings)
+        and (journal is None or isinstance(journal, str))
+        and (inputs is None or isinstance(inputs, NodeInputs))
+    )
 
 
 def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None:
@@ -57,7 +83,7 @@ def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None
         for fd in inherited:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        node, settings, journal, inputs = args
+        node, settings, journal, inputs = args  # checked by _receive
         assert isinstance(node, str)
         assert isinstance(settings, WorkerSettings)
         assert journal is None or isinstance(journal, str)
@@ -89,7 +115,7 @@ class _Server:
                 if key.fileobj is self.control:
                     try:
                         args, (conn_fd, status_fd) = _receive(self.control)
-                    except (EOFError, OSError, pickle.UnpicklingError):
+                    except (EOFError, OSError):
                         return
                     try:
                         self.control.sendall(REPLY.pack(self._fork(args, conn_fd, status_fd)))

@@ -158,3 +158,26 @@ def test_no_device_and_driver_not_loaded(tmp_path: Path) -> None:
     smi.amdsmi_init = refuse
     with pytest.raises(GpuUnavailableError, match="AMD SMI unavailable"):
         AmdSmiGpus(Originals(), smi).apply(GpuCap(watts_per_gpu=300))
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        # Shrunk from tests/properties/test_gpu_host.py: a minimum above the maximum had
+        # 0 uW set (clamped to the max, below the min); "N/A" raised TypeError.
+        {"power_cap": 1, "max_power_cap": 0, "min_power_cap": 1, "default_power_cap": 0},
+        {"power_cap": "N/A", "max_power_cap": 400_000_000, "min_power_cap": 100_000_000},
+        {"power_cap": 300_000_000, "max_power_cap": "N/A", "min_power_cap": 100_000_000},
+        {"power_cap": 300_000_000},
+    ],
+)
+def test_a_device_without_a_usable_cap_range_is_blocked_and_never_written(
+    info: dict[str, Any],
+) -> None:
+    device = Device("amd-0", 300, 750, 750)
+    device.info = dict(info)
+    smi = binding([device])
+    outcome = AmdSmiGpus(Originals(), smi).apply(GpuCap(watts_per_gpu=400))[0]
+    assert outcome.result is Result.BLOCKED
+    assert "AMD SMI" in outcome.reason
+    assert not [c for c in smi.calls if c.startswith("set ")]

@@ -11,6 +11,7 @@ import pytest
 
 from agentpool.backends.sysfs.files import Originals
 from agentpool.backends.sysfs.rapl import (
+    MAX_LIMIT_UW,
     EnergyMeter,
     PackageZones,
     RaplHost,
@@ -368,3 +369,43 @@ def test_no_zones_is_not_kept_so_a_late_driver_is_found(tmp_path: Path) -> None:
         # The powercap driver appears after start: the tree now has zones.
         shutil.copytree(intel.root / POWERCAP, bare.root / POWERCAP, symlinks=True)
         assert [z.label for z in zones.get()] == ["intel-rapl:0", "intel-rapl:1"]
+
+
+# -- shrunk examples of tests/properties/test_host.py, kept as regressions -------------------
+
+
+def test_a_cap_of_1e308_w_is_clamped_to_the_zone_max(intel: SysfsTree) -> None:
+    # 1e308 W is a finite number >= 1, so the CRD accepts it; in microwatts it is infinite,
+    # and int() of it raised OverflowError, crash-looping the worker (issue 28).
+    host = RaplHost(intel.root, Originals())
+    assert host.apply(1e308) == {"intel-rapl:0": TDP_UW, "intel-rapl:1": TDP_UW}
+
+
+def test_a_cap_of_1e308_w_without_a_max_file_is_the_largest_attribute_value(
+    tmp_path: Path,
+) -> None:
+    # The shrunk example: one package, no constraint_N_max_power_uw.
+    with intel_2socket(tmp_path, packages=1, mmio=False, psys=False, subzones=(),
+                       named_constraints=False, max_files=False) as tree:
+        applied = RaplHost(tree.root, Originals()).apply(1e308)
+        assert applied == {"intel-rapl:0": MAX_LIMIT_UW}
+        assert read_value(tree.root / PL1_0) == MAX_LIMIT_UW
+
+
+def test_a_cap_below_the_zone_min_is_raised_to_it(tmp_path: Path) -> None:
+    with intel_2socket(tmp_path, min_watts=10.0) as tree:
+        # 1 W over two packages is 0.5 W each, below their 10 W constraint_0_min_power_uw.
+        applied = RaplHost(tree.root, Originals()).apply(1)
+        assert applied == {"intel-rapl:0": 10_000_000, "intel-rapl:1": 10_000_000}
+
+
+@pytest.mark.parametrize("junk", ["-5", "0", "abc", "9" * 30])
+def test_a_junk_max_file_is_no_ceiling(intel: SysfsTree, junk: str) -> None:
+    # A negative max was taken as the ceiling and written as the limit.
+    (intel.root / PKG0 / "constraint_0_max_power_uw").write_text(junk + "\n")
+    applied = RaplHost(intel.root, Originals()).apply(100)
+    assert applied == {"intel-rapl:0": 50_000_000, "intel-rapl:1": 50_000_000}
+
+
+def read_value(path: Path) -> int:
+    return int(path.read_text())

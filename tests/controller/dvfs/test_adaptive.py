@@ -191,3 +191,20 @@ def test_settles_on_a_linear_node_and_then_stays_put() -> None:
     assert throttles[:4] == [50, 50, 90, 90]
     assert set(throttles[3:]) == {90}
     assert power(90) == pytest.approx(115.5)
+
+
+def test_readings_near_the_float_maximum_keep_the_estimate_finite() -> None:
+    # The shrunk example of tests/properties/test_host.py: the mean of these two summed to
+    # infinity, and an infinite estimate made the status unwritable (JSON has no Infinity).
+    dvfs = controller()
+    for reading in (8.988465674311579e307, 8.98846567431158e307):
+        dvfs.step(reading, 1e308, 0.0)
+    assert dvfs.state.ema == pytest.approx(8.98846567431158e307)
+
+
+def test_three_readings_at_the_float_maximum_keep_the_estimate_finite() -> None:
+    # Shrunk by the campaign (round 2): a third of each summed rounded past the maximum.
+    dvfs = controller()
+    for _ in range(3):
+        dvfs.step(1.7976931348623157e308, 1e308, 0.0)
+    assert dvfs.state.ema == 1.7976931348623157e308

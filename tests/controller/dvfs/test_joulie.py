@@ -116,3 +116,4 @@ def test_reset_forgets_everything() -> None:
     dvfs.reset()
     assert dvfs.state == DvfsState()
     assert dvfs.step(500.0, CAP, 1.0) is UP  # no cooldown left over
+

@@ -5,8 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import select
 import signal
+import socket
+import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection, Pipe
@@ -17,13 +22,17 @@ import pytest
 
 from agentpool.config.settings import Settings
 from agentpool.sim.polling import wait_until
+from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.forkclient import (
     LOST_EXIT_CODE,
+    SERVER_MODULE,
     SPAWN_TIMEOUT_S,
     ForkedWorker,
     ForkServer,
     ForkServerStarting,
 )
+from agentpool.worker.forking.wire import HEADER
+from agentpool.worker.main import EXIT_CRASH
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport
 
 DEADLINE_S = 30.0
@@ -163,3 +172,112 @@ def test_the_ready_message_carries_the_preload_report(
     assert any("warm-up: every tick path taken" in line for line in lines), lines
     assert any("immortal heap skipped: AGENTPOOL_IMMORTALIZE=0" in line for line in lines)
     assert any("heap frozen" in line for line in lines)
+
+
+# -- shrunk examples of tests/properties/test_wire.py, kept as regressions -------------------
+
+
+def test_sigterm_ends_a_worker_waiting_for_its_next_tick_at_once(server: ForkServer) -> None:
+    # The handler only records SIGTERM; the wait on the pipe, retried after a signal, went
+    # on until the next tick (here 30 s away).
+    ours, theirs = Pipe(duplex=True)
+    try:
+        worker = server.spawn("n1", Settings(reconcile_interval_s=30.0).worker(), None, None,
+                              theirs.fileno())
+    finally:
+        theirs.close()
+    first_report(ours)
+    started = time.monotonic()
+    worker.terminate()
+    assert exit_code(worker) == 0
+    assert time.monotonic() - started < 5.0
+    worker.close()
+
+
+def test_a_frame_cut_short_leaves_the_worker_able_to_stop(server: ForkServer) -> None:
+    # b'\x00\x00\x00d\x80\x05': a frame announcing 100 bytes, 2 sent. Connection.recv()
+    # waited for the rest, and SIGTERM could not end it (only SIGKILL, host not restored).
+    ours, theirs = Pipe(duplex=True)
+    try:
+        worker = server.spawn("n1", Settings(reconcile_interval_s=30.0).worker(), None, None,
+                              theirs.fileno())
+    finally:
+        theirs.close()
+    first_report(ours)
+    sock = socket.socket(fileno=ours.fileno())
+    try:
+        sock.sendall(b"\x00\x00\x00d\x80\x05")
+    finally:
+        sock.detach()
+    worker.terminate()
+    assert exit_code(worker) == 0
+    worker.close()
+
+
+def test_a_corrupt_frame_ends_the_worker_through_its_crash_path(server: ForkServer) -> None:
+    worker, conn = spawn(server, "n1")
+    first_report(conn)
+    sock = socket.socket(fileno=conn.fileno())
+    try:
+        sock.sendall(struct.pack("!i", 5) + b"\x00\x80\x04K\x00")
+    finally:
+        sock.detach()
+    assert exit_code(worker) == EXIT_CRASH
+    worker.close()
+
+
+def test_a_request_that_is_not_a_workers_arguments_ends_the_server_quietly(
+    tmp_path: Path,
+) -> None:
+    # pickle.dumps(0) with both descriptors: tuple(0) raised TypeError and the server died
+    # with a traceback (the supervisor then started another, but said nothing of why).
+    ours, theirs = socket.socketpair()
+    with open(tmp_path / "stderr", "wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=err,
+        )
+    theirs.close()
+    r, w = os.pipe()
+    try:
+        payload = pickle.dumps(0)
+        socket.send_fds(ours, [HEADER.pack(len(payload))], [r, w])
+        ours.sendall(payload)
+        assert process.wait(DEADLINE_S) == 0
+        assert (tmp_path / "stderr").read_text() == ""
+    finally:
+        ours.close()
+        os.close(r)
+        os.close(w)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_crashing_worker_says_why_and_with_which_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A crash an input causes must not become a crash loop nobody can explain: the worker's
+    # last message names the exception and the desired state it was enforcing, and the
+    # supervisor logs it with the death (and puts it in the status and metrics).
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setenv("AGENTPOOL_FAULTS", "raise-in-tick:n1")
+    fork_server = ForkServer()
+    try:
+        assert fork_server.wait_ready(60.0)
+        ours, theirs = Pipe(duplex=True)
+        profile = {"metadata": {"name": "n1-eco", "resourceVersion": "42"},
+                   "spec": {"nodeName": "n1", "profile": "eco"}}
+        try:
+            worker = fork_server.spawn("n1", Settings(reconcile_interval_s=0.2).worker(), None,
+                                       NodeInputs("n1", power_profile=profile), theirs.fileno())
+        finally:
+            theirs.close()
+        assert exit_code(worker) == EXIT_CRASH
+        stopped = ours.recv()
+        assert isinstance(stopped, Stopped)
+        assert stopped.reason.startswith("crashed: InjectedFault: ")
+        assert stopped.reason.endswith("with NodePowerProfile 'n1-eco' (resourceVersion '42')")
+        worker.close()
+    finally:
+        fork_server.stop()
