@@ -33,16 +33,6 @@ DEADLINE_S = 30.0
 """A worker forks and ticks in well under a second here; 30 s is for a loaded CI box."""
 
 
-@pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ForkServer]:
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    fork_server = ForkServer()
-    assert fork_server.wait_ready(60.0)
-    try:
-        yield fork_server
-    finally:
-        fork_server.stop()
-
 
 def settings(root: Path, lease: bool) -> WorkerSettings:
     elastic = ElasticSettings(Membership.LEASE if lease else Membership.STATIC)
