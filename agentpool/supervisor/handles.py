@@ -97,6 +97,8 @@ class WorkerHandle:
     """Newer inputs waiting for the pipe to drain; only the latest is kept."""
     outbox: bytearray = field(default_factory=bytearray)
     """The rest of a message the pipe could not take at once."""
+    inbox: bytearray = field(default_factory=bytearray)
+    """What the pipe delivered of a report not complete yet."""
     outbox_since: float | None = None
     """Since when the pipe has refused part of a message (a worker that stopped reading)."""
     lingering: int | None = None
@@ -147,6 +149,7 @@ class WorkerHandle:
         self.started_at = self.last_seen = now
         self.stop_reason, self.kill_at = None, None
         self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
+        self.inbox = bytearray()
         self.restore_problems = None
 
 

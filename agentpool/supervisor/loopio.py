@@ -105,6 +105,7 @@ class LoopIO:
         self.readable.discard(handle.node)
         self.writable.discard(handle.node)
         handle.unsent, handle.outbox, handle.outbox_since = None, bytearray(), None
+        handle.inbox = bytearray()
         if conn is None:
             return
         with contextlib.suppress(OSError):

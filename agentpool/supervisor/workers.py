@@ -13,6 +13,7 @@ thread touches it.
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from collections.abc import Callable
 from logging import ERROR, INFO, WARNING
@@ -34,7 +35,15 @@ from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.statuses import StatusRouter
 from agentpool.worker.nodefiles import NodeFiles
-from agentpool.worker.protocol import Stopped, StopWorker, TickReport, frame
+from agentpool.worker.protocol import (
+    TICKED,
+    Stopped,
+    StopWorker,
+    TickReport,
+    decode_frames,
+    frame,
+    recv_nowait,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,18 +110,41 @@ class WorkerTable:
             if handle is not None:
                 self._read_from(handle, now)
 
-    def _read_from(self, handle: WorkerHandle, now: float) -> None:
+    def _read_from(self, handle: WorkerHandle, now: float, drain: bool = False) -> None:
+        """Read what the worker's pipe holds now (never blocking) and act on each message:
+        one read (the selector reports the rest), or with ``drain`` all of it."""
         conn = handle.conn
         if conn is None:
             return
         try:
-            while conn.poll(0):
-                self._on_message(handle, conn.recv(), now)
-        except (EOFError, OSError):
+            while True:
+                data = recv_nowait(conn.fileno())
+                if data is None:
+                    break
+                if not data:
+                    raise EOFError
+                handle.inbox += data
+                if not drain:
+                    break
+            payloads = decode_frames(handle.inbox)
+        except (EOFError, OSError, ValueError):
             self.io.close_conn(handle)  # the process sentinel tells us how it ended
+            return
+        if payloads:
+            handle.last_seen = now
+        for payload in payloads:
+            if payload == TICKED:  # most steady ticks: the last result stands
+                if handle.last_result is not None:
+                    self.statuses.offer(handle.node, handle.last_result)
+                continue
+            try:
+                message = pickle.loads(payload)
+            except Exception:  # not what a worker of ours sends: treat the pipe as broken
+                self.io.close_conn(handle)
+                return
+            self._on_message(handle, message, now)
 
     def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
-        handle.last_seen = now
         if isinstance(message, TickReport):
             if handle.state is WorkerState.STARTING:
                 handle.state = WorkerState.RUNNING
@@ -138,7 +170,7 @@ class WorkerTable:
                 continue
             if process.exitcode is None:  # not gone after all: wait for the next wake-up
                 continue
-            self._read_from(handle, now)  # a Stopped message may still be in the pipe
+            self._read_from(handle, now, drain=True)  # a Stopped message may still be there
             handle.exit_how = describe_exit(process.exitcode)
             pid = process.pid
             self.io.unregister(process.sentinel)

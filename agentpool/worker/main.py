@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import os
+import select
 import signal
 import sys
 import time
@@ -32,7 +34,7 @@ from agentpool.logs import setup_logging
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.worker.faults import tick_with_faults
 from agentpool.worker.nodefiles import metrics_id
-from agentpool.worker.protocol import Stopped, StopWorker, TickReport
+from agentpool.worker.protocol import REFRESH_S, TICKED, Stopped, StopWorker, TickReport
 
 log = logging.getLogger(__name__)
 
@@ -178,11 +180,16 @@ def _loop(
 ) -> None:
     interval = settings.reconcile_interval_s
     next_tick = time.monotonic()
+    # One poll object for the worker's life: Connection.poll builds a selector per call.
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    reported: TickResult | None = None
+    reported_at = 0.0
     while not stop.requested():
         wait = max(0.0, next_tick - time.monotonic())
         try:
-            ready = conn.poll(wait)
-        except (OSError, EOFError):
+            ready = poller.poll(math.ceil(wait * 1000))
+        except OSError:
             return
         if stop.requested():
             return
@@ -200,9 +207,16 @@ def _loop(
             continue
         started = time.monotonic()
         result = tick()
-        duration = time.monotonic() - started
+        finished = time.monotonic()
+        # Same status as last reported: say "ticked" in constant bytes. Readings that
+        # changed (``observed``) are reported with the next full report, REFRESH_S apart.
+        same = reported is not None and result.status_key() == reported.status_key()
         try:
-            conn.send(TickReport(controller.node, result, duration))
+            if same and (result == reported or finished - reported_at < REFRESH_S):
+                conn.send_bytes(TICKED)
+            else:
+                conn.send(TickReport(controller.node, result, finished - started))
+                reported, reported_at = result, finished
         except (OSError, EOFError):
             return
         next_tick += interval
