@@ -25,8 +25,8 @@ the same orderly shutdown as SIGTERM, with a non-zero exit status.
 
 A turn touches only the workers that have something to say (see
 :mod:`agentpool.supervisor.loopio`); the scans over every worker (heartbeats,
-kill deadlines, due restarts, the metrics snapshot) run once per
-``loop_period_s``.
+kill deadlines, due restarts) run once per ``loop_period_s``; the metrics
+snapshot is rebuilt when the worker table changed.
 """
 
 from __future__ import annotations
@@ -132,6 +132,8 @@ class Supervisor:
         self._awaiting_sync = False
         """No worker starts before every cache has listed once."""
         self._stopping = False
+        self._published_synced: bool | None = None
+        """``synced`` of the last published snapshot (the rest changes with the table)."""
         self.loop_heartbeat = clock()
 
     @property
@@ -205,7 +207,7 @@ class Supervisor:
         self._deliver_inputs(changed, now)
         if scan:
             reap_orphans()
-        if scan or self.table.changed:
+        if self.table.changed or (scan and self.synced() != self._published_synced):
             self._publish()
 
     def _turn_elastic(self) -> None:
@@ -337,6 +339,7 @@ class Supervisor:
 
     def _publish(self) -> None:
         self.table.changed = False
+        self._published_synced = synced = self.synced()
         s = self.settings
         self.collector.publish(
             Snapshot(
@@ -346,7 +349,7 @@ class Supervisor:
                 },
                 shard_id=s.pool_shard_id,
                 shards=max(1, s.pool_shards),
-                synced=self.synced(),
+                synced=synced,
             )
         )
 

@@ -32,7 +32,7 @@ from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
 from agentpool.logs import setup_logging
 from agentpool.spec.values import NodeInputs, TickResult
-from agentpool.worker.faults import tick_with_faults
+from agentpool.worker.faults import faults_for, tick_with_faults
 from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import REFRESH_S, TICKED, Stopped, StopWorker, TickReport
 
@@ -111,6 +111,14 @@ def _probed(node: str, tick: Callable[[], TickResult]) -> Callable[[], TickResul
     return probed_tick
 
 
+def _idle() -> None:
+    """The ``idle`` fault (benchmarks): sleep until SIGTERM or the parent's death, exit 0."""
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
+    while True:
+        signal.pause()
+
+
 def _use_node_metrics_files(node: str) -> None:
     # Must run before the first metric value is created in this process.
     from prometheus_client import values
@@ -140,6 +148,8 @@ def run_worker(
     code = 0
     controller: NodeController | None = None
     try:
+        if "idle" in faults_for(node):
+            _idle()
         probe(node, "bootstrap")
         _die_with_parent()
         stop = _StopFlag()
