@@ -33,7 +33,7 @@ from agentpool.controller.node import NodeController
 from agentpool.logs import setup_logging
 from agentpool.spec.values import NodeInputs, TickResult
 from agentpool.worker.faults import faults_for, tick_with_faults
-from agentpool.worker.nodefiles import metrics_id
+from agentpool.worker.nodefiles import metrics_id, presize_metrics_files
 from agentpool.worker.protocol import REFRESH_S, TICKED, Stopped, StopWorker, TickReport
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,9 @@ def _use_node_metrics_files(node: str) -> None:
     from prometheus_client import values
 
     ident = metrics_id(node)
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        presize_metrics_files(directory, node)
     # prometheus_client leaves this factory unannotated.
     values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
         process_identifier=lambda: ident
