@@ -109,8 +109,14 @@ def applied(args: argparse.Namespace, cluster: SimCluster, names: list[str],
     return True
 
 
+def scrape(agent: AgentProcess) -> str:
+    # A generous timeout: on a shared, loaded machine a scrape of 1,000 workers' files can
+    # take longer than AgentProcess's default.
+    return agent.get("/metrics", timeout=120.0)[1]
+
+
 def ticks_so_far(agent: AgentProcess) -> float:
-    for family in text_string_to_metric_families(agent.metrics()):
+    for family in text_string_to_metric_families(scrape(agent)):
         if family.name == "agentpool_reconcile_duration_seconds":
             return sum(s.value for s in family.samples if s.name.endswith("_count"))
     return 0.0
@@ -137,7 +143,7 @@ def steady_cpu(agent: AgentProcess, window: float, result: Result) -> None:
 
 
 def sample_memory(agent: AgentProcess, floors: set[str], minute: float, result: Result) -> None:
-    pids = worker_pids(agent.metrics())
+    pids = worker_pids(scrape(agent))
     floor_pids = {pids[n] for n in floors if n in pids}
     workers = [p for p in process_tree(agent.pid).workers if p.pid not in floor_pids]
     sleepers = [p for p in process_tree(agent.pid).workers if p.pid in floor_pids]
