@@ -41,7 +41,8 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
-from agentpool.kube.informer import InformerEvent
+from agentpool.kube.api import Resource
+from agentpool.kube.informer import InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.spec.values import NodeInputs
 from agentpool.supervisor import statuses
@@ -230,16 +231,17 @@ class Supervisor:
                 self._stopping = True
 
     def _apply_events(self) -> None:
-        changed = False
         while True:
             try:
                 event = self.events.get_nowait()
             except queue.Empty:
                 break
             self._inputs_changed |= self.view.apply(event)
-            changed = True
-        if changed:
-            self._scope_stale = True
+            # Scope is the nodes' labels (and the elastic handoff) once every cache has
+            # listed: a change to another object changes inputs only. Rescoping visits every
+            # node, and each status this agent writes comes back as such a change.
+            if isinstance(event, Relisted) or event.resource is Resource.NODES:
+                self._scope_stale = True
 
     def _check_spec_freshness(self, now: float) -> None:
         """Mark desired state stale after SPEC_READ_TIMEOUT without a working watch."""

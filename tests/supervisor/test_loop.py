@@ -23,7 +23,7 @@ from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
 from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.worker.nodefiles import metrics_id
 
-from .fakeworkers import FakeLauncher, Loop, power, telemetry
+from .fakeworkers import MANAGED, FakeLauncher, Loop, node, power, telemetry
 
 
 def test_a_node_in_scope_gets_one_worker_with_its_inputs() -> None:
@@ -241,6 +241,35 @@ def test_nodes_leaving_and_returning_to_scope() -> None:
         loop.turn()
         assert len(loop.launcher.of("a")) == 2, "a new worker once the old one is gone"
         assert b.process.signals == []
+
+
+def test_profile_changes_reach_the_worker_without_rescoping_node_changes_rescope() -> None:
+    # Every status the agent writes comes back as a TelemetryProfile change: visiting
+    # every node's scope for each would cost the supervisor O(nodes) per status write.
+    with Loop() as loop:
+        loop.nodes("a", "b")
+        loop.turn()
+        [a] = loop.launcher.of("a")
+        a.report()
+        loop.turn()
+        rescopes: list[int] = []
+        owned = loop.supervisor.view.owned
+        loop.supervisor.view.owned = lambda: rescopes.append(1) or owned()  # type: ignore[method-assign]
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.change(Resource.NODE_POWER_PROFILES, power("p-a", "a", 150), "ADDED")
+        loop.turn()
+        assert rescopes == []
+        assert a.pipe.poll(1.0), "the new inputs were sent all the same"
+        sent = a.pipe.recv()
+        assert sent.power_profile is not None
+        assert sent.telemetry_profile is not None
+        loop.change(Resource.NODES, node("c", **MANAGED), "ADDED")
+        loop.turn()
+        assert rescopes == [1]
+        assert len(loop.launcher.of("c")) == 1
+        loop.nodes("a", "b", "c")
+        loop.turn()
+        assert rescopes == [1, 1]
 
 
 def test_a_scope_stop_that_overstays_is_killed_at_the_shutdown_timeout() -> None:
