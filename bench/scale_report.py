@@ -104,6 +104,11 @@ def _agent_rows(opts: Options) -> list[Row]:
             _check("api_per_node_tick", lambda v: v <= 0.05),
         ),
         Row(
+            f"API requests per node per minute, the same window ({opts.steady_intervals} x {iv})",
+            "",
+            _num("api_per_node_minute", ".3f"),
+        ),
+        Row(
             "open watches: max per resource kind / total",
             "<= 1 per kind",
             _pair(_num("watches_max", ".0f"), _num("watches_total", ".0f")),

@@ -152,6 +152,7 @@ def step_steady(cluster: SimCluster, agent: AgentProcess, run: Run, opts: Option
     requests = sum(cluster.emulator.request_counts().values())
     ticks = n * elapsed / interval
     run.values["api_per_node_tick"] = requests / ticks
+    run.values["api_per_node_minute"] = requests / n / (elapsed / 60)
     run.values["api_requests"] = requests
     run.values["watches_max"] = max(cluster.emulator.open_watches(r) for r in RESOURCES)
     run.values["watches_total"] = cluster.emulator.open_watches()

@@ -148,3 +148,34 @@ def test_events_benchmark_smoke_run() -> None:
     steady = next(line for line in proc.stdout.splitlines() if line.startswith("| steady"))
     assert "= **0.0 per node per hour**" in steady
     assert "| 1,000 nodes flipping every 20 s for an hour" in proc.stdout
+
+
+def test_floor_benchmark_smoke_run(tmp_path: Path) -> None:
+    # 3 nodes, host controls, one sleeping floor worker, memory at 0.2 and 0.3 minutes.
+    report = tmp_path / "BENCHMARKS.md"
+    report.write_text("# Benchmarks\n\nkept\n")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "floor.py"), "--nodes", "3", "--backend", "host",
+         "--minutes", "0.2,0.3", "--cpu-window", "3", "--settle", "1", "--floor-workers", "1",
+         "--output", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = report.read_text()
+    assert text.startswith("# Benchmarks\n\nkept\n")
+    rows = {
+        cells[1]: cells[2:-1]
+        for line in text.splitlines()
+        if line.startswith("| ") and len(cells := [c.strip() for c in line.split("|")]) == 8
+    }
+    cpu = rows["CPU per node-tick, every process of the agent (ms)"]
+    assert float(cpu[0]) > 0, cpu  # the agent's
+    assert float(cpu[1]) > 0, cpu  # the floor's
+    for minute in ("0.2", "0.3"):
+        pss = rows[f"median / p95 worker PSS at t+{minute} min (MiB)"]
+        assert float(pss[0].split(" / ")[0]) > 0, pss  # the workers' median
+        assert float(pss[1]) > 0, pss  # the sleeping worker's
+    assert float(rows["node-ticks in the CPU window"][0]) >= 3

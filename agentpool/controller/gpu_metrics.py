@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from agentpool.controller.metrics import TOMBSTONE
+from agentpool.controller.metrics import TOMBSTONE, SeriesCache
 from agentpool.spec.values import GpuBackend
 
 ALL_DEVICES = "all"
@@ -23,8 +23,15 @@ ALL_DEVICES = "all"
 class GpuMetrics:
     """The GPU families of one node, and the devices written (to tombstone them)."""
 
-    def __init__(self, node: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        node: str,
+        registry: CollectorRegistry | None = None,
+        series: SeriesCache | None = None,
+    ) -> None:
         self.node = node
+        self.series = series or SeriesCache()
+        """Where gauge writes go (the node's :class:`NodeMetrics` passes its own)."""
 
         def gauge(name: str, documentation: str, labels: list[str]) -> Gauge:
             return Gauge(
@@ -54,19 +61,19 @@ class GpuMetrics:
         if active is None:
             if self._backend_set:
                 for mode in GpuBackend:
-                    self.backend.labels(self.node, mode.value).set(TOMBSTONE)
+                    self.series.put(self.backend, (self.node, mode.value), TOMBSTONE)
                 self._backend_set = False
             return
         for mode in GpuBackend:
-            self.backend.labels(self.node, mode.value).set(1 if mode is active else 0)
+            self.series.put(self.backend, (self.node, mode.value), 1 if mode is active else 0)
         self._backend_set = True
 
     def set_devices(self, readings: dict[str, tuple[float | None, float | None]]) -> None:
         """(cap, power) per device; devices not named any more are tombstoned."""
         for device in self._devices - readings.keys():
-            self.cap.labels(self.node, device).set(TOMBSTONE)
-            self.power.labels(self.node, device).set(TOMBSTONE)
+            self.series.put(self.cap, (self.node, device), TOMBSTONE)
+            self.series.put(self.power, (self.node, device), TOMBSTONE)
         for device, (cap, power) in readings.items():
-            self.cap.labels(self.node, device).set(TOMBSTONE if cap is None else cap)
-            self.power.labels(self.node, device).set(TOMBSTONE if power is None else power)
+            self.series.put(self.cap, (self.node, device), TOMBSTONE if cap is None else cap)
+            self.series.put(self.power, (self.node, device), TOMBSTONE if power is None else power)
         self._devices = set(readings)

@@ -9,12 +9,19 @@ A series that stops applying while the worker lives on (the ``policy`` label
 after a profile switch, a vanished RAPL zone) cannot be deleted from an mmap
 file; it is set to NaN instead, a tombstone that the supervisor's collector
 drops (:mod:`agentpool.supervisor.collector`).
+
+Gauges are written through :class:`SeriesCache`: a worker is the only writer
+of its node's series, so a value equal to the one it last wrote is already
+in the file, and most of a steady tick's gauges are. Skipping those writes
+(and the label lookup, lock and pid check of each) is most of what a
+steady tick's metrics cost.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -24,6 +31,31 @@ TOMBSTONE = math.nan
 
 # Buckets for one reconcile tick: sysfs ticks take ~1 ms, HTTP ones up to their timeout.
 RECONCILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class SeriesCache:
+    """Each gauge series this process wrote: its child, and the value last written.
+
+    Only correct while this process is the series' single writer (one worker
+    per node); a new worker starts with an empty cache and writes everything
+    once. Not thread safe (one worker, one thread).
+    """
+
+    def __init__(self) -> None:
+        self._cells: dict[tuple[Any, ...], list[Any]] = {}
+        """(family, *labels) -> [child, last value written or None]."""
+
+    def put(self, family: Gauge, labels: tuple[str, ...], value: float) -> None:
+        key = (family, *labels)
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = [family.labels(*labels), None]
+        last = cell[1]
+        # NaN (a tombstone) equals nothing, itself included: compared as "both NaN".
+        if last is not None and (last == value or (last != last and value != value)):
+            return
+        cell[0].set(value)
+        cell[1] = value
 
 
 class NodeMetrics:
@@ -56,6 +88,8 @@ class NodeMetrics:
         )
         self._policies: set[str] = set()
         self._zones: set[str] = set()
+        self.series = SeriesCache()
+        """Gauge writes go through it; :mod:`~agentpool.controller.gpu_metrics` shares it."""
         # Touch the counters so the series exist (at 0) from the first scrape.
         self.reconcile_errors.labels(node).inc(0)
         for action in ("throttle_up", "throttle_down"):
@@ -157,28 +191,28 @@ class NodeMetrics:
 
     def set_backend(self, active: Backend) -> None:
         for mode in Backend:
-            self.backend_mode.labels(self.node, mode.value).set(1 if mode is active else 0)
+            self.series.put(self.backend_mode, (self.node, mode.value), int(mode is active))
 
     def set_cap(self, policy: str | None, watts: float | None) -> None:
         """Export the enforced cap under its policy label; None clears every cap series."""
         for old in self._policies - ({policy} if policy and watts is not None else set()):
-            self.policy_cap.labels(self.node, old).set(TOMBSTONE)
+            self.series.put(self.policy_cap, (self.node, old), TOMBSTONE)
         self._policies = set()
         if policy is not None and watts is not None:
-            self.policy_cap.labels(self.node, policy).set(watts)
+            self.series.put(self.policy_cap, (self.node, policy), watts)
             self._policies = {policy}
 
     def set_rapl(self, energy_uj: dict[str, int], power_w: dict[str, float]) -> None:
         for zone in self._zones - energy_uj.keys():
-            self.rapl_energy.labels(self.node, zone).set(TOMBSTONE)
-            self.rapl_power.labels(self.node, zone).set(TOMBSTONE)
+            self.series.put(self.rapl_energy, (self.node, zone), TOMBSTONE)
+            self.series.put(self.rapl_power, (self.node, zone), TOMBSTONE)
         for zone, value in energy_uj.items():
-            self.rapl_energy.labels(self.node, zone).set(value)
+            self.series.put(self.rapl_energy, (self.node, zone), value)
         for zone, watts in power_w.items():
-            self.rapl_power.labels(self.node, zone).set(watts)
+            self.series.put(self.rapl_power, (self.node, zone), watts)
         self._zones = set(energy_uj)
         if power_w:
-            self.rapl_total.labels(self.node).set(sum(power_w.values()))
+            self.series.put(self.rapl_total, (self.node,), sum(power_w.values()))
 
     def set_dvfs(
         self,
@@ -189,35 +223,35 @@ class NodeMetrics:
         below: int,
     ) -> None:
         if observed is not None:
-            self.dvfs_observed.labels(self.node).set(observed)
+            self.series.put(self.dvfs_observed, (self.node,), observed)
         if ema is not None:
-            self.dvfs_ema.labels(self.node).set(ema)
-        self.dvfs_throttle.labels(self.node).set(throttle_pct)
-        self.dvfs_above.labels(self.node).set(above)
-        self.dvfs_below.labels(self.node).set(below)
+            self.series.put(self.dvfs_ema, (self.node,), ema)
+        self.series.put(self.dvfs_throttle, (self.node,), throttle_pct)
+        self.series.put(self.dvfs_above, (self.node,), above)
+        self.series.put(self.dvfs_below, (self.node,), below)
 
     def set_cap_error(self, watts: float | None) -> None:
         """Power minus cap while DVFS enforces a cap; None tombstones it (no stale error)."""
-        self.dvfs_cap_error.labels(self.node).set(TOMBSTONE if watts is None else watts)
+        self.series.put(self.dvfs_cap_error, (self.node,), TOMBSTONE if watts is None else watts)
 
     def set_percent(self, pct: float | None, maximum_w: float | None) -> None:
         """A percent cap and the maximum it resolved against; None tombstones a series."""
-        self.cap_pct.labels(self.node).set(TOMBSTONE if pct is None else pct)
-        self.cpu_max.labels(self.node).set(TOMBSTONE if maximum_w is None else maximum_w)
+        self.series.put(self.cap_pct, (self.node,), TOMBSTONE if pct is None else pct)
+        self.series.put(self.cpu_max, (self.node,), TOMBSTONE if maximum_w is None else maximum_w)
 
     def set_rapl_limits(self, limits_uw: dict[str, int]) -> None:
         """The PL1 limits written, per zone (what the profile API reports in ``observed``)."""
         for zone, value in limits_uw.items():
-            self.rapl_limit.labels(self.node, zone).set(value)
+            self.series.put(self.rapl_limit, (self.node, zone), value)
 
     def count_action(self, action: str) -> None:
         self.dvfs_actions.labels(self.node, action).inc()
 
     def set_cpu_freq(self, cpu: str, cur_khz: int | None, max_khz: int | None) -> None:
         if cur_khz is not None:
-            self.cpu_cur_freq.labels(self.node, cpu).set(cur_khz)
+            self.series.put(self.cpu_cur_freq, (self.node, cpu), cur_khz)
         if max_khz is not None:
-            self.cpu_max_freq.labels(self.node, cpu).set(max_khz)
+            self.series.put(self.cpu_max_freq, (self.node, cpu), max_khz)
 
     def count_error(self) -> None:
         self.reconcile_errors.labels(self.node).inc()

@@ -161,7 +161,7 @@ class NodeController:
         self.gpu = GpuController(
             GpuSettings(settings.simulate_only, settings.remote),
             node,
-            GpuMetrics(node, metrics.registry),
+            GpuMetrics(node, metrics.registry, metrics.series),
             self.originals,
             self.user_agent,
         )

@@ -27,8 +27,8 @@ the same orderly shutdown as SIGTERM, with a non-zero exit status.
 
 A turn touches only the workers that have something to say (see
 :mod:`agentpool.supervisor.loopio`); the scans over every worker (heartbeats,
-kill deadlines, due restarts, the metrics snapshot) run once per
-``loop_period_s``.
+kill deadlines, due restarts) run once per ``loop_period_s``; the metrics
+snapshot is rebuilt when the worker table changed.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from typing import Any
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
 from agentpool.events.hooks import NodeEvents
-from agentpool.kube.informer import InformerEvent
+from agentpool.kube.api import Resource
+from agentpool.kube.informer import InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.spec.values import NodeInputs
 from agentpool.supervisor import statuses
@@ -140,6 +141,8 @@ class Supervisor:
         self._awaiting_sync = False
         """No worker starts before every cache has listed once."""
         self._stopping = False
+        self._published_synced: bool | None = None
+        """``synced`` of the last published snapshot (the rest changes with the table)."""
         self.loop_heartbeat = clock()
 
     @property
@@ -214,7 +217,7 @@ class Supervisor:
         self._deliver_inputs(changed, now)
         if scan:
             reap_orphans()
-        if scan or self.table.changed:
+        if self.table.changed or (scan and self.synced() != self._published_synced):
             self._publish()
 
     def _turn_elastic(self, now: float) -> None:
@@ -248,16 +251,17 @@ class Supervisor:
                 self._stopping = True
 
     def _apply_events(self) -> None:
-        changed = False
         while True:
             try:
                 event = self.events.get_nowait()
             except queue.Empty:
                 break
             self._inputs_changed |= self.view.apply(event)
-            changed = True
-        if changed:
-            self._scope_stale = True
+            # Scope is the nodes' labels (and the elastic handoff) once every cache has
+            # listed: a change to another object changes inputs only. Rescoping visits every
+            # node, and each status this agent writes comes back as such a change.
+            if isinstance(event, Relisted) or event.resource is Resource.NODES:
+                self._scope_stale = True
 
     def _check_spec_freshness(self, now: float) -> None:
         """Mark desired state stale after SPEC_READ_TIMEOUT without a working watch."""
@@ -370,13 +374,14 @@ class Supervisor:
     def _publish(self) -> None:
         self.table.changed = False
         now = self.clock()
+        self._published_synced = synced = self.synced()
         s = self.settings
         self.collector.publish(
             Snapshot(
                 workers={node: self._worker_view(h, now) for node, h in self.workers.items()},
                 shard_id=s.pool_shard_id,
                 shards=max(1, s.pool_shards),
-                synced=self.synced(),
+                synced=synced,
             )
         )
 

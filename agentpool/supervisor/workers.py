@@ -44,6 +44,7 @@ from agentpool.worker.protocol import (
     ProtocolError,
     Stopped,
     StopWorker,
+    Ticked,
     TickReport,
     frame,
     receive,
@@ -126,6 +127,7 @@ class WorkerTable:
                 self._read_from(handle, now)
 
     def _read_from(self, handle: WorkerHandle, now: float) -> None:
+        """Read what the worker's pipe holds now (never blocking) and act on each message."""
         conn = handle.conn
         if conn is None:
             return
@@ -147,7 +149,10 @@ class WorkerTable:
 
     def _on_message(self, handle: WorkerHandle, message: object, now: float) -> None:
         handle.last_seen = now
-        if isinstance(message, TickReport):
+        if isinstance(message, Ticked):  # most steady ticks: the last result stands
+            if handle.last_result is not None:
+                self.statuses.offer(handle.node, handle.last_result)
+        elif isinstance(message, TickReport):
             if handle.state is WorkerState.STARTING:
                 handle.state = WorkerState.RUNNING
                 self.changed = True

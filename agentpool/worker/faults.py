@@ -3,12 +3,15 @@
 ``AGENTPOOL_FAULTS`` holds comma-separated ``kind:node`` pairs; unknown kinds
 are rejected loudly. Kinds: ``crash-at-start`` (the worker raises before its
 first tick), ``raise-in-tick`` (every tick raises an unexpected exception),
-``hang-in-tick`` (every tick blocks forever, as a wedged driver call would).
-They stand in for bugs and kernel hangs that cannot be produced on demand
-here. The variable is a test hook, deliberately not one of the agent's
-settings (``agentpool --help`` does not list it), and it is read once, when
-a worker starts: a worker without faults ticks its controller directly, so
-production pays nothing per tick.
+``hang-in-tick`` (every tick blocks forever, as a wedged driver call would),
+``idle`` (the worker only sleeps from its first line on, until SIGTERM or its
+parent's death: ``bench/floor.py``'s memory floor, a process forked from the
+same fork server that does nothing of its own). They stand in for bugs and
+kernel hangs that cannot be produced on demand here. The variable is a test
+hook, deliberately not one of the agent's settings (``agentpool --help``
+does not list it), and it is read once, when a worker starts: a worker
+without faults ticks its controller directly, so production pays nothing per
+tick.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-KINDS = ("crash-at-start", "raise-in-tick", "hang-in-tick")
+KINDS = ("crash-at-start", "raise-in-tick", "hang-in-tick", "idle")
 ENV = "AGENTPOOL_FAULTS"
 
 T = TypeVar("T")

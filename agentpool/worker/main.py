@@ -17,13 +17,15 @@ import contextlib
 import ctypes
 import faulthandler
 import logging
+import math
 import os
+import select
 import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -35,12 +37,14 @@ from agentpool.errors import FencedError, shown
 from agentpool.logs import setup_logging
 from agentpool.proctitle import set_title, worker_title
 from agentpool.spec.values import NodeInputs, TickResult
-from agentpool.worker.faults import tick_with_faults
+from agentpool.worker.faults import faults_for, tick_with_faults
 from agentpool.worker.fence import WorkerFence
-from agentpool.worker.nodefiles import metrics_id
+from agentpool.worker.nodefiles import metrics_id, presize_metrics_files
 from agentpool.worker.protocol import (
     DUMP_SIGNAL,
     EXIT_FENCED,
+    REFRESH_S,
+    TICKED,
     Fence,
     ProtocolError,
     Stopped,
@@ -124,11 +128,22 @@ def _probed(node: str, tick: Callable[[], TickResult]) -> Callable[[], TickResul
     return probed_tick
 
 
+def _idle() -> None:
+    """The ``idle`` fault (benchmarks): sleep until SIGTERM or the parent's death, exit 0."""
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
+    while True:
+        signal.pause()
+
+
 def _use_node_metrics_files(node: str) -> None:
     # Must run before the first metric value is created in this process.
     from prometheus_client import values
 
     ident = metrics_id(node)
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        presize_metrics_files(directory, node)
     # prometheus_client leaves this factory unannotated.
     values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
         process_identifier=lambda: ident
@@ -171,6 +186,8 @@ def run_worker(
     reason = ""
     controller: NodeController | None = None
     try:
+        if "idle" in faults_for(node):
+            _idle()
         probe(node, "bootstrap")
         _die_with_parent()
         set_title(*worker_title(node))  # ps, top: "agentpool: node <name>"
@@ -262,22 +279,31 @@ def _turns(
     interval = settings.reconcile_interval_s
     next_tick = time.monotonic()
     inbox = bytearray()  # a message from the supervisor that has not fully arrived yet
+    # One poll object for the worker's life: Connection.poll and wait() build a selector
+    # per call.
+    conn_fd = conn.fileno()
+    poller = select.poll()
+    poller.register(conn_fd, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    reported: TickResult | None = None
+    reported_at = 0.0
     while not stop.requested():
         now = time.monotonic()
         if fence.passed(now) and not _pending(conn):  # a newer fence may be waiting
             return True
         try:
-            ready = wait([conn, wake_r], max(0.0, fence.wake_at(next_tick, now) - now))
-        except (OSError, EOFError):
+            timeout = max(0.0, fence.wake_at(next_tick, now) - now)
+            ready = {fd for fd, _ in poller.poll(math.ceil(timeout * 1000))}
+        except OSError:
             return False
         if stop.requested():
             return False
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)  # another signal: nothing to do but wait on
-        if conn in ready:
+        if conn_fd in ready:
             try:
-                messages, closed = read_frames(conn.fileno(), inbox)
+                messages, closed = read_frames(conn_fd, inbox)
             except OSError:
                 messages, closed = [], True
             for message in messages:
@@ -301,9 +327,16 @@ def _turns(
             continue  # woken for the fence, or still waiting for the first one
         started = now
         result = tick()
-        duration = time.monotonic() - started
+        finished = time.monotonic()
+        # Same status as last reported: say "ticked" in constant bytes. Readings that
+        # changed (``observed``) are reported with the next full report, REFRESH_S apart.
+        same = reported is not None and result.status_key() == reported.status_key()
         try:
-            conn.send(TickReport(controller.node, result, duration))
+            if same and (result == reported or finished - reported_at < REFRESH_S):
+                conn.send_bytes(TICKED)
+            else:
+                conn.send(TickReport(controller.node, result, finished - started))
+                reported, reported_at = result, finished
         except (OSError, EOFError):
             return False
         next_tick += interval

@@ -19,6 +19,14 @@ from prometheus_client.multiprocess import mark_process_dead
 from agentpool.pool.assignment import fnv32a
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
+METRICS_FILE_KINDS = ("gauge_livesum", "counter", "histogram")
+"""prometheus_client's file prefixes of a worker's families (every gauge is ``livesum``)."""
+METRICS_FILE_BYTES = 4096
+"""The size a new metrics file starts at. prometheus_client makes a new file 64 KiB
+(sparse) and maps it whole; the kernel's fault-around then maps up to 16 pages of it into
+the worker at the first touch, all counted in the worker's memory, where a worker's
+series use 1 to 3 KiB. Given a file that has a size, prometheus_client maps that size,
+and doubles it when the series outgrow it."""
 
 
 def metrics_id(node: str) -> str:
@@ -29,6 +37,20 @@ def metrics_id(node: str) -> str:
     names unique after unsafe characters are replaced.
     """
     return f"n-{_UNSAFE.sub('_', node)[:80]}-{fnv32a(node):08x}"
+
+
+def presize_metrics_files(metrics_dir: str, node: str) -> None:
+    """Create the node's metrics files at :data:`METRICS_FILE_BYTES` unless they exist
+    (a restarted worker keeps its predecessor's, whatever their size)."""
+    ident = metrics_id(node)
+    for kind in METRICS_FILE_KINDS:
+        fd = os.open(os.path.join(metrics_dir, f"{kind}_{ident}.db"), os.O_RDWR | os.O_CREAT,
+                     0o644)
+        try:
+            if os.fstat(fd).st_size == 0:
+                os.ftruncate(fd, METRICS_FILE_BYTES)
+        finally:
+            os.close(fd)
 
 
 class NodeFiles:

@@ -4,9 +4,11 @@ supervisor sends them without ever blocking.
 Supervisor -> worker: :class:`NodeInputs` (new desired state: tick now),
 :class:`Fence` (the deadlines after which it stops acting on its own: at
 start, with each lease renewal, and as the reply to its heartbeats) or
-:class:`StopWorker`. Worker -> supervisor: :class:`TickReport` after every
-tick (doubles as the heartbeat) and :class:`Stopped` once host values were
-restored on the way out.
+:class:`StopWorker`. Worker -> supervisor, after every tick (doubles as the
+heartbeat): a :class:`TickReport` when the result differs from the last one
+reported, else :data:`TICKED`, a few constant bytes saying "ticked, same
+result" that neither side pickles (most steady ticks); and :class:`Stopped`
+once host values were restored on the way out.
 
 The worker writes with ``Connection.send``. The supervisor writes with
 :func:`frame` and :func:`send_nowait` (``Connection.send`` blocks once the
@@ -79,6 +81,21 @@ class TickReport:
 
 
 @dataclass(frozen=True)
+class Ticked:
+    """The worker ticked and its result is the one it last reported, again."""
+
+
+TICKED = pickle.dumps(Ticked(), pickle.HIGHEST_PROTOCOL)
+"""The payload of a :class:`Ticked` report, built once: the worker sends these bytes and
+the supervisor recognises them without unpickling."""
+TICKED_MESSAGE = Ticked()
+"""What :func:`read_frames` gives for those bytes, without unpickling them."""
+REFRESH_S = 60.0
+"""A result that differs only in ``observed`` (power readings) is reported at most this
+often; the status writer writes ``observed`` at its heartbeat only, minutes apart."""
+
+
+@dataclass(frozen=True)
 class Stopped:
     node: str
     problems: tuple[str, ...]
@@ -94,6 +111,8 @@ def frame(message: object) -> bytes:
     if len(payload) > MAX_FRAME:
         raise ValueError(f"message of {len(payload)} bytes is too large for one frame")
     return struct.pack("!i", len(payload)) + payload
+
+
 
 
 def send_nowait(fd: int, data: bytes | bytearray | memoryview) -> int:
@@ -145,19 +164,19 @@ def read_frames(fd: int, inbox: bytearray) -> tuple[list[object], bool]:
             break  # the rest is on its way
         payload = bytes(inbox[_LENGTH.size : _LENGTH.size + size])
         del inbox[: _LENGTH.size + size]
-        messages.append(_unpickle(payload))
+        messages.append(TICKED_MESSAGE if payload == TICKED else _unpickle(payload))
     if closed and inbox:
         raise ProtocolError(f"{len(inbox)} bytes of a frame cut short by the end of the pipe")
     return messages, closed
 
 
-def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Stopped], bool]:
+def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Ticked | Stopped], bool]:
     """The supervisor's :func:`read_frames`: only well-formed worker messages pass."""
     messages, closed = read_frames(fd, inbox)
     for message in messages:
         if not well_formed(message):
             raise ProtocolError(f"an unexpected message: {type(message).__name__}")
-    return [m for m in messages if isinstance(m, TickReport | Stopped)], closed
+    return [m for m in messages if isinstance(m, TickReport | Ticked | Stopped)], closed
 
 
 def _unpickle(payload: bytes) -> object:
@@ -170,10 +189,12 @@ def _unpickle(payload: bytes) -> object:
 
 def well_formed(message: object) -> bool:
     """Whether ``message`` is a report or a stop notice the supervisor can act on."""
+    if isinstance(message, Ticked):
+        return True
     if isinstance(message, Stopped):
         return (
             isinstance(message.node, str)
-            and isinstance(getattr(message, "crash", ""), str)
+            and isinstance(message.reason, str)
             and isinstance(message.problems, tuple)
             and all(isinstance(p, str) for p in message.problems)
         )

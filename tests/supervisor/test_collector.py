@@ -22,13 +22,17 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.supervisor.collector import FastMultiProcessCollector
+from agentpool.worker.nodefiles import METRICS_FILE_BYTES
 
 WRITER = textwrap.dedent(
     """
     import sys
     from prometheus_client import values
-    from agentpool.worker.nodefiles import metrics_id
+    from agentpool.worker.nodefiles import metrics_id, presize_metrics_files
     node, errors, policy, extra = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    if sys.argv[5] == "presize":  # as a worker starts (agentpool.worker.main)
+        import os
+        presize_metrics_files(os.environ["PROMETHEUS_MULTIPROC_DIR"], node)
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: metrics_id(node))
     from agentpool.controller.metrics import NodeMetrics
     from agentpool.spec.values import Backend
@@ -61,17 +65,35 @@ WRITER = textwrap.dedent(
         h = Histogram("labelled_seconds", "histogram with labels", ["route"], buckets=(1, 2.5))
         h.labels('a"b').observe(weight)
         h.labels("plain").observe(0.5)
+    if extra == "many":  # enough series that every file outgrows its first size
+        from prometheus_client import Counter, Gauge, Histogram
+        h = Histogram("joulie_bench_many_h", "many histogram series", ["node", "i"])
+        c = Counter("joulie_bench_many", "many counter series", ["node", "i"])
+        g = Gauge("joulie_bench_many_g", "many gauge series", ["node", "i"],
+                  multiprocess_mode="livesum")
+        for i in range(150):
+            c.labels(node, str(i)).inc(i)
+            g.labels(node, str(i)).set(i / 4)
+            m.reconcile_seconds.observe(i / 100)
+            if i < 10:
+                h.labels(node, str(i)).observe(i / 10)
     """
 )
 
 
 def write(
-    directory: Path, node: str, errors: int, policy: str = "eco", extra: bool = False
+    directory: Path,
+    node: str,
+    errors: int,
+    policy: str = "eco",
+    extra: bool | str = False,
+    presize: bool = False,
 ) -> None:
     env = {"PROMETHEUS_MULTIPROC_DIR": str(directory), "PATH": "/usr/bin:/bin"}
     if "PYTHONPATH" in os.environ:  # writers and readers on the same prometheus_client
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    args = [node, str(errors), policy, "extra" if extra else "-"]
+    kind = extra if isinstance(extra, str) else "extra" if extra else "-"
+    args = [node, str(errors), policy, kind, "presize" if presize else "-"]
     subprocess.run([sys.executable, "-c", WRITER, *args], env=env, check=True)
 
 
@@ -179,3 +201,32 @@ def test_removed_files_disappear_from_the_next_scrape(tmp_path: Path) -> None:
 def test_an_empty_or_missing_directory_renders_nothing(tmp_path: Path) -> None:
     assert FastMultiProcessCollector(str(tmp_path)).render() == b""
     assert FastMultiProcessCollector(str(tmp_path / "missing")).render() == b""
+
+
+def test_presized_files_render_the_same_before_and_after_they_grow(tmp_path: Path) -> None:
+    stock_sized, presized = tmp_path / "stock", tmp_path / "presized"
+    for directory, presize in ((stock_sized, False), (presized, True)):
+        directory.mkdir()
+        write(directory, "node-a", errors=2, presize=presize)
+    small = {p.name: p.stat().st_size for p in presized.glob("*.db")}
+    assert set(small.values()) == {METRICS_FILE_BYTES}, small
+    assert {p.stat().st_size for p in stock_sized.glob("*.db")} == {64 * 1024}
+    ours = FastMultiProcessCollector(str(presized))
+    assert ours.render() == FastMultiProcessCollector(str(stock_sized)).render()
+    assert stock_text(presized) == stock_text(stock_sized)
+    # The same node again (a restarted worker) with enough series to outgrow 4 KiB: its
+    # files keep their size, prometheus_client doubles them, every series still reads.
+    for directory, presize in ((stock_sized, False), (presized, True)):
+        write(directory, "node-a", errors=1, extra="many", presize=presize)
+    grown = {p.name: p.stat().st_size for p in presized.glob("*.db")}
+    assert all(grown[name] > METRICS_FILE_BYTES for name in small), grown
+    text = ours.render()
+    assert text == FastMultiProcessCollector(str(stock_sized)).render()
+    assert stock_text(presized) == stock_text(stock_sized)
+    values = samples(text.decode())
+    assert values[("joulie_reconcile_errors_total", (("node", "node-a"),))] == 3.0
+    assert values[("joulie_bench_many_total", (("i", "149"), ("node", "node-a")))] == 149.0
+    assert values[("joulie_bench_many_g", (("i", "149"), ("node", "node-a")))] == 37.25
+    assert values[("agentpool_reconcile_duration_seconds_count", ())] == 6.0 + 150.0
+    bucket = ("joulie_bench_many_h_bucket", (("i", "9"), ("le", "1.0"), ("node", "node-a")))
+    assert values[bucket] == 1.0

@@ -25,14 +25,14 @@ from prometheus_client import CollectorRegistry
 
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
 from agentpool.supervisor.handles import StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
 from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import Fence, Stopped, TickReport
 
-from .fakeworkers import FakeLauncher, Loop, power, telemetry
+from .fakeworkers import MANAGED, FakeLauncher, Loop, node, power, telemetry
 
 
 def test_a_node_in_scope_gets_one_worker_with_its_inputs() -> None:
@@ -251,6 +251,38 @@ def test_nodes_leaving_and_returning_to_scope() -> None:
         loop.turn()
         assert len(loop.launcher.of("a")) == 2, "a new worker once the old one is gone"
         assert b.process.signals == []
+
+
+def test_profile_changes_reach_the_worker_without_rescoping_node_changes_rescope() -> None:
+    # Every status the agent writes comes back as a TelemetryProfile change: visiting
+    # every node's scope for each would cost the supervisor O(nodes) per status write.
+    with Loop() as loop:
+        loop.nodes("a", "b")
+        loop.turn()
+        [a] = loop.launcher.of("a")
+        a.report()
+        loop.turn()
+        rescopes: list[int] = []
+        owned = loop.supervisor.view.owned
+        loop.supervisor.view.owned = lambda: rescopes.append(1) or owned()  # type: ignore[method-assign]
+        loop.change(Resource.TELEMETRY_PROFILES, telemetry("t-a", "a"), "ADDED")
+        loop.change(Resource.NODE_POWER_PROFILES, power("p-a", "a", 150), "ADDED")
+        loop.turn()
+        assert rescopes == []
+        sent = None
+        while sent is None and a.pipe.poll(1.0):  # fences may come first
+            if isinstance(message := a.pipe.recv(), NodeInputs):
+                sent = message
+        assert sent is not None, "the new inputs were sent all the same"
+        assert sent.power_profile is not None
+        assert sent.telemetry_profile is not None
+        loop.change(Resource.NODES, node("c", **MANAGED), "ADDED")
+        loop.turn()
+        assert rescopes == [1]
+        assert len(loop.launcher.of("c")) == 1
+        loop.nodes("a", "b", "c")
+        loop.turn()
+        assert rescopes == [1, 1]
 
 
 def test_a_scope_stop_that_overstays_is_killed_at_the_shutdown_timeout() -> None:

@@ -24,7 +24,7 @@ from agentpool.pool.fence import FenceTimes
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.forkclient import ForkedWorker, ForkServer
-from agentpool.worker.protocol import EXIT_FENCED, Fence, Stopped, StopWorker, TickReport
+from agentpool.worker.protocol import EXIT_FENCED, Fence, Stopped, StopWorker, Ticked, TickReport
 
 NODE = "fenced-0"
 INTEL = {"feature.node.kubernetes.io/cpu-vendor": "GenuineIntel", "joulie.io/managed": "true"}
@@ -81,7 +81,7 @@ class Worker:
             timeout = 0.0
 
     def ticks(self) -> int:
-        return sum(isinstance(m, TickReport) for m in self.received)
+        return sum(isinstance(m, TickReport | Ticked) for m in self.received)
 
     def wait_exit(self) -> int:
         ready, _, _ = select.select([self.process.sentinel], [], [], DEADLINE_S)
@@ -142,7 +142,7 @@ def test_past_its_fence_a_worker_restores_stops_ticking_and_says_why(make: Any) 
     stopped = worker.stopped()
     assert "fence passed" in stopped.reason
     assert stopped.problems == ()
-    last_tick = max(i for i, m in enumerate(worker.received) if isinstance(m, TickReport))
+    last_tick = max(i for i, m in enumerate(worker.received) if isinstance(m, TickReport | Ticked))
     assert last_tick < worker.received.index(stopped)
 
 

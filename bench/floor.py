@@ -1,0 +1,268 @@
+"""Close to the floor: start-up, CPU per node-tick and worker memory, each next to its floor.
+
+One run, one pool pod (one shard) over N simulated nodes (HTTP controls at
+the power simulator, or host controls on per-node sysfs trees), measured
+from outside as an operator would, each number next to what a process
+cannot go below, measured in the same run on the same (shared, loaded)
+machine:
+
+1. **CPU floor**: before the agent starts, a bare loop in one process
+   (``bench/floor_loop.py``) makes the requests the agent's ticks make, for
+   every node at the reconcile interval: HTTP, one control POST per node and
+   tick (the same JSON, a kept-alive ``http.client`` connection per origin,
+   the answer parsed); host, the package zones' energy counters read and the
+   cap written. Its CPU time (user + system) per node-tick is the floor.
+2. **Start-up**: from launching ``python -m agentpool`` (imports included)
+   to every node's cap applied: its first control request at the simulator
+   (HTTP) or the PL1 limit file of every package zone holding the cap
+   (host).
+3. **CPU per node-tick**: user + system time of every process of the agent
+   (supervisor, fork server, helpers, workers) over a steady window, divided
+   by the ticks in it (``agentpool_reconcile_duration_seconds_count``, summed
+   over the workers, from ``/metrics`` before and after).
+4. **Worker memory** at each checkpoint (minutes after the agent started):
+   median and p95 PSS of the N workers, next to the median PSS of
+   ``--floor-workers`` extra workers forked by the same fork server, last
+   (their nodes sort last), that only sleep (``AGENTPOOL_FAULTS=idle:...``);
+   growth between the last two checkpoints.
+
+``HEARTBEAT_TIMEOUT`` is raised to an hour so the sleeping workers are not
+killed as silent (no worker of this run hangs). Prints markdown and, with
+``--output``, replaces its section of BENCHMARKS.md (between markers);
+asserts nothing.
+
+    .venv-py312/bin/python bench/floor.py --nodes 1000 --backend http --minutes 10,20
+    .venv-py312/bin/python bench/floor.py --nodes 50 --minutes 1 --cpu-window 20 --output -
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from measure import MIB, cpu_delta, cpu_seconds, machine, median, memory, percentile, process_tree
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentpool.sim.agentproc import AgentProcess, worker_pids
+from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
+from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, intel_2socket
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- bench/floor.py: begin -->", "<!-- bench/floor.py: end -->"
+CAP_W = 120.0
+"""The cap every node's NodePowerProfile asks for (the simulation kit's default)."""
+
+
+@dataclass
+class Result:
+    backend: str
+    nodes: int
+    interval_s: float
+    load: list[float] = field(default_factory=list)
+    floor_ms: float = 0.0
+    """CPU per node-tick of the bare loop."""
+    startup_s: float = 0.0
+    agent_ms: float = 0.0
+    ticks: float = 0.0
+    cpu_by_role: dict[str, float] = field(default_factory=dict)
+    """ms per node-tick by process role."""
+    points: list[tuple[float, float, float, float]] = field(default_factory=list)
+    """(minute, median PSS, p95 PSS, floor median PSS) in bytes."""
+
+
+def floor_cpu(args: argparse.Namespace, cluster: SimCluster, names: list[str],
+              trees: dict[str, SysfsTree]) -> float:
+    cmd = [sys.executable, str(Path(__file__).with_name("floor_loop.py")),
+           "--interval", str(args.interval), "--seconds", str(args.cpu_window),
+           "--cap", str(CAP_W)]
+    if args.backend == "http":
+        cmd += ["--endpoint", cluster.power.control_endpoint]
+    else:
+        for tree in trees.values():
+            for zone in tree.packages:
+                assert zone.pl1 is not None
+                cmd += ["--zone", f"{zone.energy_file}={zone.pl1.limit_file}"]
+    out = subprocess.run(cmd, input="\n".join(names), capture_output=True, text=True,
+                         check=True).stdout
+    cpu_s, ticks = (float(x) for x in out.split())
+    return 1000 * cpu_s / ticks
+
+
+def applied(args: argparse.Namespace, cluster: SimCluster, names: list[str],
+            trees: dict[str, SysfsTree], since: float) -> bool:
+    if args.backend == "http":
+        return len(set(cluster.controlled_nodes(since))) >= len(names)
+    want = int(CAP_W * 1e6 / 2)  # split evenly over the two package zones
+    for tree in trees.values():
+        for zone in tree.packages:
+            assert zone.pl1 is not None
+            # The agent may be between truncating and writing the file: empty, not yet.
+            if zone.pl1.limit_file.read_text().strip() != str(want):
+                return False
+    return True
+
+
+def scrape(agent: AgentProcess) -> str:
+    # A generous timeout: on a shared, loaded machine a scrape of 1,000 workers' files can
+    # take longer than AgentProcess's default.
+    return agent.get("/metrics", timeout=120.0)[1]
+
+
+def ticks_so_far(agent: AgentProcess) -> float:
+    for family in text_string_to_metric_families(scrape(agent)):
+        if family.name == "agentpool_reconcile_duration_seconds":
+            return sum(s.value for s in family.samples if s.name.endswith("_count"))
+    return 0.0
+
+
+def steady_cpu(agent: AgentProcess, window: float, result: Result) -> None:
+    tree = process_tree(agent.pid)
+    roles = {tree.supervisor.pid: "supervisor"}
+    if tree.fork_server is not None:
+        roles[tree.fork_server.pid] = "fork server"
+    roles.update({p.pid: "helpers" for p in tree.helpers})
+    procs = tree.all()
+    t0, before = ticks_so_far(agent), cpu_seconds(procs)
+    time.sleep(window)
+    after, t1 = cpu_seconds(procs), ticks_so_far(agent)
+    result.ticks = t1 - t0
+    total = cpu_delta(before, after)
+    result.agent_ms = 1000 * total / max(1.0, result.ticks)
+    by_role: dict[str, float] = {}
+    for pid in before.keys() & after.keys():
+        role = roles.get(pid, "workers")
+        by_role[role] = by_role.get(role, 0.0) + after[pid] - before[pid]
+    result.cpu_by_role = {k: 1000 * v / max(1.0, result.ticks) for k, v in by_role.items()}
+
+
+def sample_memory(agent: AgentProcess, floors: set[str], minute: float, result: Result) -> None:
+    pids = worker_pids(scrape(agent))
+    floor_pids = {pids[n] for n in floors if n in pids}
+    workers = [p for p in process_tree(agent.pid).workers if p.pid not in floor_pids]
+    sleepers = [p for p in process_tree(agent.pid).workers if p.pid in floor_pids]
+    pss, floor = memory(workers).pss, memory(sleepers).pss
+    result.points.append((minute, median(pss), percentile(pss, 95), median(floor)))
+    print(f"  t+{minute:g} min: {len(pss)} workers, median PSS {median(pss) / MIB:.2f} MiB, "
+          f"p95 {percentile(pss, 95) / MIB:.2f}, floor {median(floor) / MIB:.2f} "
+          f"({len(floor)} sleeping)", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> Result:
+    result = Result(args.backend, args.nodes, args.interval)
+    names = [f"node-{i:04d}" for i in range(args.nodes)]
+    floors = [f"zz-floor-{i:02d}" for i in range(args.floor_workers)]
+    with tempfile.TemporaryDirectory(prefix="agentpool-floor-") as tmp, \
+            SimCluster(workdir=tmp) as cluster:
+        env = {
+            "RECONCILE_INTERVAL": f"{args.interval:g}s",
+            "HEARTBEAT_TIMEOUT": "1h",
+            "AGENTPOOL_FAULTS": ",".join(f"idle:{n}" for n in floors),
+        }
+        trees: dict[str, SysfsTree] = {}
+        if args.backend == "host":
+            template = str(Path(tmp) / "sys" / "{node}")
+            trees = build_nodes(template, names, intel_2socket)
+            env["SYSFS_ROOT"] = template
+        for name in names:
+            cluster.add_node(name, http=args.backend == "http")
+        for name in floors:
+            cluster.add_node(name, profile="", http=False)
+        result.floor_ms = floor_cpu(args, cluster, names, trees)
+        print(f"  floor: {result.floor_ms:.3f} ms per node-tick", file=sys.stderr)
+        for tree in trees.values():  # the floor loop wrote the cap: back to the start values
+            for zone in tree.packages:
+                assert zone.pl1 is not None
+                zone.pl1.limit_file.write_text(f"{zone.pl1.original_uw}\n")
+        started = time.monotonic()
+        agent = cluster.start_agent(env)
+        wait_until(lambda: applied(args, cluster, names, trees, started), 600, interval=0.1)
+        result.startup_s = time.monotonic() - started
+        print(f"  start-up: {result.startup_s:.1f} s", file=sys.stderr)
+        wait_until(lambda: len(process_tree(agent.pid).workers) == len(names) + len(floors),
+                   120, interval=0.5)
+        time.sleep(args.settle)
+        steady_cpu(agent, args.cpu_window, result)
+        print(f"  agent: {result.agent_ms:.3f} ms per node-tick ({result.ticks:.0f} ticks)",
+              file=sys.stderr)
+        for minute in args.minutes:
+            time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+            sample_memory(agent, set(floors), minute, result)
+        result.load = list(os.getloadavg())
+        agent.terminate(timeout=120)
+        trees.clear()  # kept until the agent stopped: locked limit files live with their tree
+    return result
+
+
+def report(r: Result, command: str) -> str:
+    ratio = r.agent_ms / r.floor_ms if r.floor_ms else float("nan")
+    lines = [
+        f"### N = {r.nodes}, {r.backend} controls, RECONCILE_INTERVAL={r.interval_s:g}s",
+        "",
+        f"- command: `{command}`; load average at the end {r.load[0]:.1f} / {r.load[1]:.1f} / "
+        f"{r.load[2]:.1f} (1 / 5 / 15 min) on {machine()['cores']} cores",
+        "",
+        "| quantity | measured | floor | ratio | goal | met |",
+        "|---|---|---|---|---|---|",
+        f"| start-up: process start to every cap applied (s) | {r.startup_s:.1f} | | | < 5 | "
+        f"{'yes' if r.startup_s < 5 else 'no'} |",
+        f"| CPU per node-tick, every process of the agent (ms) | {r.agent_ms:.3f} | "
+        f"{r.floor_ms:.3f} | {ratio:.1f}x | <= 0.5 | {'yes' if r.agent_ms <= 0.5 else 'no'} |",
+    ]
+    for role, ms in sorted(r.cpu_by_role.items()):
+        lines.append(f"|   of which {role} (ms) | {ms:.3f} | | | | |")
+    for minute, pss, p95, floor in r.points:
+        lines.append(
+            f"| median / p95 worker PSS at t+{minute:g} min (MiB) | {pss / MIB:.2f} / "
+            f"{p95 / MIB:.2f} | {floor / MIB:.2f} | {pss / floor:.2f}x | <= 2.0 / 2.2 | "
+            f"{'yes' if pss <= 2 * MIB and p95 <= 2.2 * MIB else 'no'} |")
+    if len(r.points) >= 2:
+        growth = (r.points[-1][1] - r.points[-2][1]) / MIB
+        lines.append(f"| median PSS growth t+{r.points[-2][0]:g} -> t+{r.points[-1][0]:g} min "
+                     f"(MiB) | {growth:+.3f} | | | within 0.05 | "
+                     f"{'yes' if abs(growth) <= 0.05 else 'no'} |")
+    lines.append(f"| node-ticks in the CPU window | {r.ticks:.0f} | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    old = path.read_text() if path.exists() else ""
+    block = f"{BEGIN}\n{section}{END}\n"
+    if BEGIN in old and END in old:
+        new = old[: old.index(BEGIN)] + block + old[old.index(END) + len(END) + 1 :]
+    else:
+        new = old + "\n" + block
+    path.write_text(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--backend", choices=["http", "host"], default="http")
+    p.add_argument("--interval", type=float, default=1.0, help="RECONCILE_INTERVAL, seconds")
+    p.add_argument("--minutes", default="10,20", help="memory checkpoints after start")
+    p.add_argument("--cpu-window", type=float, default=60.0, help="seconds (floor and agent)")
+    p.add_argument("--settle", type=float, default=30.0, help="seconds after start-up")
+    p.add_argument("--floor-workers", type=int, default=5)
+    p.add_argument("--output", default="-", help="a markdown file to put the section in "
+                   "(BENCHMARKS.md), or '-' (default) for stdout only")
+    args = p.parse_args(argv)
+    args.minutes = sorted(float(m) for m in args.minutes.split(",") if m.strip())
+    command = "python bench/floor.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"Python {platform.python_version()}", file=sys.stderr)
+    section = report(run(args), command.strip())
+    print(section)
+    if args.output != "-":
+        write_section(Path(args.output), section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""The CPU floor of ``bench/floor.py``: the requests of every node's tick, in one bare loop.
+
+Reads node names from stdin, then for ``--seconds`` makes, once per node and
+``--interval``, what an enforcing tick of the agent asks of the outside:
+with ``--endpoint``, the control POST (the agent's JSON, a kept-alive
+``http.client`` connection per origin, the JSON answer parsed); with
+``--zone ENERGY=LIMIT`` pairs, a read of each package zone's energy counter
+and a write of its share of the cap. Prints its own CPU seconds (user +
+system) and the node-ticks made. Nothing else: no controller, no metrics, no
+reports, which is what the agent's CPU per node-tick is compared with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.client
+import json
+import sys
+import time
+from urllib.parse import quote, urlsplit
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--interval", type=float, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--cap", type=float, required=True)
+    p.add_argument("--endpoint")
+    p.add_argument("--zone", action="append", default=[])
+    args = p.parse_args()
+    nodes = sys.stdin.read().split()
+    zones = [tuple(z.split("=", 1)) for z in args.zone]
+    connections: dict[str, http.client.HTTPConnection] = {}
+
+    def post(node: str) -> None:
+        assert args.endpoint is not None
+        url = urlsplit(args.endpoint.replace("{node}", quote(node, safe="")))
+        conn = connections.get(url.netloc)
+        if conn is None:
+            conn = connections[url.netloc] = http.client.HTTPConnection(url.netloc, timeout=5)
+        ts = datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
+        body = json.dumps({"node": node, "action": "rapl.set_power_cap_watts",
+                           "capWatts": args.cap, "throttlePct": -1, "ts": ts}).encode()
+        conn.request("POST", url.path, body=body, headers={"Content-Type": "application/json"})
+        json.loads(conn.getresponse().read())
+
+    per_node = len(zones) // max(1, len(nodes))
+    share = int(args.cap * 1e6 / max(1, per_node))  # the cap split evenly, as the agent does
+
+    def host(index: int) -> None:
+        for energy, limit in zones[index * per_node:(index + 1) * per_node]:
+            with open(energy, encoding="ascii") as f:
+                int(f.read())
+            with open(limit, "w", encoding="ascii") as f:
+                f.write(f"{share}\n")
+
+    ticks = 0
+    started = time.monotonic()
+    cpu0 = time.process_time()
+    next_round = started
+    while time.monotonic() - started < args.seconds:
+        for index, node in enumerate(nodes):
+            if args.endpoint:
+                post(node)
+            else:
+                host(index)
+            ticks += 1
+        next_round += args.interval
+        time.sleep(max(0.0, next_round - time.monotonic()))
+    print(f"{time.process_time() - cpu0:.6f} {ticks}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
