@@ -52,9 +52,19 @@ def try_read_int(path: Path) -> int | None:
 def write_int(path: Path, value: int) -> None:
     """Write one attribute; refused (:class:`FencedError`) past this worker's fence."""
     fencing.permit(f"write of {value} to {path}")
+    data = f"{value}\n".encode()
     try:
-        with open(path, "w") as handle:
-            handle.write(f"{value}\n")
+        # No O_TRUNC: the file holds a number at every moment, even if this process is
+        # killed half-way (a pod's teardown SIGKILLs its workers while they restore). A
+        # sysfs attribute takes the write whole and ignores sizes; a plain file (a lab's
+        # sysfs-shaped tree) keeps whatever followed a shorter value until the truncate.
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(0, "short write")
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise SysfsError(str(path), f"write of {value} failed: {exc.strerror or exc}") from exc
 
