@@ -149,6 +149,11 @@ def read_frames(fd: int, inbox: bytearray) -> tuple[list[object], bool]:
                 chunk = sock.recv(1 << 16, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 break
+            except ConnectionResetError:
+                # The peer exited with a message of ours unread (a worker that crashed
+                # before reading its first fence): what it sent before still counts.
+                closed = True
+                break
             if not chunk:
                 closed = True
                 break
