@@ -11,9 +11,11 @@ error; 3 when the cluster cannot be read.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 import click
@@ -121,6 +123,7 @@ def status(
     has no live owner or its result is error, 3 when the cluster cannot be read.
     """
     code = 0
+    stop = _Interrupt() if watch else None
     try:
         while True:
             options = Options(now or datetime.now(UTC), shards, stale)
@@ -134,12 +137,39 @@ def status(
             else:
                 _show(rows, output, watch)
                 code = EXIT_PROBLEMS if any(row.problems for row in rows) else 0
-            if not watch:
+            if stop is None or stop.sleep(interval):
                 break
-            time.sleep(interval)
     except KeyboardInterrupt:
         pass
+    finally:
+        if stop is not None:
+            stop.restore()
     sys.exit(code)
+
+
+class _Interrupt:
+    """Ctrl-C while watching: ends the loop after the refresh in progress, instead of a
+    KeyboardInterrupt raised wherever the client happens to be (which could leave it
+    hanging at exit); a second Ctrl-C interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` (less once interrupted); whether Ctrl-C was pressed."""
+        deadline = time.monotonic() + seconds
+        while not self.requested and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
+        return self.requested
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGINT, self._previous)
 
 
 @click.group(context_settings={"max_content_width": 110})
