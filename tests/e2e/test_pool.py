@@ -12,6 +12,7 @@ import itertools
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -203,6 +204,7 @@ def test_a_deleted_pod_stops_gracefully_and_its_replacement_takes_the_shard_back
     grace = old.spec.termination_grace_period_seconds
 
     seen: list[client.V1Pod] = []
+    deleted_at: list[datetime] = []
     failed: list[BaseException] = []
 
     def watch() -> None:
@@ -212,6 +214,7 @@ def test_a_deleted_pod_stops_gracefully_and_its_replacement_takes_the_shard_back
                 if pod.metadata.uid == old.metadata.uid:
                     seen.append(pod)
                     if kind == "DELETED":
+                        deleted_at.append(datetime.now(UTC))
                         break
             events.close()  # ends the watch's request too
         except BaseException as exc:  # reported by the test, not lost with the thread
@@ -233,10 +236,17 @@ def test_a_deleted_pod_stops_gracefully_and_its_replacement_takes_the_shard_back
     assert not failed, failed
     terminated = [s.state.terminated for p in seen for s in p.status.container_statuses or []
                   if s.state.terminated is not None]
-    assert terminated, "the old pod's container was never seen terminated"
-    assert terminated[-1].exit_code == 0, terminated[-1]
     deadline = next(p.metadata.deletion_timestamp for p in seen if p.metadata.deletion_timestamp)
-    assert terminated[-1].finished_at <= deadline
+    if terminated:
+        assert terminated[-1].exit_code == 0, terminated[-1]
+        assert terminated[-1].finished_at <= deadline
+    else:
+        # The kubelet may delete a pod before a status showing its container terminated
+        # reaches the API (seen once on 1.20 under load). Then the deletion itself must come
+        # before the deadline, which a SIGKILL at the deadline could not; the throttle
+        # release below is what only a graceful stop sends.
+        assert deleted_at, "the old pod was never seen terminated nor deleted"
+        assert deleted_at[0] <= deadline, (deleted_at[0], deadline)
 
     # The throttle it had posted was released before it went; then the replacement took
     # the shard back: every node of it controlled again, by the new pod only.
