@@ -26,6 +26,8 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from agentpool.config.settings import WorkerSettings
 from agentpool.spec.values import NodeInputs
@@ -94,6 +96,18 @@ class ForkedWorker:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+@dataclass(frozen=True)
+class SpawnRequest:
+    """One worker to fork: its arguments, and its end of the pipe (``conn_fd``; the caller
+    keeps and closes its own copy)."""
+
+    node: str
+    settings: WorkerSettings
+    journal: str | None
+    inputs: NodeInputs | None
+    conn_fd: int
 
 
 class ForkServerStarting(OSError):  # noqa: N818 - an OSError, as callers catch it
@@ -176,11 +190,25 @@ class ForkServer:
     ) -> ForkedWorker:
         """Fork the worker of ``node``; ``conn_fd`` is its end of the pipe (the caller
         keeps and closes its own copy). Raises ``OSError`` when no worker was started."""
-        payload = pickle.dumps((node, settings, journal, inputs), pickle.HIGHEST_PROTOCOL)
+        (result,) = self.spawn_many([SpawnRequest(node, settings, journal, inputs, conn_fd)])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def spawn_many(self, requests: Sequence[SpawnRequest]) -> list[ForkedWorker | OSError]:
+        """Fork a worker for each request, in order: each one's worker or why it has none.
+
+        Every request is sent before the first answer is read, so the server forks
+        them back to back: a start-up of a thousand workers waits for the server and
+        the supervisor to be scheduled in turn once per batch, not twice per worker
+        (on a loaded machine that waiting, not the forks, was most of a spawn). Each
+        answer still comes within :data:`SPAWN_TIMEOUT_S` of the one before, or the
+        server counts as stuck.
+        """
+        if not requests:
+            return []
         with self._lock:
             self._ensure_running()
-            sock = self._sock
-            assert sock is not None
             try:
                 if not self._ready and not self._read_ready(0):
                     raise ForkServerStarting(f"fork server (pid {self.pid}) is still starting")
@@ -189,28 +217,60 @@ class ForkServer:
                     raise
                 self._discard(DISCARD_WAIT_S)
                 raise OSError(f"fork server lost while starting: {exc!r}") from exc
-            status_r, status_w = os.pipe()
-            sock.settimeout(SPAWN_TIMEOUT_S)
+            return self._exchange(requests)
+
+    def _exchange(self, requests: Sequence[SpawnRequest]) -> list[ForkedWorker | OSError]:
+        sock = self._sock
+        assert sock is not None
+        payloads = [
+            pickle.dumps((r.node, r.settings, r.journal, r.inputs), pickle.HIGHEST_PROTOCOL)
+            for r in requests
+        ]
+        pipes: list[tuple[int, int]] = []
+        no_pipe: OSError | None = None  # EMFILE: this process's lack, not the server's fault
+        for _ in requests:
             try:
-                socket.send_fds(sock, [HEADER.pack(len(payload))], [conn_fd, status_w])
+                pipes.append(os.pipe())
+            except OSError as exc:
+                no_pipe = exc
+                break
+        results: list[ForkedWorker | OSError] = []
+        sent = 0
+        sock.settimeout(SPAWN_TIMEOUT_S)
+        try:
+            for request, payload, (_, status_w) in zip(requests, payloads, pipes, strict=False):
+                socket.send_fds(sock, [HEADER.pack(len(payload))], [request.conn_fd, status_w])
                 sock.sendall(payload)
-                reply = recv_exact(sock, REPLY.size)
-            except (OSError, EOFError) as exc:
+                sent += 1
+                os.close(status_w)  # the server holds its copy once sent
+            for status_r, _ in pipes:
+                (pid,) = REPLY.unpack(recv_exact(sock, REPLY.size))
+                if pid > 0:
+                    results.append(ForkedWorker(pid, status_r))
+                else:
+                    os.close(status_r)
+                    why = f"fork server could not fork: {os.strerror(-pid)}"
+                    results.append(OSError(-pid, why))
+        except (OSError, EOFError) as exc:
+            stuck = isinstance(exc, TimeoutError)
+            # Dead, confused or stuck: it is killed, and a new one starts at the next spawn.
+            # Requests it answered have their workers; the others have none (a worker it
+            # forked without answering finds its pipe closed, and its parent gone).
+            self._discard(DISCARD_WAIT_S)
+            what = f"no answer within {SPAWN_TIMEOUT_S:g}s" if stuck else repr(exc)
+            lost = OSError(f"fork server lost: {what}")
+            lost.__cause__ = exc
+            for index, (status_r, status_w) in enumerate(pipes[len(results):], len(results)):
                 os.close(status_r)
-                stuck = isinstance(exc, TimeoutError)
-                # Dead, confused or stuck: it is killed, and a new one starts at the next spawn.
-                self._discard(DISCARD_WAIT_S)
-                what = f"no answer within {SPAWN_TIMEOUT_S:g}s" if stuck else repr(exc)
-                raise OSError(f"fork server lost: {what}") from exc
-            finally:
-                os.close(status_w)
-                if self._sock is not None:
-                    self._sock.settimeout(None)
-        (pid,) = REPLY.unpack(reply)
-        if pid <= 0:
-            os.close(status_r)
-            raise OSError(-pid, f"fork server could not fork: {os.strerror(-pid)}")
-        return ForkedWorker(pid, status_r)
+                if index >= sent:
+                    os.close(status_w)
+            results += [lost] * (len(pipes) - len(results))
+        finally:
+            if self._sock is not None:
+                self._sock.settimeout(None)
+        if no_pipe is not None:
+            results += [no_pipe] * (len(requests) - len(results))
+        return results
 
     def stop(self, timeout: float = 5.0) -> None:
         """Close the socket (the server exits at EOF) and reap it; SIGKILL past ``timeout``."""

@@ -16,10 +16,10 @@ import contextlib
 import enum
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Pipe
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import psutil
 
@@ -27,7 +27,7 @@ from agentpool.backoff import RestartPolicy
 from agentpool.config.settings import WorkerSettings
 from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import NodeInputs, TickResult
-from agentpool.supervisor.forkclient import ForkServer
+from agentpool.supervisor.forkclient import ForkServer, SpawnRequest
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import DUMP_SIGNAL
 
@@ -77,6 +77,34 @@ class WorkerProcess(Protocol):
 Launch = Callable[[str, NodeInputs | None], tuple[WorkerProcess, Connection]]
 """Start the worker of a node with its current inputs: its process and the supervisor's
 end of its pipe. Raises ``OSError`` when no process could be started."""
+
+Launched = tuple[WorkerProcess, Connection] | OSError
+"""A node's worker and the supervisor's end of its pipe, or why it has none."""
+
+
+@runtime_checkable
+class BatchLaunch(Protocol):
+    """A :data:`Launch` that can also start several nodes' workers in one go."""
+
+    def __call__(self, node: str, inputs: NodeInputs | None) -> tuple[WorkerProcess, Connection]:
+        ...
+
+    def many(self, starts: Sequence[tuple[str, NodeInputs | None]]) -> list[Launched]:
+        """One result per start, in order; raises only what :data:`Launch` would for all."""
+        ...
+
+
+def launch_all(launch: Launch, starts: Sequence[tuple[str, NodeInputs | None]]) -> list[Launched]:
+    """Start each node's worker through ``launch``: in one batch when it can."""
+    if isinstance(launch, BatchLaunch):
+        return launch.many(starts)
+    results: list[Launched] = []
+    for node, inputs in starts:
+        try:
+            results.append(launch(node, inputs))
+        except OSError as exc:
+            results.append(exc)
+    return results
 
 
 @dataclass
@@ -186,17 +214,36 @@ class ForkServerLauncher:
         self.files = files
 
     def __call__(self, node: str, inputs: NodeInputs | None) -> tuple[WorkerProcess, Connection]:
-        ours, theirs = Pipe(duplex=True)
+        (result,) = self.many([(node, inputs)])
+        if isinstance(result, OSError):
+            raise result
+        return result
+
+    def many(self, starts: Sequence[tuple[str, NodeInputs | None]]) -> list[Launched]:
+        pipes: list[tuple[Connection, Connection]] = []
         try:
-            process = self.server.spawn(
-                node, self.settings, self.files.journal(node), inputs, theirs.fileno()
-            )
+            for _ in starts:
+                pipes.append(Pipe(duplex=True))
+            requests = [
+                SpawnRequest(node, self.settings, self.files.journal(node), inputs,
+                             theirs.fileno())
+                for (node, inputs), (_, theirs) in zip(starts, pipes, strict=True)
+            ]
+            spawned = self.server.spawn_many(requests)
         except BaseException:
-            ours.close()
+            for ours, theirs in pipes:
+                ours.close()
+                theirs.close()
             raise
-        finally:
-            theirs.close()
-        return process, ours
+        results: list[Launched] = []
+        for result, (ours, theirs) in zip(spawned, pipes, strict=True):
+            theirs.close()  # the worker's copy is in the worker now (or in no one)
+            if isinstance(result, OSError):
+                ours.close()
+                results.append(result)
+            else:
+                results.append((result, ours))
+        return results
 
 
 def pid_running(pid: int) -> bool:

@@ -312,13 +312,12 @@ class Supervisor:
                 self.table.stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
         # A node still stopping from an earlier scope loss keeps its handle until the
         # worker is gone; _settle then marks the scope stale and it starts again here.
-        for count, node in enumerate(sorted(owned - self.workers.keys())):
-            if count >= MAX_STARTS_PER_TURN:
-                self._scope_stale = True  # the rest next turn, so reports keep flowing
-                break
-            handle = WorkerHandle(node)
-            self.workers[node] = handle
-            self.table.start(handle, now)
+        missing = sorted(owned - self.workers.keys())
+        if len(missing) > MAX_STARTS_PER_TURN:
+            self._scope_stale = True  # the rest next turn, so reports keep flowing
+        batch = [WorkerHandle(node) for node in missing[:MAX_STARTS_PER_TURN]]
+        self.workers.update((h.node, h) for h in batch)
+        self.table.start_many(batch, now)
 
     # -- sending inputs: only the latest, only when the pipe can take it -------------------------
 

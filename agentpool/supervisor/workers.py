@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from logging import ERROR, INFO, WARNING
 
@@ -32,6 +32,7 @@ from agentpool.supervisor.handles import (
     WorkerHandle,
     WorkerState,
     describe_exit,
+    launch_all,
     pid_running,
 )
 from agentpool.supervisor.loopio import LoopIO
@@ -345,25 +346,40 @@ class WorkerTable:
                 handle.kill_at = None
 
     def start(self, handle: WorkerHandle, now: float) -> None:
-        inputs = self.view.inputs_for(handle.node)
-        self.note_api(handle.node)
+        self.start_many([handle], now)
+
+    def start_many(self, handles: Sequence[WorkerHandle], now: float) -> None:
+        """Start each handle's worker with its node's current inputs, in one batch."""
+        inputs = [self.view.inputs_for(h.node) for h in handles]
+        for handle in handles:
+            self.note_api(handle.node)
         try:
-            process, conn = self.launch(handle.node, inputs)
-        except ForkServerStarting:  # a new fork server warming up: not this node's failure
-            handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
+            starts = [(h.node, i) for h, i in zip(handles, inputs, strict=True)]
+            results = launch_all(self.launch, starts)
+        except ForkServerStarting:  # a new fork server warming up: not these nodes' failure
+            for handle in handles:
+                handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
             self.changed = True
             return
-        except (OSError, EOFError) as exc:  # EMFILE, ENOMEM, an unreachable fork server
-            delay = self._back_off(handle, now, now)
-            self._report_failure(handle, None, "not started", f"{type(exc).__name__}: {exc}",
-                                 "", delay)
-            return
-        handle.started(process, conn, now)
-        handle.last_sent = inputs
-        self.set_heartbeat(handle, inputs)
-        self.io.add_worker(handle)
-        self.send_fence(handle, now)
-        self.changed = True
+        except OSError as exc:  # EMFILE before any fork: each node's failure
+            results = [exc] * len(handles)
+        for handle, node_inputs, result in zip(handles, inputs, results, strict=True):
+            if isinstance(result, ForkServerStarting):
+                handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
+                self.changed = True
+                continue
+            if isinstance(result, OSError):  # EMFILE, ENOMEM, an unreachable fork server
+                delay = self._back_off(handle, now, now)
+                self._report_failure(handle, None, "not started",
+                                     f"{type(result).__name__}: {result}", "", delay)
+                continue
+            process, conn = result
+            handle.started(process, conn, now)
+            handle.last_sent = node_inputs
+            self.set_heartbeat(handle, node_inputs)
+            self.io.add_worker(handle)
+            self.send_fence(handle, now)
+            self.changed = True
 
     def restart_due(self, now: float) -> None:
         for handle in self.workers.values():
