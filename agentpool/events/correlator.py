@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agentpool.events.reasons import NodeEvent, Reason
+from agentpool.tokenbucket import Budget, TokenBucket
 
 SIMILAR_MAX = 10
 """client-go's ``maxEvents`` for aggregation: distinct notes before combining."""
@@ -42,14 +43,6 @@ SIMILAR_WINDOW_S = 600.0
 COMBINED_PREFIX = "(combined from similar events): "
 MAX_SERIES = 4096
 """client-go's ``maxLruCacheEntries``."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A token bucket: ``burst`` writes at once, then one more every ``refill_s``."""
-
-    burst: int
-    refill_s: float
 
 
 NODE_BUDGET = Budget(burst=25, refill_s=300.0)
@@ -62,41 +55,6 @@ nodes flap (a kubelet, for one node, allows 50 a second)."""
 
 Key = tuple[str, Reason, str]
 """(node, reason, note): what makes two events the same Event."""
-
-
-_EPSILON = 1e-9
-"""Refills summed over many calls round; a token due now must count as there."""
-
-
-class _Bucket:
-    def __init__(self, budget: Budget, now: float) -> None:
-        self.budget = budget
-        self.tokens = float(budget.burst)
-        self.at = now
-
-    def _refill(self, now: float) -> None:
-        if now > self.at:
-            self.tokens = min(
-                float(self.budget.burst), self.tokens + (now - self.at) / self.budget.refill_s
-            )
-        self.at = max(self.at, now)
-
-    def ready(self, now: float) -> bool:
-        self._refill(now)
-        return self.tokens >= 1.0 - _EPSILON
-
-    def take(self) -> None:
-        self.tokens -= 1.0
-
-    def full(self, now: float) -> bool:
-        self._refill(now)
-        return self.tokens >= self.budget.burst - _EPSILON
-
-    def next_token(self, now: float) -> float:
-        self._refill(now)
-        if self.tokens >= 1.0 - _EPSILON:
-            return now
-        return now + (1.0 - self.tokens) * self.budget.refill_s
 
 
 @dataclass
@@ -150,8 +108,8 @@ class EventCorrelator:
         now: float = 0.0,
     ) -> None:
         self._node_budget = node_budget
-        self._pod = _Bucket(pod_budget, now)
-        self._nodes: dict[str, _Bucket] = {}
+        self._pod = TokenBucket(pod_budget, now)
+        self._nodes: dict[str, TokenBucket] = {}
         self._series: OrderedDict[Key, _Series] = OrderedDict()
         self._pending: dict[Key, None] = {}
         """Series with occurrences the server does not have yet, oldest first."""
@@ -225,10 +183,10 @@ class EventCorrelator:
 
     # -- writes -----------------------------------------------------------------------
 
-    def _bucket(self, node: str, now: float) -> _Bucket:
+    def _bucket(self, node: str, now: float) -> TokenBucket:
         bucket = self._nodes.get(node)
         if bucket is None:
-            bucket = self._nodes[node] = _Bucket(self._node_budget, now)
+            bucket = self._nodes[node] = TokenBucket(self._node_budget, now)
         return bucket
 
     def writes(self, now: float) -> list[Write]:
