@@ -29,7 +29,9 @@ from agentpool.supervisor.forkclient import (
     ForkedWorker,
     ForkServer,
     ForkServerStarting,
+    SpawnRequest,
 )
+from agentpool.worker.forking.server import close_all
 from agentpool.worker.forking.wire import HEADER
 from agentpool.worker.main import EXIT_CRASH
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport
@@ -83,6 +85,58 @@ def test_a_worker_ticks_and_its_exit_status_comes_back(server: ForkServer) -> No
     killed.close()
     # The server reaped both: no zombie left behind under it.
     assert psutil.Process(server.pid).children() == []
+
+
+def test_a_batch_of_spawns_forks_every_worker_in_order(server: ForkServer) -> None:
+    settings = Settings(reconcile_interval_s=0.2).worker()
+    pipes = [Pipe(duplex=True) for _ in range(5)]
+    requests = [SpawnRequest(f"b{i}", settings, None, None, theirs.fileno())
+                for i, (_, theirs) in enumerate(pipes)]
+    try:
+        results = server.spawn_many(requests)
+    finally:
+        for _, theirs in pipes:
+            theirs.close()
+    workers = [r for r in results if isinstance(r, ForkedWorker)]
+    assert len(workers) == 5
+    assert len({w.pid for w in workers}) == 5
+    for i, (worker, (ours, _)) in enumerate(zip(workers, pipes, strict=True)):
+        assert first_report(ours).node == f"b{i}"  # each answer is its own request's worker
+        worker.terminate()
+        assert exit_code(worker) == 0
+        worker.close()
+    assert psutil.Process(server.pid).children() == []
+
+
+def test_the_servers_descriptors_are_closed_in_a_worker(server: ForkServer) -> None:
+    # Five workers hold status pipes in the server; the sixth inherits none of them,
+    # nor the server's socket, wake pipe or epoll descriptor: only stdio and its pipe.
+    first = [spawn(server, f"d{i}") for i in range(5)]
+    worker, conn = spawn(server, "d5")
+    first_report(conn)
+    pid = worker.pid
+    assert pid is not None
+    fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    server_fds = {os.readlink(f"/proc/{server.pid}/fd/{fd}")
+                  for fd in os.listdir(f"/proc/{server.pid}/fd")} - {
+        os.readlink(f"/proc/{server.pid}/fd/{fd}") for fd in (0, 1, 2)}
+    assert server_fds and not fds & server_fds
+    for w, _ in [*first, (worker, conn)]:
+        w.terminate()
+        exit_code(w)
+        w.close()
+
+
+def test_close_all_closes_runs_and_nothing_between() -> None:
+    fds = [fd for _ in range(4) for fd in os.pipe()]
+    keep = fds[3]
+    close_all([fd for fd in fds if fd != keep] + [fds[0]])  # a duplicate is fine
+    os.fstat(keep)  # still open
+    for fd in fds:
+        if fd != keep:
+            with pytest.raises(OSError):
+                os.fstat(fd)
+    os.close(keep)
 
 
 def test_a_dead_fork_server_takes_its_workers_and_is_replaced(server: ForkServer) -> None:
