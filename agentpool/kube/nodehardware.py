@@ -32,12 +32,20 @@ from agentpool.errors import KubeError
 from agentpool.hardware.host import discover_host
 from agentpool.hardware.nodehardware import nodehardware_status
 from agentpool.kube.api import KubeApi, Resource
+from agentpool.tokenbucket import Budget, TokenBucket
 
 log = logging.getLogger(__name__)
 
 REDISCOVER_S = 60.0
 """Host facts are read again this often; a write follows only if they changed."""
 RETRY_S = 5.0
+WRITE_BUDGET = Budget(burst=100, refill_s=1 / 50)
+"""This pod's NodeHardware writes: 100 at once, then 50 a second (a create and a patch per
+node the first time). A pool pod starting 1,000 nodes would otherwise send 2,000 writes in
+the seconds its workers start, competing with them for the cores (and for this process's
+GIL) and loading the API server for facts that can wait: caps come first."""
+BUDGET_WAKE_S = 0.2
+"""Out of tokens, the thread sleeps at least this long (then has about ten)."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,13 @@ class HardwarePublisher:
         api: KubeApi,
         clock: Callable[[], float] = time.monotonic,
         rediscover_s: float = REDISCOVER_S,
+        budget: Budget = WRITE_BUDGET,
     ) -> None:
         self._api = api
         self._clock = clock
         self._rediscover_s = rediscover_s
+        self._bucket = TokenBucket(budget, clock())
+        """Only the publishing thread (or a test calling ``publish_due``) touches it."""
         self._entries: dict[str, _Entry] = {}
         self._cond = threading.Condition()
         self._stop = False
@@ -138,10 +149,15 @@ class HardwarePublisher:
                 if not waits or min(waits) > 0:
                     self._cond.wait(min(waits) if waits else None)
                     continue
+                if not self._bucket.ready(now):
+                    # Some tokens at once: each pass looks at every node.
+                    self._cond.wait(max(BUDGET_WAKE_S, self._bucket.next_token(now) - now))
+                    continue
             self.publish_due(self._clock())
 
     def publish_due(self, now: float) -> int:
-        """Publish every node whose turn has come; returns the number of API writes."""
+        """Publish the nodes whose turn has come, as far as the write budget allows (the
+        rest stay due); returns the number of API writes."""
         with self._cond:
             due = [(n, e, e.inputs) for n, e in self._entries.items() if e.due <= now]
         writes = 0
@@ -150,11 +166,16 @@ class HardwarePublisher:
                 # A stop returns after a bounded join: a thread still writing (and logging)
                 # while the interpreter shuts down would abort the process.
                 break
+            if not self._bucket.ready(now):
+                break
             try:
-                writes += self._publish(entry, inputs)
+                written = self._publish(entry, inputs)
+                self._bucket.take(written)
+                writes += written
                 delay = self._rediscover_s
             except KubeError as exc:
                 log.warning("NodeHardware of node %s not written: %s", node, exc)
+                self._bucket.take()  # a refused write loaded the API server too
                 delay = RETRY_S
             with self._cond:
                 if entry.inputs is inputs:  # newer inputs offered meanwhile stay due now

@@ -25,6 +25,7 @@ from agentpool.sim.objects import node_twin, operator_status
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.tokenbucket import Budget
 
 CREATES = ("create", "nodehardwares")
 PATCHES = ("patch", "nodehardwares/status")
@@ -82,6 +83,27 @@ def test_created_once_then_zero_writes_in_five_minutes_of_steady_state(
             assert publisher.publish_due(clock.now) == 0
         assert emu.request_counts() == {}
     assert publisher.writes == 4
+
+
+def test_writes_keep_to_the_budget_and_the_rest_stay_due(emu: ApiEmulator, api: KubeApi) -> None:
+    # 4 writes at once, then one every second: 2 nodes now (a create and a patch each),
+    # the other 3 as tokens come, none lost, the API never sent more than the budget.
+    clock = Clock()
+    publisher = HardwarePublisher(api, clock=clock, budget=Budget(burst=4, refill_s=1.0))
+    for n in range(5):
+        publisher.offer(inputs(f"n{n}", None))
+    assert publisher.publish_due(clock.now) == 4
+    assert len(emu.list("nodehardwares")) == 2
+    assert publisher.publish_due(clock.now) == 0  # no token left: nothing more now
+    clock.now += 1.0
+    assert publisher.publish_due(clock.now) == 2  # one token: one node, costing two
+    clock.now += 1.0
+    assert publisher.publish_due(clock.now) == 0  # the bucket is at 0 after going to -1
+    clock.now += 10.0
+    assert publisher.publish_due(clock.now) == 4  # full again: the last two nodes
+    assert sorted(o["spec"]["nodeName"] for o in emu.list("nodehardwares")) == [
+        f"n{n}" for n in range(5)]
+    assert emu.request_counts() == {CREATES: 5, PATCHES: 5}
 
 
 def test_a_change_is_one_patch_and_removed_keys_go_away(
