@@ -26,10 +26,13 @@ machine:
    (their nodes sort last), that only sleep (``AGENTPOOL_FAULTS=idle:...``);
    growth between the last two checkpoints.
 
-``HEARTBEAT_TIMEOUT`` is raised to an hour so the sleeping workers are not
-killed as silent (no worker of this run hangs). Prints markdown and, with
-``--output``, replaces its section of BENCHMARKS.md (between markers);
-asserts nothing.
+Workers' metrics files are kept in ``/dev/shm`` where there is one, as the
+chart keeps them in memory (an ``emptyDir`` with ``medium: Memory``); on
+this machine's ext4 ``/tmp``, 1,000 workers creating theirs at start-up
+queued on the inode allocator. ``HEARTBEAT_TIMEOUT`` is raised to an hour so
+the sleeping workers are not killed as silent (no worker of this run hangs).
+Prints markdown and, with ``--output``, replaces its section of BENCHMARKS.md
+(between markers); asserts nothing.
 
     .venv-py312/bin/python bench/floor.py --nodes 1000 --backend http --minutes 10,20
     .venv-py312/bin/python bench/floor.py --nodes 50 --minutes 1 --cpu-window 20 --output -
@@ -38,6 +41,7 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import subprocess
@@ -57,6 +61,7 @@ from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, intel_2socket
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench/floor.py: begin -->", "<!-- bench/floor.py: end -->"
+SHM = Path("/dev/shm")
 CAP_W = 120.0
 """The cap every node's NodePowerProfile asks for (the simulation kit's default)."""
 
@@ -159,13 +164,17 @@ def run(args: argparse.Namespace) -> Result:
     result = Result(args.backend, args.nodes, args.interval)
     names = [f"node-{i:04d}" for i in range(args.nodes)]
     floors = [f"zz-floor-{i:02d}" for i in range(args.floor_workers)]
-    with tempfile.TemporaryDirectory(prefix="agentpool-floor-") as tmp, \
+    with contextlib.ExitStack() as stack, \
+            tempfile.TemporaryDirectory(prefix="agentpool-floor-") as tmp, \
             SimCluster(workdir=tmp) as cluster:
         env = {
             "RECONCILE_INTERVAL": f"{args.interval:g}s",
             "HEARTBEAT_TIMEOUT": "1h",
             "AGENTPOOL_FAULTS": ",".join(f"idle:{n}" for n in floors),
         }
+        if SHM.is_dir():  # in memory, as the chart's emptyDir (medium: Memory) keeps them
+            env["PROMETHEUS_MULTIPROC_DIR"] = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="agentpool-floor-metrics-", dir=SHM))
         trees: dict[str, SysfsTree] = {}
         if args.backend == "host":
             template = str(Path(tmp) / "sys" / "{node}")

@@ -558,7 +558,7 @@ def test_multiprocess_dir_and_tmp_are_emptydirs(render: Render, mode: str) -> No
     volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container(workload)["volumeMounts"]}
     multiproc = env_of(workload)["PROMETHEUS_MULTIPROC_DIR"]
-    assert "emptyDir" in volumes[mounts[multiproc]]
+    assert volumes[mounts[multiproc]]["emptyDir"] == {"medium": "Memory"}  # tmpfs: no writeback
     assert "emptyDir" in volumes[mounts["/tmp"]]  # read-only root filesystem
     assert security(workload)["readOnlyRootFilesystem"] is True
 
