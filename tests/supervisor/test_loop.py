@@ -26,8 +26,8 @@ from prometheus_client import CollectorRegistry
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
-from agentpool.supervisor.handles import StopReason, WorkerState
-from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S
+from agentpool.supervisor.handles import Launched, StopReason, WorkerState
+from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
 from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import Fence, Stopped, TickReport
@@ -211,6 +211,37 @@ def test_a_failed_spawn_backs_off_with_the_reason_in_the_status() -> None:
         loop.turn(1.6)
         assert [w.node for w in launcher.started] == ["a"]
         assert handle.state is WorkerState.STARTING
+
+
+class BatchLauncher(FakeLauncher):
+    """A launcher that starts a batch in one call; ``refuse`` nodes get an OSError each."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.batches: list[list[str]] = []
+
+    def many(self, starts: list[tuple[str, NodeInputs | None]]) -> list[Launched]:
+        self.batches.append([node for node, _ in starts])
+        return [OSError(errno.ENOMEM, "Cannot allocate memory") if node in self.refuse
+                else self(node, inputs) for node, inputs in starts]
+
+
+def test_a_turns_starts_go_to_the_launcher_in_one_batch_and_a_refused_one_backs_off() -> None:
+    launcher = BatchLauncher(refuse={"n07"})
+    names = [f"n{i:02d}" for i in range(MAX_STARTS_PER_TURN + 6)]
+    with Loop(launcher) as loop:
+        loop.nodes(*names)
+        loop.turn()
+        assert launcher.batches == [names[:MAX_STARTS_PER_TURN]]
+        assert loop.handle("n07").state is WorkerState.BACKOFF  # as a failed single start
+        assert loop.handle("n07").policy.restarts == 0
+        first = [n for n in names[:MAX_STARTS_PER_TURN] if n != "n07"]
+        assert all(loop.handle(n).state is WorkerState.STARTING for n in first)
+        assert set(loop.supervisor.workers) == set(names[:MAX_STARTS_PER_TURN])
+        loop.turn()  # the rest at the next turn, in a batch of their own
+        assert launcher.batches[1] == names[MAX_STARTS_PER_TURN:]
+        assert sorted(w.node for w in launcher.started) == [n for n in names if n != "n07"]
 
 
 def test_an_unexpected_error_stops_everything_in_order_with_a_nonzero_exit() -> None:
