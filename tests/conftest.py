@@ -17,3 +17,15 @@ def _no_kept_connections() -> Iterator[None]:
     close_connections()
     yield
     close_connections()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Importing the fork server (or its preload) warms, freezes and makes immortal the
+    # importing process's heap: in pytest's process that broke Hypothesis's own checks
+    # (gc.get_referrers does not see frozen objects). Tests start it as a subprocess.
+    import sys
+
+    preloaded = [m for m in ("agentpool.worker.forking.preload",
+                             "agentpool.worker.forking.server") if m in sys.modules]
+    if preloaded:
+        raise pytest.UsageError(f"a test module imported {preloaded} into pytest's process")

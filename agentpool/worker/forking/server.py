@@ -32,6 +32,7 @@ from agentpool.config.settings import WorkerSettings
 from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, set_title
 from agentpool.spec.values import NodeInputs
 from agentpool.worker.forking import preload  # imports, warms and freezes the heap
+from agentpool.worker.forking.descriptors import close_all
 from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, READY, REPLY, STATUS, recv_exact
 from agentpool.worker.main import EXIT_CRASH, probe, run_worker
 
@@ -90,22 +91,6 @@ def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None
         run_worker(node, settings, Connection(conn_fd), journal, inputs)
     finally:
         os._exit(EXIT_CRASH)  # run_worker never returns; anything else is a crash
-
-
-def close_all(fds: list[int]) -> None:
-    """Close ``fds``, a run of consecutive numbers at a time.
-
-    The server's descriptors are mostly its children's status pipes, numbered in
-    a row: the thousandth worker of a start-up closed them one call (and one
-    Python loop turn) at a time, a millisecond of its start. ``os.closerange``
-    is one ``close_range`` system call per run, and closes nothing outside it.
-    """
-    ordered = sorted(set(fds))
-    start = 0
-    for index in range(1, len(ordered) + 1):
-        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
-            os.closerange(ordered[start], ordered[index - 1] + 1)
-            start = index
 
 
 class _Server:

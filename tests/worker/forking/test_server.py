@@ -31,7 +31,7 @@ from agentpool.supervisor.forkclient import (
     ForkServerStarting,
     SpawnRequest,
 )
-from agentpool.worker.forking.server import close_all
+from agentpool.worker.forking.descriptors import close_all
 from agentpool.worker.forking.wire import HEADER
 from agentpool.worker.main import EXIT_CRASH
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport
