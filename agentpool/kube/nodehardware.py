@@ -44,6 +44,8 @@ WRITE_BUDGET = Budget(burst=100, refill_s=1 / 50)
 node the first time). A pool pod starting 1,000 nodes would otherwise send 2,000 writes in
 the seconds its workers start, competing with them for the cores (and for this process's
 GIL) and loading the API server for facts that can wait: caps come first."""
+COALESCE_S = 1.0
+"""A rediscovery waits up to this much longer, so that the nodes due within it go together."""
 BUDGET_WAKE_S = 0.2
 """Out of tokens, the thread sleeps at least this long (then has about ten)."""
 
@@ -147,7 +149,10 @@ class HardwarePublisher:
                 now = self._clock()
                 waits = [e.due - now for e in self._entries.values()]
                 if not waits or min(waits) > 0:
-                    self._cond.wait(min(waits) if waits else None)
+                    # Rediscoveries a little late, several at once: spread by the budget,
+                    # each node's turn would otherwise wake the thread (and its pass over
+                    # every node) on its own. An offer wakes it at once all the same.
+                    self._cond.wait(min(waits) + COALESCE_S if waits else None)
                     continue
                 if not self._bucket.ready(now):
                     # Some tokens at once: each pass looks at every node.
