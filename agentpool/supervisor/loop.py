@@ -69,6 +69,10 @@ log = logging.getLogger(__name__)
 
 LOOP_PERIOD_S = 0.5
 """Longest sleep of the loop, and the period of the scans over every worker."""
+FENCE_CHECK_S = 2.0
+"""How often the scan looks for silence fences to renew: they last at least 30 s and are
+renewed with half left, so a look every loop period (a visit to every worker) was 4x
+more than needed. An elastic pool's renewals are sent as the lease moves them."""
 MAX_STARTS_PER_TURN = 64
 """Start workers in batches so reports keep flowing during a mass start."""
 FINAL_STATUS_MIN_S = 5.0
@@ -134,6 +138,7 @@ class Supervisor:
         )
         """Every owned node's worker: starts, reports, deaths, restarts, stops."""
         self._next_scan = 0.0
+        self._next_fence_check = 0.0
         self._inputs_changed: set[str] = set()
         """Nodes whose inputs may differ from what their worker was last sent."""
         self._scope_stale = True
@@ -211,7 +216,9 @@ class Supervisor:
             self._reconcile_scope(now)
         if scan:
             self.table.restart_due(now)
-            self.table.refresh_fences(now)
+            if now >= self._next_fence_check:
+                self._next_fence_check = now + FENCE_CHECK_S
+                self.table.refresh_fences(now)
         changed = self._changed_inputs()
         self._offer_hardware(changed)
         self._deliver_inputs(changed, now)
