@@ -104,6 +104,8 @@ def launch_all(launch: Launch, starts: Sequence[tuple[str, NodeInputs | None]]) 
             results.append(launch(node, inputs))
         except OSError as exc:
             results.append(exc)
+        except EOFError as exc:  # a pipe closed under the launcher: as a failed start
+            results.append(OSError(f"EOFError: {exc}"))
     return results
 
 
