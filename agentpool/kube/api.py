@@ -315,13 +315,13 @@ class KubeApi:
         heartbeat, and that validation was most of each request's CPU here.
         """
         path = f"/apis/{GROUP}/{VERSION}/{resource.value}/{quote(name, safe='')}/status"
-        self._call("patch", resource, lambda: self._send_raw("PATCH", path, {"status": status}))
+        self._call("patch", resource, lambda: self._merge_patch(path, {"status": status}))
 
-    def _send_raw(self, method: str, path: str, body: dict[str, Any]) -> Any:
-        """A JSON merge patch (or any JSON body) to ``path``; raises :class:`ApiException`
+    def _merge_patch(self, path: str, body: dict[str, Any]) -> Any:
+        """A JSON merge patch of ``body`` to ``path``; raises :class:`ApiException`
         for an answer that is not 2xx, as the generated methods do."""
         request = self._client.param_serialize(
-            method,
+            "PATCH",
             path,
             header_params={
                 "Accept": "application/json",
