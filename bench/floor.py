@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> Result:
             "HEARTBEAT_TIMEOUT": "1h",
             "AGENTPOOL_FAULTS": ",".join(f"idle:{n}" for n in floors),
         }
-        if SHM.is_dir():  # in memory, as the chart's emptyDir (medium: Memory) keeps them
+        if args.metrics_dir == "shm" and SHM.is_dir():  # as the chart's emptyDir (medium: Memory)
             env["PROMETHEUS_MULTIPROC_DIR"] = stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="agentpool-floor-metrics-", dir=SHM))
         trees: dict[str, SysfsTree] = {}
@@ -260,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-window", type=float, default=60.0, help="seconds (floor and agent)")
     p.add_argument("--settle", type=float, default=30.0, help="seconds after start-up")
     p.add_argument("--floor-workers", type=int, default=5)
+    p.add_argument("--metrics-dir", choices=["shm", "tmp"], default="shm",
+                   help="workers' metrics files in /dev/shm (as the chart: in memory) or in "
+                        "the agent's default private directory under the temporary directory")
     p.add_argument("--output", default="-", help="a markdown file to put the section in "
                    "(BENCHMARKS.md), or '-' (default) for stdout only")
     args = p.parse_args(argv)
