@@ -76,7 +76,7 @@ def _die_with_parent() -> None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-class _StopFlag:
+class StopFlag:
     """Set from the signal handler; the loop checks it (handlers only record)."""
 
     def __init__(self) -> None:
@@ -167,6 +167,38 @@ def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
     return f"{what}, with {', '.join(sources)}" if sources else what
 
 
+def become_worker(node: str) -> StopFlag:
+    """Make this process the node's worker: it dies with its parent, is titled for the
+    node, stops on SIGTERM (the flag returned), leaves Ctrl-C to the supervisor and
+    dumps its threads on :data:`DUMP_SIGNAL`."""
+    _die_with_parent()
+    set_title(*worker_title(node))  # ps, top: "agentpool: node <name>"
+    stop = StopFlag()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor
+    # Written from the C handler, so it works while the process hangs in a system call.
+    faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    return stop
+
+
+def set_up(
+    node: str, settings: WorkerSettings, journal: str | None, inputs: NodeInputs | None
+) -> tuple[NodeController, Callable[[], TickResult], WorkerFence]:
+    """A worker's set-up after its process is made one (title, signals): its logging,
+    metrics files, controller and fence. Also run by the fork server's warm-up."""
+    fence = WorkerFence(required=settings.requires_fence)
+    setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
+    _use_node_metrics_files(node)
+    from agentpool.controller.metrics import NodeMetrics
+
+    originals = Originals(Path(journal) if journal else None)
+    controller = NodeController(settings.controller, node, NodeMetrics(node), originals)
+    tick = tick_with_faults(node, controller.tick)
+    if inputs is not None:
+        controller.update(inputs)
+    return controller, tick, fence
+
+
 def run_worker(
     node: str,
     settings: WorkerSettings,
@@ -189,27 +221,12 @@ def run_worker(
         if "idle" in faults_for(node):
             _idle()
         probe(node, "bootstrap")
-        _die_with_parent()
-        set_title(*worker_title(node))  # ps, top: "agentpool: node <name>"
-        stop = _StopFlag()
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor
-        # Written from the C handler, so it works while the process hangs in a system call.
-        faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
-        fence = WorkerFence(required=settings.requires_fence)
-        setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
-        _use_node_metrics_files(node)
-        from agentpool.controller.metrics import NodeMetrics
-
-        originals = Originals(Path(journal) if journal else None)
-        controller = NodeController(settings.controller, node, NodeMetrics(node), originals)
-        tick = tick_with_faults(node, controller.tick)
-        if inputs is not None:
-            controller.update(inputs)
+        stop = become_worker(node)
+        controller, tick, fence = set_up(node, settings, journal, inputs)
         if _PROBE_DIR is not None:
             probe(node, "setup")
             tick = _probed(node, tick)
-        if _loop(controller, tick, settings, conn, stop, fence):
+        if loop(controller, tick, settings, conn, stop, fence):
             reason = fence.reason(time.monotonic())
             log.error("node %s: %s", node, reason)
             code = EXIT_FENCED
@@ -244,12 +261,12 @@ def _pending(conn: Connection) -> bool:
         return False
 
 
-def _loop(
+def loop(
     controller: NodeController,
     tick: Callable[[], TickResult],
     settings: WorkerSettings,
     conn: Connection,
-    stop: _StopFlag,
+    stop: StopFlag,
     fence: WorkerFence,
 ) -> bool:
     """Tick until asked to stop (False) or until the fence passes (True)."""
@@ -272,7 +289,7 @@ def _turns(
     tick: Callable[[], TickResult],
     settings: WorkerSettings,
     conn: Connection,
-    stop: _StopFlag,
+    stop: StopFlag,
     fence: WorkerFence,
     wake_r: int,
 ) -> bool:

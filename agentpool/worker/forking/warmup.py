@@ -23,23 +23,28 @@ import gc
 import io
 import json
 import logging
+import math
 import os
 import pickle
 import socket
 import tempfile
 import threading
 from collections.abc import Iterator
+from multiprocessing.connection import Pipe
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, values
 
+from agentpool.backends import fencing
 from agentpool.backends.httpclient import close_connections
-from agentpool.config.settings import ControllerSettings, DvfsSettings
+from agentpool.config.settings import ControllerSettings, DvfsSettings, WorkerSettings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
+from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import NodeInputs, TickResult
-from agentpool.worker.protocol import TickReport
+from agentpool.worker import main as worker_main
+from agentpool.worker.protocol import Fence, StopWorker, TickReport
 
 TICKS = 12
 """Ticks per path: more than CPython's specialisation warm-up (8 executions)."""
@@ -173,6 +178,81 @@ def _drive(settings: ControllerSettings, node: str, inputs: NodeInputs) -> TickR
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """The throwaway world a warm-up runs in (:func:`environment`)."""
+
+    settings: ControllerSettings
+    """Host controls under ``tmp``'s sysfs trees, DVFS without a cool-down."""
+    tmp: str
+
+
+REHEARSED = ("http", "host")
+"""The backends :func:`rehearse_worker` runs a whole worker over."""
+
+
+def rehearse_worker(stage: Stage, endpoint: str, backend: str) -> int:
+    """A worker's own code, run here as a worker runs it after its fork: its set-up
+    (logging, metrics files, controller; :func:`agentpool.worker.main.set_up`) and its
+    loop over a socket pair, fed its inputs, a fence and its inputs again, and told to
+    stop after :data:`TICKS` ticks. ``backend``: ``http`` (controls at ``endpoint``) or
+    ``host`` (RAPL on the stage's sysfs tree). Returns the reports it sent.
+
+    What it changes in this process is put back: the root logger, the fence horizon
+    (:func:`environment` puts back prometheus_client's value class and the environment).
+    """
+    node = f"warm-worker-{backend}"
+    at = endpoint if backend == "http" else None
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    worker_settings = WorkerSettings(reconcile_interval_s=0.0, controller=stage.settings)
+    supervisor, conn = Pipe(duplex=True)
+    try:
+        # The worker's own log handler, on stderr as it finds it: here, memory.
+        with contextlib.redirect_stderr(io.StringIO()):
+            controller, tick, fence = worker_main.set_up(
+                node, worker_settings, os.path.join(stage.tmp, f"{node}.json"),
+                node_inputs(node, at, "auto"),
+            )
+        supervisor.send(Fence(FenceTimes(stop_at=math.inf, write_until=None)))
+        ticks = 0
+
+        def counted() -> TickResult:
+            nonlocal ticks
+            ticks += 1
+            if ticks == TICKS // 2:  # as a supervisor would: new inputs, then a fence
+                supervisor.send(node_inputs(node, at, "dvfs" if at else "auto"))
+                supervisor.send(Fence(FenceTimes(stop_at=math.inf, write_until=None)))
+            elif ticks == TICKS:
+                supervisor.send(StopWorker())
+            return tick()
+
+        worker_main.loop(controller, counted, worker_settings, conn, worker_main.StopFlag(),
+                         fence)
+        controller.restore()
+        reports = 0
+        while supervisor.poll(0):
+            supervisor.recv_bytes()
+            reports += 1
+        return reports
+    finally:
+        supervisor.close()
+        conn.close()
+        fencing.set_horizon(None)
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        logging.getLogger("urllib3").setLevel(logging.NOTSET)  # set_up's logging set it
+
+
+def scout(stage: Stage, backend: str) -> None:
+    """What a new worker runs, in a forked child of this process: made a worker process
+    (:func:`agentpool.worker.main.become_worker`), then :func:`rehearse_worker`."""
+    worker_main.become_worker(f"warm-worker-{backend}")
+    with canned_server() as endpoint:
+        rehearse_worker(stage, endpoint, backend)
+    close_connections()
+
+
 def _close_metrics_files(under: str) -> None:
     """Close the warm-up's mmapped metrics files, or every worker would inherit them.
 
@@ -187,9 +267,11 @@ def _close_metrics_files(under: str) -> None:
             obj.close()  # type: ignore[no-untyped-call]
 
 
-def warm_up() -> dict[str, TickResult]:
-    """Drive throwaway controllers through every path (see the module docstring); the
-    last result of each, by node, says which path it took."""
+@contextlib.contextmanager
+def environment() -> Iterator[Stage]:
+    """The warm-up's world, and everything put back as it was when it ends: a private
+    temporary directory (sysfs trees, metrics files, journals), prometheus_client in
+    multiprocess mode writing there, a root log handler writing to memory."""
     saved_env = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     saved_value_class = values.ValueClass
     handler = logging.StreamHandler(io.StringIO())
@@ -200,35 +282,25 @@ def warm_up() -> dict[str, TickResult]:
     saved_level, root.level = root.level, logging.INFO
     root.addHandler(handler)
     try:
-        with (
-            tempfile.TemporaryDirectory(prefix="agentpool-warm-") as tmp,
-            canned_server() as endpoint,
-        ):
+        with tempfile.TemporaryDirectory(prefix="agentpool-warm-") as tmp:
             os.makedirs(os.path.join(tmp, "metrics"))
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(tmp, "metrics")
             values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
                 process_identifier=lambda: "warm-up"
             )
             template = os.path.join(tmp, "sys", "{node}")
-            host_tree(Path(template.replace("{node}", "warm-rapl")), rapl=True)
-            host_tree(Path(template.replace("{node}", "warm-dvfs")), rapl=False)
+            for node, rapl in (("warm-rapl", True), ("warm-dvfs", False),
+                               ("warm-worker-host", True)):
+                host_tree(Path(template.replace("{node}", node)), rapl=rapl)
             settings = ControllerSettings(
                 sysfs_root=template, dvfs=dataclasses.replace(DvfsSettings(), cooldown_s=0.0)
             )
-            paths = {
-                "warm-rapl": None,  # host RAPL
-                "warm-dvfs": None,  # host DVFS (no powercap)
-                "warm-http": "auto",  # HTTP RAPL blocked, then DVFS
-                "warm-http-rapl": "auto",  # HTTP RAPL applied
-                "warm-http-dvfs": "dvfs",  # HTTP DVFS only
-            }
-            results = {}
-            for node, mode in paths.items():
-                inputs = node_inputs(node, endpoint if mode else None, mode or "auto")
-                results[node] = _drive(settings, node, inputs)
-            _close_metrics_files(tmp)
+            try:
+                yield Stage(settings, tmp)
+            finally:
+                _close_metrics_files(tmp)
     finally:
-        close_connections()  # no worker may inherit a socket to the canned server
+        close_connections()  # no worker may inherit a socket to a canned server
         root.removeHandler(handler)
         root.level = saved_level
         values.ValueClass = saved_value_class
@@ -236,4 +308,33 @@ def warm_up() -> dict[str, TickResult]:
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
         else:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved_env
+
+
+PATHS = {
+    "warm-rapl": None,  # host RAPL
+    "warm-dvfs": None,  # host DVFS (no powercap)
+    "warm-http": "auto",  # HTTP RAPL blocked, then DVFS
+    "warm-http-rapl": "auto",  # HTTP RAPL applied
+    "warm-http-dvfs": "dvfs",  # HTTP DVFS only
+}
+"""Node name -> HTTP control mode (None: host controls) of each tick path driven."""
+
+
+def run(stage: Stage) -> dict[str, TickResult]:
+    """One pass: every tick path, then a whole worker over each rehearsed backend; the
+    last result of each path, by node, says which path it took."""
+    results = {}
+    with canned_server() as endpoint:  # a thread only while a pass runs: never at a fork
+        for node, mode in PATHS.items():
+            inputs = node_inputs(node, endpoint if mode else None, mode or "auto")
+            results[node] = _drive(stage.settings, node, inputs)
+        for backend in REHEARSED:
+            rehearse_worker(stage, endpoint, backend)
+    close_connections()
     return results
+
+
+def warm_up() -> dict[str, TickResult]:
+    """One pass of :func:`run` in its own :func:`environment`."""
+    with environment() as stage:
+        return run(stage)

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 
+import pytest
 from prometheus_client import values
 
+from agentpool.backends import fencing
 from agentpool.backends.sysfs.cpufreq import discover_policies
 from agentpool.backends.sysfs.rapl import discover_package_zones
 from agentpool.spec.values import Backend, Result
-from agentpool.worker.forking.warmup import host_tree, warm_up
+from agentpool.worker.forking.warmup import (
+    REHEARSED,
+    TICKS,
+    canned_server,
+    environment,
+    host_tree,
+    rehearse_worker,
+    warm_up,
+)
 
 
 def test_host_tree_is_what_the_host_backends_find(tmp_path: Path) -> None:
@@ -34,6 +46,12 @@ def test_warm_up_takes_every_tick_path() -> None:
     }
 
 
+def _wakeup_fd() -> int:
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
 def _process_state() -> tuple[object, ...]:
     root = logging.getLogger()
     return (
@@ -42,7 +60,19 @@ def _process_state() -> tuple[object, ...]:
         values.ValueClass,
         list(root.handlers),
         root.level,
+        logging.getLogger("urllib3").level,
+        fencing.horizon(),
+        _wakeup_fd(),
+        threading.active_count(),
     )
+
+
+@pytest.mark.parametrize("backend", REHEARSED)
+def test_a_rehearsed_worker_runs_its_loop_until_told_to_stop(backend: str) -> None:
+    # One message a tick (a report or "ticked"), the inputs changed and a fence taken
+    # half-way, stopped by a StopWorker: the loop a worker runs, in this process.
+    with environment() as stage, canned_server() as endpoint:
+        assert rehearse_worker(stage, endpoint, backend) == TICKS
 
 
 def test_warm_up_leaves_the_process_as_it_found_it() -> None:
