@@ -19,6 +19,7 @@ that memory, and :data:`REPORT` says what was done and what was skipped, why.
 """
 
 import encodings.idna  # noqa: F401 - see the module docstring
+import functools
 import gc
 import os
 import time
@@ -38,14 +39,39 @@ def _failed(exc: BaseException) -> str:
 
 _began = time.monotonic()
 try:
-    from agentpool.worker.forking.warmup import warm_up
+    from agentpool.worker.forking import codepack, warmup
 
-    warm_up()
+    with warmup.environment() as _stage:
+        warmup.run(_stage)
+        if os.environ.get("AGENTPOOL_PACK_CODE", "1") == "0":
+            REPORT.append("code packing skipped: AGENTPOOL_PACK_CODE=0")
+        elif not codepack.supported():
+            REPORT.append("code packing skipped: no adaptive bytecode here")
+        else:
+            try:
+                warmup.run(_stage)  # what a worker still writes after two runs is packed
+                _hot = [
+                    code for backend in warmup.REHEARSED
+                    for code in codepack.written_in_child(
+                        functools.partial(warmup.scout, _stage, backend)
+                    )
+                ]
+                _copied, _pages = codepack.pack(_hot)
+                REPORT.append(f"code packing: the {_copied} code objects a new worker writes "
+                              f"copied onto {_pages} pages")
+            except Exception as exc:  # best effort: what was copied runs as the original
+                REPORT.append(f"code packing skipped ({_failed(exc)})")
+            warmup.run(_stage)  # specialise the copies as the originals were, in two runs
+            warmup.run(_stage)
     REPORT.append(f"warm-up: every tick path taken in {time.monotonic() - _began:.2f}s")
 except Exception as exc:  # best effort: never keep the fork server from starting
     REPORT.append(f"warm-up skipped ({_failed(exc)}): workers warm up on their own first ticks")
 
 gc.collect()
+if os.environ.get("AGENTPOOL_TYPE_TAGS", "1") != "0":
+    from agentpool.worker.forking.typetags import assign
+
+    REPORT.append(assign())
 if os.environ.get("AGENTPOOL_IMMORTALIZE", "1") == "0":
     REPORT.append("immortal heap skipped: AGENTPOOL_IMMORTALIZE=0")
 else:
@@ -56,5 +82,9 @@ else:
     except Exception as exc:  # best effort, as the warm-up: what was done stays done
         REPORT.append(f"immortal heap skipped ({_failed(exc)}): workers copy the pages "
                       "they read")
+if os.environ.get("AGENTPOOL_FILL_HOLES", "1") != "0":
+    from agentpool.worker.forking.holes import fill
+
+    REPORT.append(fill())
 gc.freeze()
 REPORT.append(f"heap frozen: {gc.get_freeze_count()} objects")
