@@ -32,6 +32,7 @@ from __future__ import annotations
 import array
 import gc
 import os
+import signal
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -41,6 +42,8 @@ from agentpool.worker.forking import allocator
 PAGE = 4096
 TRIES = 2000
 """Copies made (and kept until the end) per code object, looking for fresh memory."""
+CHILD_TIMEOUT_S = 30
+"""How long :func:`written_in_child`'s child may run (its run takes well under a second)."""
 FILLERS = 40_000
 """Copies kept aside in all: a bound, should the allocators not behave as assumed."""
 
@@ -83,7 +86,8 @@ def written_in_child(run: Callable[[], object]) -> list[types.CodeType]:
     What a forked process writes is what a worker will: the at-fork handlers
     and whatever ``run`` runs, from this process's state, bytecode specialised
     as far as it is here. The child's own objects die with it; nothing it does
-    reaches this process but the list. Raises ChildProcessError if it fails.
+    reaches this process but the list. Raises ChildProcessError if it fails or runs
+    past :data:`CHILD_TIMEOUT_S`.
     """
     codes = list(_code_tree(_functions())[0].values())
     before = [_adaptive(code) for code in codes]
@@ -93,6 +97,7 @@ def written_in_child(run: Callable[[], object]) -> list[types.CodeType]:
         status = 1
         try:
             os.close(read_end)
+            signal.alarm(CHILD_TIMEOUT_S)  # a child that hangs ends, and nothing is packed
             run()
             changed = array.array("I", (
                 i for i, code in enumerate(codes) if _adaptive(code) != before[i]

@@ -191,3 +191,36 @@ def test_every_type_is_tagged_before_the_workers_fork() -> None:
     assert result["before"] == 0
     assert result["after"] != 0
     assert str(result["line"]).startswith("type version tags: ")
+
+
+FAILING_CHILD = r"""
+import json, time
+from agentpool.worker.forking import codepack
+
+def failing():
+    raise RuntimeError("a rehearsal that fails")
+
+def hanging():
+    time.sleep(60)
+
+answers = {}
+codepack.CHILD_TIMEOUT_S = 1
+for name, run in (("fails", failing), ("hangs", hanging)):
+    began = time.monotonic()
+    try:
+        codepack.written_in_child(run)
+        answers[name] = "no error"
+    except ChildProcessError as exc:
+        answers[name] = str(exc)
+    answers[name + "_s"] = time.monotonic() - began
+print(json.dumps(answers))
+"""
+
+
+def test_a_child_that_fails_or_hangs_packs_nothing_and_says_so() -> None:
+    result = _run(FAILING_CHILD)
+    assert "ended with status" in str(result["fails"])
+    assert "ended with status" in str(result["hangs"])
+    hung = result["hangs_s"]
+    assert isinstance(hung, float)
+    assert hung < 30  # the child's alarm, not the 60 s sleep (measured: 1.0 s)
