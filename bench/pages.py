@@ -18,9 +18,11 @@ worker's bytes with the fork server's at the same address
 Then it samples again after ``--window`` seconds and counts the pages that
 became private in between (what slow growth is made of). Linux only; needs
 to read the processes' pagemap and memory (the same user, and they are this
-script's descendants). Prints markdown; nothing here is pass/fail.
+script's descendants). With ``--owners``, also what the fork server had where
+the worker wrote (``page_owners.py``: code objects by function, types, free
+pool blocks). Prints markdown; nothing here is pass/fail.
 
-    .venv/bin/python bench/pages.py --nodes 10 --seconds 60 --backend http
+    .venv/bin/python bench/pages.py --nodes 10 --seconds 60 --backend http --owners
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import psutil
 from measure import agent_over_nodes, median, process_tree
+from page_owners import owners
 
 PAGE = 4096
 PRESENT = 1 << 63
@@ -93,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60, help="ticking before the first look")
     parser.add_argument("--window", type=float, default=60, help="seconds between the two looks")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--owners", action="store_true",
+                        help="say what the fork server had where the worker wrote "
+                             "(page_owners.py; CPython 3.12/3.13 with the immortal heap)")
     args = parser.parse_args(argv)
     env = {"RECONCILE_INTERVAL": args.interval, **dict(item.split("=", 1) for item in args.env)}
     with agent_over_nodes(args.nodes, args.backend, env) as agent:
@@ -106,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             name: classify(worker, server, first[name]) for name in ("[anon]", "[heap]")
             if name in first
         }
+        found = owners(worker, server, first.get("[anon]", []) + first.get("[heap]", [])) \
+            if args.owners else None
         time.sleep(args.window)
         second = private_pages(worker)
         uss = [p.memory_full_info().uss for p in process_tree(agent.pid).workers]
@@ -128,6 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"\nPages that became private in the next {args.window:g} s: "
           f"{sum(grown.values())} ({', '.join(f'{k} {v}' for k, v in grown.most_common(4))})")
+    if found is not None:
+        print("\nWhat the fork server had where the worker wrote (anonymous memory and heap; "
+              "each page under the cause of most of its changed words):\n")
+        print("| cause | pages | changed words |")
+        print("|---|---|---|")
+        for cause, pages in found.pages.most_common():
+            print(f"| {cause} | {pages} | {found.words.get(cause, '')} |")
+        print("\nCode objects written most (changed words):", ", ".join(
+            f"`{name}` {words}" for name, words in found.functions.most_common(12)))
     return 0
 
 
