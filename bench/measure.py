@@ -84,9 +84,20 @@ def process_tree(pid: int) -> Tree:
 
 
 def cpu_seconds(procs: Iterable[psutil.Process]) -> dict[int, float]:
-    """User + system CPU seconds by pid (processes that vanished are left out)."""
+    """CPU seconds (user + system) by pid; processes that vanished are left out.
+
+    From ``/proc/<pid>/schedstat`` (time on a CPU, in nanoseconds) where the kernel
+    has it, else psutil's user + system times, which count in clock ticks (10 ms): a
+    few workers' few milliseconds over a short window would read as zero.
+    """
     out: dict[int, float] = {}
     for proc in procs:
+        try:
+            with open(f"/proc/{proc.pid}/schedstat", encoding="ascii") as f:
+                out[proc.pid] = int(f.read().split()[0]) / 1e9
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
         try:
             times = proc.cpu_times()
         except psutil.Error:
