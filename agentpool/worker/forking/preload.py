@@ -9,13 +9,20 @@ What a worker would otherwise do for itself, once per process, is done here
 once for all of them: import ``encodings.idna`` (http.client encodes the host
 name with it on the first request, pulling in ``stringprep`` and
 ``unicodedata``), and drive throwaway node controllers through every tick
-path (:mod:`agentpool.worker.forking.warmup`), so caches are filled and bytecode
-is specialised when the workers fork. On CPython 3.12 and 3.13 every object
-is then made immortal (:mod:`agentpool.worker.forking.immortal`), so a worker
-reading a shared object no longer copies its page to count a reference;
-``AGENTPOOL_IMMORTALIZE=0`` turns that off (to measure it, or to rule it out).
-What each step saves: BENCHMARKS.md. Best effort: a failure here only costs
-that memory, and :data:`REPORT` says what was done and what was skipped, why.
+path and a whole worker's set-up and loop (:mod:`agentpool.worker.forking.warmup`),
+so caches are filled and bytecode is specialised when the workers fork.
+Then the heap is laid out for forking: the code objects a new worker still
+writes (found by a forked child rehearsing one) are copied next to each other
+(:mod:`~agentpool.worker.forking.codepack`), every type gets its version tag
+(:mod:`~agentpool.worker.forking.typetags`), on CPython 3.12 and 3.13 every
+object is made immortal (:mod:`agentpool.worker.forking.immortal`), so a worker
+reading a shared object no longer copies its page to count a reference, and
+the allocators' free memory is filled (:mod:`~agentpool.worker.forking.holes`),
+so a worker's new objects land on pages of its own. ``AGENTPOOL_PACK_CODE=0``,
+``AGENTPOOL_TYPE_TAGS=0``, ``AGENTPOOL_IMMORTALIZE=0`` and ``AGENTPOOL_FILL_HOLES=0``
+turn each off (to measure it, or to rule it out). What each step saves:
+BENCHMARKS.md. Best effort: a failure here only costs that memory, and
+:data:`REPORT` says what was done and what was skipped, why.
 """
 
 import encodings.idna  # noqa: F401 - see the module docstring
