@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -86,16 +87,20 @@ def process_tree(pid: int) -> Tree:
 def cpu_seconds(procs: Iterable[psutil.Process]) -> dict[int, float]:
     """CPU seconds (user + system) by pid; processes that vanished are left out.
 
-    From ``/proc/<pid>/schedstat`` (time on a CPU, in nanoseconds) where the kernel
-    has it, else psutil's user + system times, which count in clock ticks (10 ms): a
-    few workers' few milliseconds over a short window would read as zero.
+    A single-threaded process (a worker, the fork server) is read from
+    ``/proc/<pid>/schedstat``: its time on a CPU in nanoseconds. psutil's user +
+    system times count clock ticks (10 ms), and a few workers' few milliseconds
+    over a short window would read as zero. A process with threads (the
+    supervisor) is read from psutil, whose times include threads that ended
+    (its HTTP server's, one per scrape); its share is hundreds of milliseconds.
     """
     out: dict[int, float] = {}
     for proc in procs:
         try:
-            with open(f"/proc/{proc.pid}/schedstat", encoding="ascii") as f:
-                out[proc.pid] = int(f.read().split()[0]) / 1e9
-            continue
+            if len(os.listdir(f"/proc/{proc.pid}/task")) == 1:
+                with open(f"/proc/{proc.pid}/schedstat", encoding="ascii") as f:
+                    out[proc.pid] = int(f.read().split()[0]) / 1e9
+                continue
         except (OSError, ValueError, IndexError):
             pass
         try:
