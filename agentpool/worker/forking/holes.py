@@ -4,13 +4,14 @@ Why: after the imports and the warm-up, the fork server's heap is full of
 holes: free blocks in pymalloc pools that are partly in use (~0.65 MiB of
 them) and free chunks between the C library's (~1.2 MiB). A worker's first
 allocations go into those holes first, and every hole lies on a page it
-shares with the fork server, so each object it makes copies a page of
-someone else's: measured, ~130 of a worker's ~560 private pages held
-nothing of its own but a few new objects in a shared pool, and its C heap
-was spread over as many pages again (BENCHMARKS.md, issue 26). With the
+shares with the fork server, so each few objects it makes copy a page of
+someone else's: measured, ~180 of a worker's ~560 private pages were
+written where the fork server had a free block, and its C heap's writes were
+spread over the free chunks (BENCHMARKS.md, issue 26). With the
 holes taken, a worker's objects are packed onto pages of its own.
 
-How: objects that nobody uses (``bytes`` of the right size) are made until
+How: objects that nobody uses (``bytes``, floats, plain objects of the
+right size) are made until
 every partly used pool of each size class is full and the C heap's free
 chunks are taken, and kept in :data:`FILLERS` for the fork server's life.
 They cost the fork server nothing it does not hold already (the holes'
@@ -19,8 +20,9 @@ before ``gc.freeze()``: whatever the fork server allocates after it (the
 requests it reads between forks) lands on fresh pages, not in a hole a
 worker would have inherited.
 
-Best effort, CPython with pymalloc and glibc on 64-bit Linux: anywhere else
-(``PYTHONMALLOC`` set, another C library) it does nothing.
+Best effort: only with pymalloc on 64-bit CPython (not with ``PYTHONMALLOC``
+set or ``-X dev``; elsewhere nothing is done), and the C heap's part only
+with glibc 2.33 on (``mallinfo2``).
 """
 
 from __future__ import annotations
