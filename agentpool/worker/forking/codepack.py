@@ -1,6 +1,6 @@
 """Put the code objects a worker writes next to each other, so that it copies few pages.
 
-Why: CPython (3.11 on) rewrites bytecode in place as it runs it. Every
+Why: CPython (3.12 here) rewrites bytecode in place as it runs it. Every
 instruction that could be specialised counts down a counter inline in its
 code object each time it runs unspecialised, and specialising writes the
 new instruction there too. So running a function writes its code object,
@@ -21,8 +21,8 @@ code object is reached through a copy of its parent's constants. The copies
 start unspecialised, so the caller runs the warm-up again to specialise them
 before the workers fork.
 
-Best effort and CPython only: where code objects have no adaptive bytecode
-(``_co_code_adaptive``, 3.11 on) nothing is done. Copies behave as the
+Best effort, CPython 3.12 on only (:func:`unsupported` says why not elsewhere;
+the image runs 3.12). Copies behave as the
 originals (same bytecode, names, line table, flags); only the identity of
 ``function.__code__`` changes, which nothing a worker runs compares.
 """
@@ -72,8 +72,19 @@ def _code_tree(functions: list[types.FunctionType]) -> tuple[
     return codes, parents
 
 
+def unsupported() -> str | None:
+    """Why nothing is packed on this interpreter (None: it is)."""
+    if sys.implementation.name != "cpython" or not hasattr(types.CodeType, "_co_code_adaptive"):
+        return "no adaptive bytecode here"
+    if (sys.version_info.major, sys.version_info.minor) < (3, 12):
+        # 3.11 counts a code object's first runs in its header and rewrites the bytecode
+        # only after eight: a child's writes would not show in it.
+        return "Python 3.11 warms code objects up in their headers, out of sight"
+    return None
+
+
 def supported() -> bool:
-    return sys.implementation.name == "cpython" and hasattr(types.CodeType, "_co_code_adaptive")
+    return unsupported() is None
 
 
 def _adaptive(code: types.CodeType) -> bytes:

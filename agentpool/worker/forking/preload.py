@@ -52,8 +52,8 @@ try:
         warmup.run(_stage)
         if os.environ.get("AGENTPOOL_PACK_CODE", "1") == "0":
             REPORT.append("code packing skipped: AGENTPOOL_PACK_CODE=0")
-        elif not codepack.supported():
-            REPORT.append("code packing skipped: no adaptive bytecode here")
+        elif (_why := codepack.unsupported()) is not None:
+            REPORT.append(f"code packing skipped: {_why}")
         else:
             try:
                 warmup.run(_stage)  # what a worker still writes after two runs is packed

@@ -83,7 +83,7 @@ def _run(script: str) -> dict[str, object]:
 def test_the_code_a_child_writes_is_found_and_packed_onto_few_pages() -> None:
     result = _run(CODEPACK)
     if not result["supported"]:
-        pytest.skip("no adaptive bytecode on this interpreter")
+        pytest.skip("nothing is packed on this interpreter (codepack.unsupported)")
     assert result["all_run_found"] is True
     assert result["never_run_found"] is False
     assert result["all_copied"] is True
