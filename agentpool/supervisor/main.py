@@ -73,7 +73,8 @@ FDS_PER_NODE = 5
 """A worker's pipe and exit sentinel, and its three metrics files the collector keeps open."""
 OPEN_METRICS_FILES_PER_NODE = 3
 FORK_SERVER_READY_S = 120.0
-"""Its imports and warm-up took about 1 s here, 10 s on a loaded 2-core box."""
+"""Its imports, warm-up and heap layout take 1.2-2.4 s here (issue 26's third round;
+about 0.5 s before it), ten times that on a loaded 2-core box."""
 
 
 class _Service(Protocol):
