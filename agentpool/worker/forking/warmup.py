@@ -1,4 +1,4 @@
-"""Run every tick path of a worker once in the fork server, before its heap is frozen.
+"""Run every tick path of a worker in the fork server, before its heap is frozen.
 
 A worker's first ticks specialise bytecode in place, fill lazily built
 caches (``re``, ``json``, ``datetime``, ``http.client``, ``logging``,
@@ -8,7 +8,11 @@ workers fork with it already done. The paths exercised: RAPL on a writable
 sysfs tree, DVFS over cpufreq where RAPL is locked, HTTP telemetry and
 control against an in-process canned server (RAPL applied; RAPL
 ``blocked``, then DVFS; DVFS only), restoring the host, logging a line, pickling a tick
-report, writing metrics. Everything is throwaway: a private temporary sysfs
+report, writing metrics; then a whole worker's set-up and loop, over HTTP and
+host controls (:func:`rehearse_worker`). :func:`environment` is the world a
+pass runs in and :func:`run` one pass (the preload runs several: see
+:mod:`~agentpool.worker.forking.codepack`); :func:`scout` is what a forked
+child runs to show what a new worker writes. Everything is throwaway: a private temporary sysfs
 tree (built here from the few files the host backends read: the agent never
 imports the simulation kit) and metrics directory, a private metrics
 registry, a log handler writing to memory; nothing of it is left in the fork server but the warmed
