@@ -17,6 +17,7 @@ CRDs keeps them (and its objects), one without them gets none left behind.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -193,15 +194,19 @@ class Cluster:
             return pods
         return None
 
-    def unhealthy_events(self, pods: Iterable[client.V1Pod]) -> list[str]:
+    def unhealthy_events(
+        self, pods: Iterable[client.V1Pod], before: datetime.datetime | None = None
+    ) -> list[str]:
         """Every failed probe the kubelet reported for these pods (these incarnations: a
-        StatefulSet's pods come back under the same name)."""
+        StatefulSet's pods come back under the same name); with ``before``, only those that
+        first happened before it (the kubelet stamps events to the second, on this clock)."""
         uids = {p.metadata.uid for p in pods}
         events = self.core.list_namespaced_event(NAMESPACE).items
         return [
             f"{e.involved_object.name}: {e.message}"
             for e in events
             if e.reason == "Unhealthy" and e.involved_object.uid in uids
+            and (before is None or e.first_timestamp is None or e.first_timestamp < before)
         ]
 
     def logs(self, pod: str, previous: bool = False) -> str:

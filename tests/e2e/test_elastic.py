@@ -9,6 +9,7 @@ over an interval apart): no instant may have two pods controlling a node.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 from collections import defaultdict
 from collections.abc import Iterator
@@ -122,6 +123,8 @@ def test_scaling_2_3_2_hands_nodes_over_with_no_node_on_two_pods(
                   ready_log(cluster, f"{STATEFULSET}-2"))
     # Its start, not its end: the kubelet probes a container until it has seen it exit.
     assert cluster.unhealthy_events(cluster.agent_pods()) == []
+    # Whole seconds, as the kubelet stamps its events: one in this second is not counted.
+    told_to_stop = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     scale(cluster, 2)
     shrunk = wait_until("2 pods sharing the nodes again", lambda: converged(cluster, helper, 2),
                         180)
@@ -131,7 +134,12 @@ def test_scaling_2_3_2_hands_nodes_over_with_no_node_on_two_pods(
     # The simulator saw the newcomer act, and then only the two that stay.
     acted = {pod_of(r.user_agent) for r in records if r.monotonic >= start and r.node in NODES}
     assert f"{STATEFULSET}-2" in acted
-    assert cluster.unhealthy_events(cluster.agent_pods()) == []
+    staying = [p for p in cluster.agent_pods() if p.metadata.name in shrunk]
+    assert cluster.unhealthy_events(staying) == []
+    # The one that left, until it was told to stop: the kubelet can probe a container once
+    # more while it tears the pod's network down ("dial tcp ...: i/o timeout", seen in CI),
+    # which says nothing about the agent.
+    assert cluster.unhealthy_events([newcomer], before=told_to_stop) == []
 
 
 def test_helm_upgrade_rolls_the_pods_with_no_node_controlled_twice_or_left_long(
