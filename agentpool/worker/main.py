@@ -3,12 +3,13 @@
 Runs in a child of the fork server. It never opens an API connection: its
 node's inputs arrive over the pipe, each tick's result goes back over it.
 It ticks at once when new inputs arrive and otherwise every reconcile
-interval. It exits cleanly (restoring host values) on SIGTERM, on a
-:class:`StopWorker` message, when the pipe closes, or when its parent dies
-(``PR_SET_PDEATHSIG``), so a SIGKILLed supervisor leaves no worker behind and
-no host throttled. And it stops on its own, without waiting for anyone, when
-its fence passes (:mod:`agentpool.worker.fence`): then no write of it lands
-where another pod may already control the node.
+interval, at times every worker of the pod shares (:mod:`agentpool.worker.cadence`).
+It exits cleanly (restoring host values) on SIGTERM, on a :class:`StopWorker`
+message, when the pipe closes, or when its parent dies (``PR_SET_PDEATHSIG``), so a
+SIGKILLed supervisor leaves no worker behind and no host throttled. And it stops
+on its own, without waiting for anyone, when its fence passes
+(:mod:`agentpool.worker.fence`): then no write of it lands where another pod may
+already control the node.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from agentpool.errors import FencedError, shown
 from agentpool.logs import setup_logging
 from agentpool.proctitle import set_title, worker_title
 from agentpool.spec.values import NodeInputs, TickResult
+from agentpool.worker import cadence
 from agentpool.worker.faults import faults_for, tick_with_faults
 from agentpool.worker.fence import WorkerFence
 from agentpool.worker.nodefiles import metrics_id, presize_metrics_files
@@ -356,7 +358,5 @@ def _turns(
                 reported, reported_at = result, finished
         except (OSError, EOFError):
             return False
-        next_tick += interval
-        if next_tick <= time.monotonic():  # fell behind (a slow endpoint): do not burst
-            next_tick = time.monotonic() + interval
+        next_tick = cadence.next_tick(started, interval)
     return False

@@ -40,12 +40,12 @@ def settings(root: Path, lease: bool) -> WorkerSettings:
                     sysfs_root=str(root / "{node}"), pod_name="pool-1").worker()
 
 
-def inputs(cap: float) -> NodeInputs:
+def inputs(cap: float, node: str = NODE) -> NodeInputs:
     profile: dict[str, Any] = {
-        "metadata": {"name": NODE},
-        "spec": {"nodeName": NODE, "profile": "eco", "cpu": {"packagePowerCapWatts": cap}},
+        "metadata": {"name": node},
+        "spec": {"nodeName": node, "profile": "eco", "cpu": {"packagePowerCapWatts": cap}},
     }
-    return NodeInputs(NODE, labels=dict(INTEL), power_profile=profile)
+    return NodeInputs(node, labels=dict(INTEL), power_profile=profile)
 
 
 class Worker:

@@ -1,0 +1,36 @@
+"""When a worker ticks: on a grid that every worker of the pod shares.
+
+A node ticks once per reconcile interval, at whole multiples of the interval
+on the host's monotonic clock, which is the same clock in every process of the
+pod. So a pod's workers tick together, one after another, rather than each at
+the moment its process happened to start. That is cheaper. Every worker runs the
+same interpreter code on the same shared pages (the fork server's heap), so a
+tick that runs right after another worker's finds them in the CPU's caches,
+while a tick that wakes an idle CPU fetches them again. Measured on the 2-core
+VM of BENCHMARKS.md ("Fourth round"): one controller in one process took 0.33 ms
+of CPU per tick back to back and 0.93 ms after sleeping 20 ms; at N = 1,000 and
+a 20 s interval, CPU per node-tick (supervisor included) went from 1.23 to
+0.77 ms, because the supervisor also reads the workers' reports in bursts.
+
+The price is a burst of requests once per interval, one per node, towards the
+control endpoints. Each worker still has a node of its own, so a slow endpoint
+only delays its own node.
+
+New inputs still make a worker tick at once. The next tick after that one, or
+after a tick that started late (a slow endpoint, a busy machine), is the first
+grid time at least half an interval later, so ticks stay between half and one
+and a half intervals apart and a late worker never catches up in a burst.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def next_tick(started: float, interval: float) -> float:
+    """When to tick next after a tick that started at ``started`` (monotonic seconds): the
+    first multiple of ``interval`` more than half an interval after it. An interval of 0
+    (the fork server's warm-up rehearsal) ticks again at once."""
+    if interval <= 0:
+        return started
+    return (math.floor((started + interval / 2) / interval) + 1) * interval
