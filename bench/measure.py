@@ -13,6 +13,7 @@ import math
 import os
 import statistics
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,25 @@ def _cpu_model() -> str:
     import platform
 
     return platform.processor() or "unknown"
+
+
+QUIET_PROBE_S = 2.0
+QUIET_TIMEOUT_S = 120.0
+
+
+def wait_for_quiet_api(cluster: SimCluster, nodes: int) -> float:
+    """Wait (at most QUIET_TIMEOUT_S) until a QUIET_PROBE_S look sees fewer than N/100 (at
+    least 5) API requests: past the start-up's writes. The NodeHardware inventory is written
+    within a budget (100 at once, then 50 a second), so at N = 1,000 it lasts ~20 s after
+    start. Returns the seconds waited."""
+    began = time.monotonic()
+    quiet = max(5, nodes // 100)
+    while time.monotonic() - began < QUIET_TIMEOUT_S:
+        cluster.emulator.reset_counters()
+        time.sleep(QUIET_PROBE_S)
+        if sum(cluster.emulator.request_counts().values()) < quiet:
+            break
+    return time.monotonic() - began
 
 
 @contextlib.contextmanager

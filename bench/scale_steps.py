@@ -30,6 +30,7 @@ from measure import (
     memory,
     percentile,
     process_tree,
+    wait_for_quiet_api,
 )
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -135,24 +136,11 @@ def step_startup(
     log(f"N={n}: caps applied after {caps_s:.1f}s, all running after {running_at - t0:.1f}s")
 
 
-QUIET_PROBE_S = 2.0
-QUIET_TIMEOUT_S = 120.0
-"""The steady window begins once a QUIET_PROBE_S look sees fewer than N/100 API requests."""
-
-
 def step_steady(cluster: SimCluster, agent: AgentProcess, run: Run, opts: Options) -> None:
     n, interval = run.nodes, opts.interval_s
     time.sleep(interval)  # every worker is past its start-up ticks and in its rhythm
-    # And the pod past its start-up writes: the NodeHardware inventory is written within a
-    # budget (100 at once, then 50 a second), so at N = 1,000 it lasts ~20 s after start.
-    settled = time.monotonic()
-    quiet = max(5, n // 100)
-    while time.monotonic() - settled < QUIET_TIMEOUT_S:
-        cluster.emulator.reset_counters()
-        time.sleep(QUIET_PROBE_S)
-        if sum(cluster.emulator.request_counts().values()) < quiet:
-            break
-    run.values["steady_settle_s"] = time.monotonic() - settled
+    # And the pod past its start-up writes (the NodeHardware inventory, budget-paced).
+    run.values["steady_settle_s"] = wait_for_quiet_api(cluster, n)
     run.notes.append(f"N={n}: the steady window began {run.values['steady_settle_s']:.0f} s "
                      "after the first interval, once the start-up's API writes were done")
     tree = process_tree(agent.pid)
