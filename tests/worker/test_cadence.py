@@ -1,7 +1,7 @@
 """When workers tick (agentpool/worker/cadence.py): on the grid every worker shares.
 
-The rule itself, then real workers forked by the fork server at a moment half
-way between two grid times: after their first tick, which is at once, their
+The rule itself, then real workers forked by the fork server 0.4 and 0.7 s
+after a grid time: after their first tick, which is at once, their
 ticks arrive just after the grid's times, not at their own start's phase.
 """
 
