@@ -3,7 +3,8 @@
 Reads node names from stdin, then for ``--seconds`` makes, once per node and
 ``--interval``, what an enforcing tick of the agent asks of the outside:
 with ``--endpoint``, the control POST (the agent's JSON, a kept-alive
-``http.client`` connection per origin, the JSON answer parsed); with
+connection per origin written and read by the agent's own wire code,
+:mod:`agentpool.backends.http11`, the JSON answer parsed); with
 ``--zone ENERGY=LIMIT`` pairs, a read of each package zone's energy counter
 and a write of its share of the cap. Prints its own CPU seconds (user +
 system) and the node-ticks made. Nothing else: no controller, no metrics, no
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import http.client
 import json
 import sys
 import time
 from urllib.parse import quote, urlsplit
+
+from agentpool.backends import http11
 
 
 def main() -> int:
@@ -31,19 +33,21 @@ def main() -> int:
     args = p.parse_args()
     nodes = sys.stdin.read().split()
     zones = [tuple(z.split("=", 1)) for z in args.zone]
-    connections: dict[str, http.client.HTTPConnection] = {}
+    connections: dict[str, http11.Connection] = {}
 
     def post(node: str) -> None:
         assert args.endpoint is not None
         url = urlsplit(args.endpoint.replace("{node}", quote(node, safe="")))
         conn = connections.get(url.netloc)
         if conn is None:
-            conn = connections[url.netloc] = http.client.HTTPConnection(url.netloc, timeout=5)
+            conn = connections[url.netloc] = http11.Connection(url.hostname or "", url.port or 80)
+            conn.connect(5)
         ts = datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
         body = json.dumps({"node": node, "action": "rapl.set_power_cap_watts",
                            "capWatts": args.cap, "throttlePct": -1, "ts": ts}).encode()
-        conn.request("POST", url.path, body=body, headers={"Content-Type": "application/json"})
-        json.loads(conn.getresponse().read())
+        data = http11.request_bytes("POST", url.path, url.netloc,
+                                    {"Content-Type": "application/json"}, body)
+        json.loads(conn.exchange(data, "POST", time.monotonic() + 5, 1 << 20).body)
 
     per_node = len(zones) // max(1, len(nodes))
     share = int(args.cap * 1e6 / max(1, per_node))  # the cap split evenly, as the agent does

@@ -6,15 +6,15 @@ may carry ``result``, ``message`` and ``state`` (:func:`post_action`). What
 the CPU and the GPU read and send is theirs:
 :mod:`agentpool.backends.cpu_http`, :mod:`agentpool.backends.gpu_http`.
 
-Uses the standard library's ``http.client`` with one kept-alive connection
-per origin and worker thread (a worker owns a single node, so that is one
-or two connections): no urllib opener and handler chain is rebuilt per
-request, and a tick whose server keeps connections alive costs no
-connection set-up. Redirects are not followed (a 3xx is an error, as any
+Requests go out on one kept-alive connection per origin and worker thread
+(a worker owns a single node, so that is one or two connections), in the
+lean HTTP/1.1 of :mod:`agentpool.backends.http11` (why not ``http.client``:
+there), and a tick whose server keeps connections alive costs no connection
+set-up. Redirects are not followed (a 3xx is an error, as any
 non-2xx), so credentials never travel elsewhere. The endpoint's timeout
 bounds the whole request, not each receive: a server that drips its answer
 a byte at a time, each just inside a socket timeout, is cut off at the
-deadline all the same (:class:`_DeadlineIO`). ``https`` connections use
+deadline all the same. ``https`` connections use
 the TLS context and headers of :mod:`agentpool.backends.httpauth`; when its
 files change, the connection is made again with the new context. Bodies are
 read up to a bound so a misbehaving endpoint cannot balloon a worker's memory.
@@ -32,11 +32,9 @@ simulator's log shows which pool pod acted on a node.
 
 from __future__ import annotations
 
-import http.client
-import io
 import json
 import math
-import socket
+import re
 import ssl
 import threading
 import time
@@ -45,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentpool import __version__
-from agentpool.backends import fencing
+from agentpool.backends import fencing, http11
 from agentpool.backends.httpauth import HttpAuth
 from agentpool.config.settings import HttpAuthSettings
 from agentpool.durations import utc_timestamp
@@ -99,54 +97,10 @@ class _Connections(threading.local):
     """This thread's open connections, by (scheme, host:port); a worker has one thread."""
 
     def __init__(self) -> None:
-        self.by_origin: dict[tuple[str, str], http.client.HTTPConnection] = {}
-        self.contexts: dict[tuple[str, str], ssl.SSLContext | None] = {}
-        """The TLS context each connection was made with."""
-        self.deadline = math.inf
-        """When this thread's request in flight must be over (monotonic seconds)."""
+        self.by_origin: dict[tuple[str, str], http11.Connection] = {}
 
 
 _open = _Connections()
-
-
-class _DeadlineIO(io.RawIOBase):
-    """A connection's socket as an answer is read from it: no receive outlasts the deadline.
-
-    A socket timeout bounds one receive only; ``http.client`` reads the status
-    line, each header and each chunk of the body with receives of their own.
-    It wraps the socket file ``http.client`` made (``raw``), which holds the
-    reference that keeps the socket open when the connection hands itself over
-    to an answer that ends with the connection (``Connection: close``).
-    """
-
-    def __init__(self, sock: socket.socket, raw: io.RawIOBase, deadline: float) -> None:
-        super().__init__()
-        self._sock = sock
-        self._raw = raw
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int | None:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request's deadline passed")
-        self._sock.settimeout(left)
-        return self._raw.readinto(buffer)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-class _Response(http.client.HTTPResponse):
-    """``http.client``'s response, reading through :class:`_DeadlineIO`."""
-
-    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
-        super().__init__(sock, *args, **kwargs)
-        raw = self.fp.detach()  # nothing is buffered yet: the answer is still unread
-        self.fp = io.BufferedReader(_DeadlineIO(sock, raw, _open.deadline))
 
 
 def close_connections() -> None:
@@ -154,31 +108,40 @@ def close_connections() -> None:
     for conn in _open.by_origin.values():
         conn.close()
     _open.by_origin.clear()
-    _open.contexts.clear()
+
+
+def _origin(parts: urllib.parse.SplitResult) -> tuple[str, int, str]:
+    """(host to connect to, port, the ``Host`` header) of a URL; ProtocolError for a port
+    that cannot be used."""
+    netloc = parts.netloc.rpartition("@")[2]
+    try:
+        port = parts.port
+    except ValueError:
+        text = netloc.rpartition(":")[2]
+        problem = "port out of range" if text.isdigit() else "nonnumeric port"
+        raise http11.ProtocolError(f"{problem}: {text!r}") from None
+    host = parts.hostname or ""
+    return host, port or (443 if parts.scheme == "https" else 80), netloc
 
 
 def _connection(
-    scheme: str, netloc: str, timeout: float, context: ssl.SSLContext | None
-) -> http.client.HTTPConnection:
-    conn = _open.by_origin.get((scheme, netloc))
-    if conn is not None and _open.contexts.get((scheme, netloc)) is not context:
-        _open.by_origin.pop((scheme, netloc)).close()  # TLS files changed: reconnect with them
+    scheme: str, parts: urllib.parse.SplitResult, context: ssl.SSLContext | None
+) -> tuple[http11.Connection, str]:
+    """This thread's connection to the URL's origin (made if need be, not yet connected),
+    and the ``Host`` header of its requests."""
+    host, port, host_header = _origin(parts)
+    key = (scheme, parts.netloc)
+    conn = _open.by_origin.get(key)
+    if conn is not None and conn.context is not context:
+        _open.by_origin.pop(key).close()  # TLS files changed: reconnect with them
         conn = None
     if conn is None:
         if len(_open.by_origin) >= MAX_CONNECTIONS:  # endpoints moved: drop the oldest
             oldest = next(iter(_open.by_origin))
             _open.by_origin.pop(oldest).close()
-        if scheme == "https":
-            conn = http.client.HTTPSConnection(netloc, timeout=timeout, context=context)
-        else:
-            conn = http.client.HTTPConnection(netloc, timeout=timeout)
-        conn.response_class = _Response
-        _open.by_origin[(scheme, netloc)] = conn
-        _open.contexts[(scheme, netloc)] = context
-    conn.timeout = timeout
-    if conn.sock is not None:
-        conn.sock.settimeout(timeout)
-    return conn
+        conn = http11.Connection(host, port, context)
+        _open.by_origin[key] = conn
+    return conn, host_header
 
 
 def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None,
@@ -196,65 +159,44 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
         raise HttpBackendError(url, f"request failed: unsupported URL {url!r}")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {**headers, **_auth.headers(url)}
-    context = _auth.context(url)
-    _open.deadline = time.monotonic() + timeout  # both attempts together: one timeout
+    context = _auth.context(url) if parts.scheme == "https" else None
+    deadline = time.monotonic() + timeout  # both attempts together: one timeout
     for attempt in (1, 2):
         if method == "POST":
             fencing.permit(f"POST {url}", timeout)
-        conn: http.client.HTTPConnection | None = None
-        response: http.client.HTTPResponse | None = None
+        conn: http11.Connection | None = None
         reused = False
         try:
-            conn = _connection(parts.scheme, parts.netloc, _left(), context)
+            conn, host = _connection(parts.scheme, parts, context)
+            data = http11.request_bytes(method, target, host, headers, body)
             reused = conn.sock is not None
             if not reused:
-                _connect(conn, url, timeout)
-            conn.request(method, target, body=body, headers=headers)
-            response = conn.getresponse()
-            data = response.read(MAX_BODY_BYTES + 1)
+                _connect(conn, url, timeout, deadline)
+            reply = conn.exchange(data, method, deadline, MAX_BODY_BYTES)
         except TimeoutError as exc:
-            _drop(conn, response)
             raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
-        except (ConnectionError, http.client.RemoteDisconnected) as exc:
-            _drop(conn, response)
+        except ConnectionError as exc:  # reset, or closed while idle (DisconnectedError)
             if reused and attempt == 1:
                 continue
             raise HttpBackendError(url, f"request failed: {exc}") from exc
-        except (OSError, ValueError, http.client.HTTPException) as exc:
-            _drop(conn, response)  # reset mid-body, malformed answer, a URL it cannot use...
+        except (OSError, ValueError) as exc:  # a malformed answer, a URL it cannot use...
+            if conn is not None:
+                conn.close()
             raise HttpBackendError(url, f"request failed: {shown(exc)}") from exc
-        if not response.isclosed():  # body left unread (too large): the connection is spent
-            _drop(conn, response)
-        if not 200 <= response.status < 300:
-            problem = f"HTTP {response.status} {shown(response.reason)}"
-            if response.status in (401, 403):
-                problem += f": {_refusal(response.status)}"
-            raise HttpBackendError(url, problem, status=response.status)
-        if len(data) > MAX_BODY_BYTES:
+        if not 200 <= reply.status < 300:
+            problem = f"HTTP {reply.status} {shown(reply.reason)}"
+            if reply.status in (401, 403):
+                problem += f": {_refusal(reply.status)}"
+            raise HttpBackendError(url, problem, status=reply.status)
+        if len(reply.body) > MAX_BODY_BYTES:
             raise HttpBackendError(url, f"answer larger than {MAX_BODY_BYTES} bytes")
-        return data
+        return reply.body
     raise AssertionError("unreachable: the second attempt returns or raises")
 
 
-def _left() -> float:
-    """Seconds left before this thread's request deadline (a tiny positive floor: a
-    socket timeout of 0 would mean non-blocking, not 'none left')."""
-    return max(0.001, _open.deadline - time.monotonic())
-
-
-def _drop(
-    conn: http.client.HTTPConnection | None, response: http.client.HTTPResponse | None
-) -> None:
-    """Close a connection that cannot be reused, and its answer's socket file with it."""
-    if response is not None:
-        response.close()
-    if conn is not None:
-        conn.close()
-
-
-def _connect(conn: http.client.HTTPConnection, url: str, timeout: float) -> None:
+def _connect(conn: http11.Connection, url: str, timeout: float, deadline: float) -> None:
     try:
-        conn.connect()
+        conn.connect(max(0.001, deadline - time.monotonic()))
     except TimeoutError as exc:
         conn.close()
         raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
@@ -315,6 +257,25 @@ def _portable(value: Any) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
+_LONG_NUMBER = re.compile(r"\d{19}")
+"""Digits enough to overflow int64 (a float's text never holds that many in a row)."""
+
+
+def _portable_json(state: dict[str, Any]) -> str:
+    """``state`` as JSON if an API server can store it (:func:`_portable`), else "".
+
+    The encoder refuses NaN and the infinities itself; only a text with an integer long
+    enough to overflow int64 (or a string of such digits) takes the walk over every value.
+    """
+    try:
+        encoded = json.dumps(state, allow_nan=False)
+    except ValueError:
+        return ""
+    if _LONG_NUMBER.search(encoded) and not _portable(state):
+        return ""
+    return encoded
+
+
 def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
     """A control answer: empty or non-object bodies mean accepted; ``result`` is honoured."""
     if not raw.strip():
@@ -335,7 +296,7 @@ def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
     state = payload.get("state")
     if not isinstance(state, dict):
         return ControlAnswer(result, message, {})
-    encoded = json.dumps(state) if _portable(state) else ""
+    encoded = _portable_json(state)
     if not encoded or len(encoded) > MAX_STATE_BYTES:
         note = f"; its state is not finite JSON of at most {MAX_STATE_BYTES} bytes, not kept"
         return ControlAnswer(result, message + note, {})

@@ -6,9 +6,9 @@ collections do not touch (and copy-on-write duplicate) the shared pages.
 Never import this from the supervisor itself.
 
 What a worker would otherwise do for itself, once per process, is done here
-once for all of them: import ``encodings.idna`` (http.client encodes the host
-name with it on the first request, pulling in ``stringprep`` and
-``unicodedata``), and drive throwaway node controllers through every tick
+once for all of them: import ``encodings.idna`` (``ssl`` encodes an HTTPS
+endpoint's host name with it on the first connection, pulling in
+``stringprep`` and ``unicodedata``), and drive throwaway node controllers through every tick
 path and a whole worker's set-up and loop (:mod:`agentpool.worker.forking.warmup`),
 so caches are filled and bytecode is specialised when the workers fork.
 Then the heap is laid out for forking: the code objects a new worker still

@@ -1,7 +1,7 @@
 """Run every tick path of a worker in the fork server, before its heap is frozen.
 
 A worker's first ticks specialise bytecode in place, fill lazily built
-caches (``re``, ``json``, ``datetime``, ``http.client``, ``logging``,
+caches (``re``, ``json``, ``datetime``, the HTTP wire code, ``logging``,
 prometheus_client's multiprocess values) and intern strings; done in each
 worker that copies those pages once per worker. Done here, once, the
 workers fork with it already done. The paths exercised: RAPL on a writable
