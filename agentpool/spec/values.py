@@ -184,7 +184,7 @@ def url_problem(template: str) -> str | None:
     """Why an endpoint (``{node}`` standing for a node name) cannot be requested; None if it can.
 
     Checked when the endpoint is configured, so that a bad one is an error naming its field
-    or variable rather than a failure of every request: ``http.client`` refuses whitespace
+    or variable rather than a failure of every request: a request line refuses whitespace
     and control characters, non-ASCII cannot go into a request line, and a port must be a
     number from 1 to 65535.
     """
@@ -216,8 +216,8 @@ class HttpEndpoint:
     timeout_s: float = DEFAULT_HTTP_TIMEOUT_S
 
     def url(self, node: str) -> str:
-        # Percent-encoded: a node name is a path segment, and http.client refuses
-        # non-ASCII in a request line (DNS-1123 names pass through unchanged).
+        # Percent-encoded: a node name is a path segment, and a request line holds no
+        # non-ASCII (DNS-1123 names pass through unchanged).
         return self.template.replace("{node}", quote(node, safe=""))
 
 
