@@ -46,6 +46,11 @@ class RawServer:
         self._threads.append(accept)
 
     @property
+    def connections(self) -> int:
+        """Connections accepted so far."""
+        return len(self._conns)
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/endpoint/{{node}}"
 
