@@ -9,9 +9,10 @@ machine:
 1. **CPU floor**: before the agent starts, a bare loop in one process
    (``bench/floor_loop.py``) makes the requests the agent's ticks make, for
    every node at the reconcile interval: HTTP, one control POST per node and
-   tick (the same JSON, a kept-alive ``http.client`` connection per origin,
-   the answer parsed); host, the package zones' energy counters read and the
-   cap written. Its CPU time (user + system) per node-tick is the floor.
+   tick (the same JSON, a kept-alive connection per origin on the agent's own
+   wire code, :mod:`agentpool.backends.http11`, the answer parsed); host, the
+   package zones' energy counters read and the cap written. Its CPU time
+   (user + system) per node-tick is the floor.
 2. **Start-up**: from launching ``python -m agentpool`` (imports included)
    to every node's cap applied: its first control request at the simulator
    (HTTP) or the PL1 limit file of every package zone holding the cap
