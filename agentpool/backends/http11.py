@@ -41,6 +41,8 @@ _ILLEGAL = re.compile(r"[\x00-\x20\x7f]")
 """What a request target may not hold (``http.client`` refuses the same)."""
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
 """What would end a header line early: a header smuggled into the request."""
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+"""A chunk size."""
 
 
 class ProtocolError(ValueError):
@@ -263,12 +265,10 @@ class _Reader:
         size = 0
         while True:
             header = self.line("chunk size").split(b";", 1)[0].strip()
-            try:
-                chunk = int(header, 16)
-            except ValueError:
-                raise ProtocolError(f"bad chunk size {header[:20]!r}") from None
-            if chunk < 0:
+            # Hex digits only: int(x, 16) would also take a sign, "0x" and underscores.
+            if not _HEX.fullmatch(header):
                 raise ProtocolError(f"bad chunk size {header[:20]!r}")
+            chunk = int(header, 16)
             if chunk == 0:
                 while self.line("trailer"):  # trailers are read and ignored
                     pass

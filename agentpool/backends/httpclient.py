@@ -159,7 +159,7 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
         raise HttpBackendError(url, f"request failed: unsupported URL {url!r}")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {**headers, **_auth.headers(url)}
-    context = _auth.context(url) if parts.scheme == "https" else None
+    context = _auth.context(url)  # None for plain http
     deadline = time.monotonic() + timeout  # both attempts together: one timeout
     for attempt in (1, 2):
         if method == "POST":

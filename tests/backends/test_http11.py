@@ -109,6 +109,10 @@ def test_a_header_or_target_that_would_smuggle_a_line_is_refused(
         (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n{}", "malformed header"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}}\r\n0\r\n\r\n",
          "longer than its size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\n{}\r\n0\r\n\r\n",
+         "bad chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+2\r\n{}\r\n0\r\n\r\n",
+         "bad chunk size"),
     ],
 )
 def test_what_is_not_http_1_x_is_a_request_failure(data: bytes, problem: str) -> None:
