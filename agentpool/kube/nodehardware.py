@@ -10,7 +10,10 @@ host-controlled nodes, see :mod:`agentpool.hardware.host`), and (3)
 merge-patches ``status`` through the subresource only when the content
 differs from what it last wrote. Keys that disappeared are nulled in the
 patch so they go away. A rediscovery pass every :data:`REDISCOVER_S` picks up
-host changes (a BIOS update, a module loaded) without writing otherwise.
+host changes (a BIOS update, a module loaded) without writing otherwise; a
+node without host discovery (HTTP control, or no sysfs) has nothing to
+rediscover, its content following only from what is offered, so it is looked
+at again only when new inputs are offered.
 
 ``publish_due(now)`` does one pass synchronously; the thread only calls it,
 so a test can drive simulated minutes without waiting.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -141,18 +145,28 @@ class HardwarePublisher:
         with self._cond:
             self._entries.pop(node, None)
 
+    def next_due(self) -> float | None:
+        """When the earliest node is due (a rediscovery or a retry); None: none is, until
+        inputs are offered."""
+        with self._cond:
+            return self._next_due()
+
+    def _next_due(self) -> float | None:
+        due = min((e.due for e in self._entries.values()), default=math.inf)
+        return None if due == math.inf else due
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 if self._stop:
                     return
                 now = self._clock()
-                waits = [e.due - now for e in self._entries.values()]
-                if not waits or min(waits) > 0:
+                due = self._next_due()
+                if due is None or due > now:
                     # Rediscoveries a little late, several at once: spread by the budget,
                     # each node's turn would otherwise wake the thread (and its pass over
                     # every node) on its own. An offer wakes it at once all the same.
-                    self._cond.wait(min(waits) + COALESCE_S if waits else None)
+                    self._cond.wait(due - now + COALESCE_S if due is not None else None)
                     continue
                 if not self._bucket.ready(now):
                     # Some tokens at once: each pass looks at every node.
@@ -177,7 +191,8 @@ class HardwarePublisher:
                 written = self._publish(entry, inputs)
                 self._bucket.take(written)
                 writes += written
-                delay = self._rediscover_s
+                # Only a host has anything to rediscover; the rest waits for an offer.
+                delay = self._rediscover_s if inputs.sysfs_root else math.inf
             except KubeError as exc:
                 log.warning("NodeHardware of node %s not written: %s", node, exc)
                 self._bucket.take()  # a refused write loaded the API server too

@@ -85,6 +85,27 @@ def test_created_once_then_zero_writes_in_five_minutes_of_steady_state(
     assert publisher.writes == 4
 
 
+def test_only_a_host_is_rediscovered_a_node_without_one_waits_for_new_inputs(
+    emu: ApiEmulator, api: KubeApi, tmp_path: Path
+) -> None:
+    # An HTTP-controlled node's content follows from its inputs alone: looking at it
+    # again every period (a pass over every node of a pool) would find nothing new.
+    clock = Clock()
+    publisher = HardwarePublisher(api, clock=clock, rediscover_s=20.0)
+    publisher.offer(inputs("remote", None))
+    assert publisher.publish_due(clock.now) == 2
+    assert publisher.next_due() is None
+    with intel_2socket(tmp_path / "a"):
+        publisher.offer(inputs("local", tmp_path / "a"))
+        assert publisher.next_due() == 0.0  # new: due at once
+        assert publisher.publish_due(clock.now) == 2
+        assert publisher.next_due() == clock.now + 20.0  # the host's rediscovery
+    publisher.offer(inputs("remote", None, **{"feature.node.kubernetes.io/cpu-sockets": "2"}))
+    assert publisher.next_due() == 0.0  # changed inputs: due again
+    assert publisher.publish_due(clock.now) == 1
+    assert emu.get("nodehardwares", "remote")["status"]["cpu"]["sockets"] == 2
+
+
 def test_writes_keep_to_the_budget_and_the_rest_stay_due(emu: ApiEmulator, api: KubeApi) -> None:
     # 4 writes at once, then one every second: 2 nodes now (a create and a patch each),
     # the other 3 as tokens come, none lost, the API never sent more than the budget.
