@@ -36,3 +36,12 @@ def due(
     if current is None or current.stop_at - now < silence / 2:
         return silence_fence(now, silence)
     return None
+
+
+def renewal_at(handle: WorkerHandle, elastic: bool) -> float | None:
+    """When :func:`due` will next have a silence fence for this worker (static pools and
+    daemonsets); None where only a lease renewal moves it (elastic pools) or it has none."""
+    current = handle.fence_unsent or handle.fence_sent
+    if elastic or current is None or handle.conn is None:
+        return None
+    return current.stop_at - max(handle.heartbeat_s, SILENCE_MIN_S) / 2

@@ -26,9 +26,12 @@ off like one that died, and an unexpected exception ends the loop through
 the same orderly shutdown as SIGTERM, with a non-zero exit status.
 
 A turn touches only the workers that have something to say (see
-:mod:`agentpool.supervisor.loopio`); the scans over every worker (heartbeats,
-kill deadlines, due restarts) run once per ``loop_period_s``; the metrics
-snapshot is rebuilt when the worker table changed.
+:mod:`agentpool.supervisor.loopio`); a pass over every worker (heartbeats,
+kill deadlines, due restarts, fence renewals) runs when the earliest of those
+deadlines falls due (:meth:`WorkerTable.scan`), a few seconds apart at most;
+the loop's own checks (the desired state's freshness, orphans, the first
+listing) once per ``loop_period_s``; the metrics snapshot is rebuilt when the
+worker table changed.
 """
 
 from __future__ import annotations
@@ -68,11 +71,8 @@ from agentpool.worker.nodefiles import NodeFiles
 log = logging.getLogger(__name__)
 
 LOOP_PERIOD_S = 0.5
-"""Longest sleep of the loop, and the period of the scans over every worker."""
-FENCE_CHECK_S = 2.0
-"""How often the scan looks for silence fences to renew: they last at least 30 s and are
-renewed with half left, so a look every loop period (a visit to every worker) was 4x
-more than needed. An elastic pool's renewals are sent as the lease moves them."""
+"""Longest sleep of the loop, the period of its own checks, and the shortest time between
+two passes over every worker."""
 MAX_STARTS_PER_TURN = 64
 """Start workers in batches so reports keep flowing during a mass start."""
 FINAL_STATUS_MIN_S = 5.0
@@ -137,8 +137,8 @@ class Supervisor:
             hardware, elastic, node_events,
         )
         """Every owned node's worker: starts, reports, deaths, restarts, stops."""
-        self._next_scan = 0.0
-        self._next_fence_check = 0.0
+        self._next_check = 0.0
+        """When the loop's own checks (not a pass over the workers) are due next."""
         self._inputs_changed: set[str] = set()
         """Nodes whose inputs may differ from what their worker was last sent."""
         self._scope_stale = True
@@ -192,8 +192,8 @@ class Supervisor:
     def turn(self) -> None:
         """One turn of the loop: wait for something to do (at most one loop period), do it."""
         busy = self._scope_stale or not self.events.empty()
-        until_scan = max(0.0, min(self.loop_period_s, self._next_scan - self.clock()))
-        self.io.wait(0.0 if busy else until_scan)
+        due = min(self._next_check, self.table.scan_at)
+        self.io.wait(0.0 if busy else max(0.0, min(self.loop_period_s, due - self.clock())))
         now = self.clock()
         self.loop_heartbeat = now
         self._handle_signals()
@@ -203,28 +203,26 @@ class Supervisor:
         self.table.read_reports(now)
         self.table.reap(now)
         self._turn_elastic(now)
-        scan = now >= self._next_scan
-        if scan:
-            self._next_scan = now + self.loop_period_s
-            self.table.check_heartbeats(now)
-            self.table.enforce_kill_deadlines(now)
-            self.table.check_lingering(now)
+        check = now >= self._next_check
+        if check:
+            self._next_check = now + self.loop_period_s
             self._check_spec_freshness(now)
+        scan = now >= self.table.scan_at
+        if scan:
+            self.table.scan(now)
         if self.table.rescope:
             self.table.rescope, self._scope_stale = False, True
-        if self._scope_stale or (scan and self._awaiting_sync):
+        if self._scope_stale or (check and self._awaiting_sync):
             self._reconcile_scope(now)
         if scan:
-            self.table.restart_due(now)
-            if now >= self._next_fence_check:
-                self._next_fence_check = now + FENCE_CHECK_S
-                self.table.refresh_fences(now)
+            self.table.scan_after_scope(now)
         changed = self._changed_inputs()
         self._offer_hardware(changed)
         self._deliver_inputs(changed, now)
-        if scan:
+        self.table.note_stalled()
+        if check:
             reap_orphans()
-        if self.table.changed or (scan and self.synced() != self._published_synced):
+        if self.table.changed or (check and self.synced() != self._published_synced):
             self._publish()
 
     def _turn_elastic(self, now: float) -> None:

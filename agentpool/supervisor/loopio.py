@@ -43,6 +43,9 @@ class LoopIO:
         """Nodes whose worker pipe can take more of a pending message."""
         self.exited: set[str] = set()
         """Nodes whose worker's exit sentinel fired since the last reap."""
+        self.stalled: set[str] = set()
+        """Nodes whose worker's pipe began refusing a message (``outbox_since`` set) since
+        the loop last looked: from then on the worker counts towards being hung."""
         self._fence_frame: tuple[FenceTimes, bytes] | None = None
         """The last fence framed: a renewal sends the same one to every worker."""
 
@@ -149,6 +152,7 @@ class LoopIO:
             handle.outbox_since = None
         elif handle.outbox_since is None:
             handle.outbox_since = now
+            self.stalled.add(handle.node)
         data = (handle.node, "conn")
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.modify(conn.fileno(), READ_WRITE if full else READ, data)

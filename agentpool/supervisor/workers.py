@@ -53,6 +53,12 @@ from agentpool.worker.protocol import (
 
 log = logging.getLogger(__name__)
 
+SCAN_CEILING_S = 5.0
+"""The longest the loop goes without a pass over every worker, whatever their deadlines
+say. Each deadline schedules its own pass (a heartbeat limit, a kill, a restart, a fence
+renewal), so at a thousand quiet workers a pass comes about this often instead of twice
+a second; this bounds how late one whose change went unannounced is acted on."""
+
 KILL_GRACE_S = 2.0
 """A silent worker gets SIGTERM, then SIGKILL this much later; after the shutdown
 deadline, how long the SIGKILLed workers are waited for."""
@@ -108,6 +114,51 @@ class WorkerTable:
         """The API each worker's node follows, as last logged (``agentpool_node_api``)."""
         self.pod_fence: FenceTimes | None = None
         """Elastic pool: the fence every worker holds (the loop sets it at each renewal)."""
+        self.scan_at = 0.0
+        """When the next pass over every worker (:meth:`scan`) is due: the earliest time
+        something of one of them falls due, as each pass and each change of a deadline
+        says (:meth:`due_by`), and at most :data:`SCAN_CEILING_S` after the last pass."""
+        self.passes = 0
+        """Passes over every worker so far."""
+        self._scan_floor = 0.0
+        """No pass sooner than this (one loop period after the last): a deadline that falls
+        due exactly now, but is acted on only once it has passed, must not spin the loop."""
+
+    # -- when to look at every worker ------------------------------------------------------------
+
+    def due_by(self, at: float) -> None:
+        """Something of a worker falls due at ``at``: the next pass is then at the latest."""
+        self.scan_at = min(self.scan_at, max(at, self._scan_floor))
+
+    def scan(self, now: float) -> None:
+        """One pass over every worker for what fell due: heartbeat limits, kill deadlines,
+        lingering predecessors; each tells when it is due next. Restarts and fence
+        renewals follow in :meth:`scan_after_scope`, once the scope is reconciled."""
+        self.passes += 1
+        self._scan_floor = now + self.loop_period_s
+        self.scan_at = now + SCAN_CEILING_S
+        self.check_heartbeats(now)
+        self.enforce_kill_deadlines(now)
+        self.check_lingering(now)
+
+    def scan_after_scope(self, now: float) -> None:
+        """The rest of a pass: restarts that are due (of nodes still owned), fence renewals."""
+        self.restart_due(now)
+        self.refresh_fences(now)
+
+    def note_stalled(self) -> None:
+        """Schedule the heartbeat limit of each worker whose pipe began refusing messages."""
+        stalled, self.io.stalled = self.io.stalled, set()
+        for node in stalled:
+            if (handle := self.workers.get(node)) is not None:
+                self._hung_at(handle)
+
+    def _hung_at(self, handle: WorkerHandle) -> None:
+        """Schedule the moment a running worker would count as hung, if it stays silent."""
+        if handle.state in (WorkerState.STARTING, WorkerState.RUNNING):
+            self.due_by(handle.last_seen + handle.heartbeat_s)
+            if handle.outbox_since is not None:
+                self.due_by(handle.outbox_since + handle.heartbeat_s)
 
     def note_api(self, node: str) -> None:
         """Log once, and export, which API the node follows when that changes."""
@@ -195,6 +246,7 @@ class WorkerTable:
                 # host: one process per node, so nothing starts until it is gone.
                 handle.lingering, handle.state = pid, WorkerState.STOPPING
                 handle.kill_at = now + self.settings.shutdown_timeout_s
+                self.due_by(now + self.loop_period_s)
                 message = "worker for node %s (pid %s) %s but is still running: waiting for it"
                 node_log(WARNING, node, message, pid, handle.exit_how)
                 continue
@@ -268,17 +320,24 @@ class WorkerTable:
         node_log(WARNING, handle.node, message, pid, why)
         handle.state, handle.restart_at = WorkerState.BACKOFF, now
         handle.stop_reason, handle.kill_at = None, None
+        self.due_by(now)
         self.changed = True
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         self.changed = True
-        return handle.back_off(now, started_at)
+        delay = handle.back_off(now, started_at)
+        self.due_by(handle.restart_at)
+        return delay
 
     def check_lingering(self, now: float) -> None:
         for handle in list(self.workers.values()):
-            if handle.lingering is not None and not pid_running(handle.lingering):
-                pid, handle.lingering = handle.lingering, None
-                self._settle(handle, pid, now)
+            if handle.lingering is None:
+                continue
+            if pid_running(handle.lingering):
+                self.due_by(now + self.loop_period_s)  # no sentinel to wait on: look again
+                continue
+            pid, handle.lingering = handle.lingering, None
+            self._settle(handle, pid, now)
 
     def _final_scope_status(self, handle: WorkerHandle) -> None:
         """Say why a node is no longer controlled, unless another pod now owns it.
@@ -312,6 +371,7 @@ class WorkerTable:
     def check_heartbeats(self, now: float) -> None:
         for handle in self.workers.values():
             if (why := handle.hung(now)) is None:
+                self._hung_at(handle)
                 continue
             message = ("worker for node %s (pid %s) %s: its stack follows (%s), then SIGTERM, "
                        "and SIGKILL in %gs")
@@ -323,12 +383,14 @@ class WorkerTable:
     def set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
         """The worker is being given ``inputs``; its heartbeat limit follows them."""
         handle.heartbeat_s = heartbeat_limit(self.settings, inputs.telemetry_profile)
+        self._hung_at(handle)
 
     def stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
         handle.state = WorkerState.STOPPING
         self.changed = True
         handle.stop_reason = reason
         handle.kill_at = now + grace
+        self.due_by(handle.kill_at)
         handle.unsent = None
         if handle.conn is not None and not handle.outbox:
             handle.outbox += frame(StopWorker())
@@ -339,11 +401,15 @@ class WorkerTable:
     def enforce_kill_deadlines(self, now: float) -> None:
         """SIGKILL what overstayed a stop: a worker, or a lingering predecessor."""
         for handle in self.workers.values():
-            if handle.kill_at is not None and now >= handle.kill_at and handle.kill():
+            if handle.kill_at is None:
+                continue
+            if now < handle.kill_at:
+                self.due_by(handle.kill_at)
+                continue
+            if handle.kill():
                 message = "worker for node %s (pid %s) did not stop in time: SIGKILL"
                 node_log(WARNING, handle.node, message, handle.pid or handle.lingering)
-            if handle.kill_at is not None and now >= handle.kill_at:
-                handle.kill_at = None
+            handle.kill_at = None
 
     def start(self, handle: WorkerHandle, now: float) -> None:
         self.start_many([handle], now)
@@ -359,6 +425,7 @@ class WorkerTable:
         except ForkServerStarting:  # a new fork server warming up: not these nodes' failure
             for handle in handles:
                 handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
+            self.due_by(now + self.loop_period_s)
             self.changed = True
             return
         except OSError as exc:  # EMFILE before any fork: each node's failure
@@ -366,6 +433,7 @@ class WorkerTable:
         for handle, node_inputs, result in zip(handles, inputs, results, strict=True):
             if isinstance(result, ForkServerStarting):
                 handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
+                self.due_by(handle.restart_at)
                 self.changed = True
                 continue
             if isinstance(result, OSError):  # EMFILE, ENOMEM, an unreachable fork server
@@ -383,8 +451,11 @@ class WorkerTable:
 
     def restart_due(self, now: float) -> None:
         for handle in self.workers.values():
-            due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
-            if due and handle.process is None and handle.lingering is None:
+            if handle.state is not WorkerState.BACKOFF or handle.process is not None:
+                continue
+            if now < handle.restart_at:
+                self.due_by(handle.restart_at)
+            elif handle.lingering is None:
                 handle.policy.on_restart()
                 message = "restarting worker for node %s (restart %d)"
                 node_log(INFO, handle.node, message, handle.policy.restarts)
@@ -399,6 +470,9 @@ class WorkerTable:
         if times is not None:
             handle.fence_unsent = times
             self.io.flush(handle, now)
+        renew_at = fences.renewal_at(handle, self.elastic is not None)
+        if renew_at is not None:
+            self.due_by(renew_at)
 
     def refresh_fences(self, now: float) -> None:
         """Stopping workers too: a restore may take until their write limit."""
