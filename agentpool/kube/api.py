@@ -74,6 +74,9 @@ class EventResource(enum.StrEnum):
     EVENTS = "events"
 
 
+EVENTS_API_VERSION = "events.k8s.io/v1"
+
+
 AnyResource = Resource | PoolResource | EventResource
 
 _BUILTIN_PATHS: dict[AnyResource, str] = {
@@ -146,11 +149,17 @@ def load_client(kubeconfig: str | None) -> client.ApiClient:
 def json_body(response: Any, what: str) -> dict[str, Any]:
     """A raw response's JSON object (the connection released); KubeTemporaryError if not one."""
     try:
-        body = json.loads(response.data)
-    except ValueError as exc:
-        raise KubeTemporaryError(f"{what}: answer is not JSON") from exc
+        return json_object(response.data, what)
     finally:
         response.release_conn()
+
+
+def json_object(data: bytes, what: str) -> dict[str, Any]:
+    """An answer's JSON object; KubeTemporaryError if it is not one."""
+    try:
+        body = json.loads(data)
+    except ValueError as exc:
+        raise KubeTemporaryError(f"{what}: answer is not JSON") from exc
     if not isinstance(body, dict):
         raise KubeTemporaryError(f"{what}: answer is not a JSON object")
     return body
@@ -199,15 +208,6 @@ class KubeApi:
             response.read()
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
-    @property
-    def objects(self) -> client.CustomObjectsApi:
-        """The generic object API: any group's objects as JSON, sent exactly as given.
-
-        For built-in kinds too (``events.k8s.io`` Events): the typed APIs of this
-        client turn a dict body into its model first, and re-serialise MicroTime
-        fields in a format the apiserver refuses when the microseconds are zero.
-        """
-        return self._custom
 
     def _lister(self, resource: AnyResource) -> Callable[..., Any]:
         path = _BUILTIN_PATHS.get(resource)
@@ -315,24 +315,46 @@ class KubeApi:
         heartbeat, and that validation was most of each request's CPU here.
         """
         path = f"/apis/{GROUP}/{VERSION}/{resource.value}/{quote(name, safe='')}/status"
-        self._call("patch", resource, lambda: self._merge_patch(path, {"status": status}))
+        self._call("patch", resource, lambda: self._send("PATCH", path, {"status": status}))
 
-    def _merge_patch(self, path: str, body: dict[str, Any]) -> Any:
-        """A JSON merge patch of ``body`` to ``path``; raises :class:`ApiException`
-        for an answer that is not 2xx, as the generated methods do."""
+    def create_event(
+        self, namespace: str, event: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> dict[str, Any]:
+        """Create an ``events.k8s.io/v1`` Event, sent as given; the object the server made.
+
+        Sent as :meth:`patch_status` sends (the generated method's validation cost more
+        CPU than the request: a pool pod records an Event per node as it starts). A dict
+        also escapes the typed Event API's re-serialising of MicroTime fields, in a
+        format the apiserver refuses when the microseconds are zero.
+        """
+        path = f"/apis/{EVENTS_API_VERSION}/namespaces/{quote(namespace, safe='')}/events"
+        response = self._call("create", EventResource.EVENTS,
+                              lambda: self._send("POST", path, event, timeout_s))
+        return json_object(response.data, f"create {EventResource.EVENTS.value}")
+
+    def patch_event(
+        self, namespace: str, name: str, patch: dict[str, Any],
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        """JSON merge patch of an ``events.k8s.io/v1`` Event (a repeat's ``series``)."""
+        path = (f"/apis/{EVENTS_API_VERSION}/namespaces/{quote(namespace, safe='')}/events/"
+                f"{quote(name, safe='')}")
+        self._call("patch", EventResource.EVENTS,
+                   lambda: self._send("PATCH", path, patch, timeout_s))
+
+    def _send(
+        self, method: str, path: str, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> Any:
+        """``body`` to ``path`` (a POST, or a PATCH as a JSON merge patch), the answer read
+        whole; raises :class:`ApiException` for one that is not 2xx, as the generated
+        methods do."""
+        headers = {"Accept": "application/json"}
+        if method == "PATCH":
+            headers["Content-Type"] = "application/merge-patch+json"
         request = self._client.param_serialize(
-            "PATCH",
-            path,
-            header_params={
-                "Accept": "application/json",
-                "Content-Type": "application/merge-patch+json",
-            },
-            body=body,
-            auth_settings=["BearerToken"],
+            method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
         )
-        response = self._client.call_api(
-            *request, _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S)
-        )
+        response = self._client.call_api(*request, _request_timeout=(CONNECT_TIMEOUT_S, timeout_s))
         response.read()  # the whole answer: its connection goes back to the pool
         if not 200 <= response.status <= 299:
             raise ApiException.from_response(http_resp=response, body=None, data=None)

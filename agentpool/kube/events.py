@@ -32,13 +32,11 @@ from agentpool.backoff import exponential_delay
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.events.correlator import EventCorrelator, Write
 from agentpool.events.reasons import NodeEvent
-from agentpool.kube.api import CONNECT_TIMEOUT_S, EventResource, KubeApi, json_body
+from agentpool.kube.api import EVENTS_API_VERSION, KubeApi
 
 log = logging.getLogger(__name__)
 
 REPORTING_CONTROLLER = "agentpool"
-GROUP, VERSION = "events.k8s.io", "v1"
-MERGE_PATCH = "application/merge-patch+json"
 NAMESPACE = "kube-system"
 """Where an ``events.k8s.io`` Event about a cluster-scoped object may live: kube-apiserver
 1.20 accepts only ``kube-system``, later ones ``default`` too."""
@@ -48,7 +46,6 @@ COMPLAINT_EVERY_S = 300.0
 STOP_FLUSH_S = 5.0
 """How long :meth:`EventRecorder.stop` still writes what is pending and allowed."""
 MAX_NAME = 253
-_TIMEOUT = (CONNECT_TIMEOUT_S, EVENT_TIMEOUT_S)
 
 
 def micro_time(at: datetime) -> str:
@@ -66,7 +63,7 @@ def event_body(write: Write, instance: str, name: str) -> dict[str, Any]:
     """The ``events.k8s.io/v1`` Event a create sends."""
     event = write.event
     body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": EVENTS_API_VERSION,
         "kind": "Event",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "eventTime": micro_time(write.first),
@@ -218,14 +215,7 @@ class EventRecorder:
     def _patch(self, write: Write) -> None:
         assert write.name is not None
         name = write.name
-        patch = {"series": series(write)}
-        objects, plural = self._api.objects, EventResource.EVENTS.value
-        response = self._api.call("patch", EventResource.EVENTS, lambda: (
-            objects.patch_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, plural, name, patch, _request_timeout=_TIMEOUT,
-                _preload_content=False, _content_type=MERGE_PATCH)
-        ))
-        response.release_conn()
+        self._api.patch_event(NAMESPACE, name, {"series": series(write)}, EVENT_TIMEOUT_S)
         with self._cond:
             self.patched += 1
             self._streak = 0
@@ -236,17 +226,10 @@ class EventRecorder:
         # back must not collide (a float timestamp rounds to about 256 ns).
         self._last_ns = max(time.time_ns(), self._last_ns + 1)
         name = event_name(write.event.node, self._last_ns)
-        # A plain dict is sent as is: the client serialises models and dicts alike.
-        body: Any = event_body(write, self.instance, name)
         # A 409 (the name taken, by another pod's Event of the same nanosecond) is
         # temporary: the retry picks another name.
-        objects = self._api.objects
-        response = self._api.call("create", EventResource.EVENTS, lambda: (
-            objects.create_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, EventResource.EVENTS.value, body,
-                _request_timeout=_TIMEOUT, _preload_content=False)
-        ))
-        created = json_body(response, "create events")
+        body = event_body(write, self.instance, name)
+        created = self._api.create_event(NAMESPACE, body, EVENT_TIMEOUT_S)
         return str((created.get("metadata") or {}).get("name") or name)
 
     def _failed(self, write: Write, exc: KubeError, retry: bool) -> None:
