@@ -32,8 +32,12 @@ machine:
 Workers' metrics files are kept in ``/dev/shm`` where there is one, as the
 chart keeps them in memory (an ``emptyDir`` with ``medium: Memory``); on
 this machine's ext4 ``/tmp``, 1,000 workers creating theirs at start-up
-queued on the inode allocator. ``HEARTBEAT_TIMEOUT`` is raised to an hour so
-the sleeping workers are not killed as silent (no worker of this run hangs).
+queued on the inode allocator. ``HEARTBEAT_TIMEOUT`` is raised to an hour
+(``--heartbeat-timeout``) so the sleeping workers are not killed as silent
+(no worker of this run hangs). That also makes the silence fences an hour
+long, renewed every half hour instead of every half heartbeat limit as with
+the default: ``--heartbeat-timeout ''`` runs the agent as deployed, without
+sleeping workers (``--floor-workers 0``), for the CPU and start-up rows.
 Prints markdown and, with ``--output``, replaces its section of BENCHMARKS.md
 (between markers); asserts nothing.
 
@@ -184,9 +188,10 @@ def run(args: argparse.Namespace) -> Result:
             SimCluster(workdir=tmp) as cluster:
         env = {
             "RECONCILE_INTERVAL": f"{args.interval:g}s",
-            "HEARTBEAT_TIMEOUT": "1h",
             "AGENTPOOL_FAULTS": ",".join(f"idle:{n}" for n in floors),
         }
+        if args.heartbeat_timeout:
+            env["HEARTBEAT_TIMEOUT"] = args.heartbeat_timeout
         if args.metrics_dir == "shm" and SHM.is_dir():  # as the chart's emptyDir (medium: Memory)
             env["PROMETHEUS_MULTIPROC_DIR"] = stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="agentpool-floor-metrics-", dir=SHM))
@@ -278,12 +283,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-window", type=float, default=60.0, help="seconds (floor and agent)")
     p.add_argument("--settle", type=float, default=30.0, help="seconds after start-up")
     p.add_argument("--floor-workers", type=int, default=5)
+    p.add_argument("--heartbeat-timeout", default="1h",
+                   help="HEARTBEAT_TIMEOUT of the agent; '' leaves the agent's default (then "
+                        "--floor-workers must be 0: sleeping workers would be killed as hung)")
     p.add_argument("--metrics-dir", choices=["shm", "tmp"], default="shm",
                    help="workers' metrics files in /dev/shm (as the chart: in memory) or in "
                         "the agent's default private directory under the temporary directory")
     p.add_argument("--output", default="-", help="a markdown file to put the section in "
                    "(BENCHMARKS.md), or '-' (default) for stdout only")
     args = p.parse_args(argv)
+    if not args.heartbeat_timeout and args.floor_workers:
+        p.error("--heartbeat-timeout '' needs --floor-workers 0")
     args.minutes = sorted(float(m) for m in args.minutes.split(",") if m.strip())
     command = "python bench/floor.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"Python {platform.python_version()}", file=sys.stderr)
