@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -153,6 +154,8 @@ class WorkerHandle:
     """How the last failure went (died, killed as hung, not started), for the metrics."""
     last_result: TickResult | None = None
     restore_problems: tuple[str, ...] | None = None
+    check_at: float = math.inf
+    """When the loop looks at this worker next (:mod:`agentpool.supervisor.deadlines`)."""
 
     @property
     def pid(self) -> int | None:

@@ -26,12 +26,11 @@ off like one that died, and an unexpected exception ends the loop through
 the same orderly shutdown as SIGTERM, with a non-zero exit status.
 
 A turn touches only the workers that have something to say (see
-:mod:`agentpool.supervisor.loopio`); a pass over every worker (heartbeats,
-kill deadlines, due restarts, fence renewals) runs when the earliest of those
-deadlines falls due (:meth:`WorkerTable.scan`), a few seconds apart at most;
-the loop's own checks (the desired state's freshness, orphans, the first
-listing) once per ``loop_period_s``; the metrics snapshot is rebuilt when the
-worker table changed.
+:mod:`agentpool.supervisor.loopio`) and those whose own moment came (a
+heartbeat limit, a kill deadline, a restart, a fence renewal:
+:mod:`agentpool.supervisor.deadlines`); the loop's own checks (the desired
+state's freshness, orphans, the first listing) run once per ``loop_period_s``;
+the metrics snapshot is rebuilt when the worker table changed.
 """
 
 from __future__ import annotations
@@ -72,7 +71,7 @@ log = logging.getLogger(__name__)
 
 LOOP_PERIOD_S = 0.5
 """Longest sleep of the loop, the period of its own checks, and the shortest time between
-two passes over every worker."""
+two looks at one worker."""
 MAX_STARTS_PER_TURN = 64
 """Start workers in batches so reports keep flowing during a mass start."""
 FINAL_STATUS_MIN_S = 5.0
@@ -192,7 +191,7 @@ class Supervisor:
     def turn(self) -> None:
         """One turn of the loop: wait for something to do (at most one loop period), do it."""
         busy = self._scope_stale or not self.events.empty()
-        due = min(self._next_check, self.table.scan_at)
+        due = min(self._next_check, self.table.next_look_at())
         self.io.wait(0.0 if busy else max(0.0, min(self.loop_period_s, due - self.clock())))
         now = self.clock()
         self.loop_heartbeat = now
@@ -207,19 +206,19 @@ class Supervisor:
         if check:
             self._next_check = now + self.loop_period_s
             self._check_spec_freshness(now)
-        scan = now >= self.table.scan_at
-        if scan:
-            self.table.scan(now)
+        look = now >= self.table.next_look_at()
+        if look:
+            self.table.look(now)
         if self.table.rescope:
             self.table.rescope, self._scope_stale = False, True
         if self._scope_stale or (check and self._awaiting_sync):
             self._reconcile_scope(now)
-        if scan:
-            self.table.scan_after_scope(now)
+        if look:
+            self.table.look_after_scope(now)
         changed = self._changed_inputs()
         self._offer_hardware(changed)
         self._deliver_inputs(changed, now)
-        self.table.note_stalled()
+        self.table.note_stalled(now)
         if check:
             reap_orphans()
         if self.table.changed or (check and self.synced() != self._published_synced):
@@ -356,7 +355,7 @@ class Supervisor:
             handle = self.workers[node]
             handle.unsent = None if inputs == handle.last_sent else inputs
             if handle.unsent is not None:
-                self.table.set_heartbeat(handle, inputs)
+                self.table.set_heartbeat(handle, inputs, now)
             self.io.flush(handle, now)
         writable, self.io.writable = self.io.writable, set()
         for node in writable - changed.keys():

@@ -24,6 +24,7 @@ from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.pool.fence import FenceTimes
 from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import fences, statuses
+from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.forkclient import ForkServerStarting
 from agentpool.supervisor.handles import (
@@ -53,11 +54,11 @@ from agentpool.worker.protocol import (
 
 log = logging.getLogger(__name__)
 
-SCAN_CEILING_S = 5.0
-"""The longest the loop goes without a pass over every worker, whatever their deadlines
-say. Each deadline schedules its own pass (a heartbeat limit, a kill, a restart, a fence
-renewal), so at a thousand quiet workers a pass comes about this often instead of twice
-a second; this bounds how late one whose change went unannounced is acted on."""
+FULL_PASS_S = 30.0
+"""How often the loop looks at every worker, whatever their deadlines say
+(:mod:`agentpool.supervisor.deadlines` has it look at each one when its own moment
+comes). A safety net only: it bounds how late a deadline that moved where nobody
+rescheduled it is acted on."""
 
 KILL_GRACE_S = 2.0
 """A silent worker gets SIGTERM, then SIGKILL this much later; after the shutdown
@@ -114,51 +115,58 @@ class WorkerTable:
         """The API each worker's node follows, as last logged (``agentpool_node_api``)."""
         self.pod_fence: FenceTimes | None = None
         """Elastic pool: the fence every worker holds (the loop sets it at each renewal)."""
-        self.scan_at = 0.0
-        """When the next pass over every worker (:meth:`scan`) is due: the earliest time
-        something of one of them falls due, as each pass and each change of a deadline
-        says (:meth:`due_by`), and at most :data:`SCAN_CEILING_S` after the last pass."""
-        self.passes = 0
-        """Passes over every worker so far."""
-        self._scan_floor = 0.0
-        """No pass sooner than this (one loop period after the last): a deadline that falls
-        due exactly now, but is acted on only once it has passed, must not spin the loop."""
+        self.deadlines = Deadlines(loop_period_s)
+        """When to look at each worker next (:meth:`schedule` whenever one's deadlines
+        move earlier)."""
+        self.looked_at = 0
+        """Workers looked at by :meth:`look` so far (for the tests)."""
+        self._full_pass_at = 0.0
+        self._looking: list[WorkerHandle] = []
+        """The workers :meth:`look` took, until :meth:`look_after_scope` is done with them."""
 
-    # -- when to look at every worker ------------------------------------------------------------
+    # -- when to look at a worker ----------------------------------------------------------------
 
-    def due_by(self, at: float) -> None:
-        """Something of a worker falls due at ``at``: the next pass is then at the latest."""
-        self.scan_at = min(self.scan_at, max(at, self._scan_floor))
+    def schedule(self, handle: WorkerHandle, now: float) -> None:
+        """One of the worker's deadlines may have moved earlier: look at it in time."""
+        elastic = self.elastic is not None
+        self.deadlines.schedule(handle, next_check(handle, elastic, now, self.loop_period_s))
 
-    def scan(self, now: float) -> None:
-        """One pass over every worker for what fell due: heartbeat limits, kill deadlines,
-        lingering predecessors; each tells when it is due next. Restarts and fence
-        renewals follow in :meth:`scan_after_scope`, once the scope is reconciled."""
-        self.passes += 1
-        self._scan_floor = now + self.loop_period_s
-        self.scan_at = now + SCAN_CEILING_S
-        self.check_heartbeats(now)
-        self.enforce_kill_deadlines(now)
-        self.check_lingering(now)
+    def next_look_at(self) -> float:
+        """When :meth:`look` has something to do next."""
+        return min(self.deadlines.next_at(), self._full_pass_at)
 
-    def scan_after_scope(self, now: float) -> None:
-        """The rest of a pass: restarts that are due (of nodes still owned), fence renewals."""
-        self.restart_due(now)
-        self.refresh_fences(now)
+    def look(self, now: float) -> None:
+        """Look at the workers whose moment came (every one, every :data:`FULL_PASS_S`):
+        heartbeat limits, kill deadlines, lingering predecessors. Their restarts and fence
+        renewals follow in :meth:`look_after_scope`, once the scope is reconciled."""
+        due = self.deadlines.due(now)
+        if now >= self._full_pass_at:
+            self._full_pass_at = now + FULL_PASS_S
+            due = list(self.workers.values())
+        self._looking = [h for h in due if self.workers.get(h.node) is h]
+        self.looked_at += len(self._looking)
+        for handle in self._looking:
+            self._check_heartbeat(handle, now)
+            self._enforce_kill_deadline(handle, now)
+            self._check_lingering(handle, now)
 
-    def note_stalled(self) -> None:
+    def look_after_scope(self, now: float) -> None:
+        """The rest of a look: restarts that are due (of nodes still owned), fence renewals;
+        then when to look at each again."""
+        looking, self._looking = self._looking, []
+        for handle in looking:
+            if self.workers.get(handle.node) is not handle:
+                continue  # forgotten meanwhile
+            self._restart_if_due(handle, now)
+            self.send_fence(handle, now)
+            self.schedule(handle, now)
+
+    def note_stalled(self, now: float) -> None:
         """Schedule the heartbeat limit of each worker whose pipe began refusing messages."""
         stalled, self.io.stalled = self.io.stalled, set()
         for node in stalled:
             if (handle := self.workers.get(node)) is not None:
-                self._hung_at(handle)
-
-    def _hung_at(self, handle: WorkerHandle) -> None:
-        """Schedule the moment a running worker would count as hung, if it stays silent."""
-        if handle.state in (WorkerState.STARTING, WorkerState.RUNNING):
-            self.due_by(handle.last_seen + handle.heartbeat_s)
-            if handle.outbox_since is not None:
-                self.due_by(handle.outbox_since + handle.heartbeat_s)
+                self.schedule(handle, now)
 
     def note_api(self, node: str) -> None:
         """Log once, and export, which API the node follows when that changes."""
@@ -246,7 +254,7 @@ class WorkerTable:
                 # host: one process per node, so nothing starts until it is gone.
                 handle.lingering, handle.state = pid, WorkerState.STOPPING
                 handle.kill_at = now + self.settings.shutdown_timeout_s
-                self.due_by(now + self.loop_period_s)
+                self.schedule(handle, now)
                 message = "worker for node %s (pid %s) %s but is still running: waiting for it"
                 node_log(WARNING, node, message, pid, handle.exit_how)
                 continue
@@ -320,22 +328,21 @@ class WorkerTable:
         node_log(WARNING, handle.node, message, pid, why)
         handle.state, handle.restart_at = WorkerState.BACKOFF, now
         handle.stop_reason, handle.kill_at = None, None
-        self.due_by(now)
+        self.schedule(handle, now)
         self.changed = True
 
     def _back_off(self, handle: WorkerHandle, now: float, started_at: float) -> float:
         self.changed = True
         delay = handle.back_off(now, started_at)
-        self.due_by(handle.restart_at)
+        self.schedule(handle, now)
         return delay
 
     def check_lingering(self, now: float) -> None:
         for handle in list(self.workers.values()):
-            if handle.lingering is None:
-                continue
-            if pid_running(handle.lingering):
-                self.due_by(now + self.loop_period_s)  # no sentinel to wait on: look again
-                continue
+            self._check_lingering(handle, now)
+
+    def _check_lingering(self, handle: WorkerHandle, now: float) -> None:
+        if handle.lingering is not None and not pid_running(handle.lingering):
             pid, handle.lingering = handle.lingering, None
             self._settle(handle, pid, now)
 
@@ -368,29 +375,26 @@ class WorkerTable:
 
     # -- heartbeats and stops --------------------------------------------------------------------
 
-    def check_heartbeats(self, now: float) -> None:
-        for handle in self.workers.values():
-            if (why := handle.hung(now)) is None:
-                self._hung_at(handle)
-                continue
-            message = ("worker for node %s (pid %s) %s: its stack follows (%s), then SIGTERM, "
-                       "and SIGKILL in %gs")
-            node_log(ERROR, handle.node, message, handle.pid, why, DUMP_SIGNAL.name,
-                     KILL_GRACE_S)
-            handle.dump_stack()
-            self.stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
+    def _check_heartbeat(self, handle: WorkerHandle, now: float) -> None:
+        if (why := handle.hung(now)) is None:
+            return
+        message = ("worker for node %s (pid %s) %s: its stack follows (%s), then SIGTERM, "
+                   "and SIGKILL in %gs")
+        node_log(ERROR, handle.node, message, handle.pid, why, DUMP_SIGNAL.name, KILL_GRACE_S)
+        handle.dump_stack()
+        self.stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
 
-    def set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs) -> None:
+    def set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs, now: float) -> None:
         """The worker is being given ``inputs``; its heartbeat limit follows them."""
         handle.heartbeat_s = heartbeat_limit(self.settings, inputs.telemetry_profile)
-        self._hung_at(handle)
+        self.schedule(handle, now)
 
     def stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
         handle.state = WorkerState.STOPPING
         self.changed = True
         handle.stop_reason = reason
         handle.kill_at = now + grace
-        self.due_by(handle.kill_at)
+        self.schedule(handle, now)
         handle.unsent = None
         if handle.conn is not None and not handle.outbox:
             handle.outbox += frame(StopWorker())
@@ -398,18 +402,14 @@ class WorkerTable:
         if handle.process is not None and handle.process.exitcode is None:
             handle.process.terminate()
 
-    def enforce_kill_deadlines(self, now: float) -> None:
+    def _enforce_kill_deadline(self, handle: WorkerHandle, now: float) -> None:
         """SIGKILL what overstayed a stop: a worker, or a lingering predecessor."""
-        for handle in self.workers.values():
-            if handle.kill_at is None:
-                continue
-            if now < handle.kill_at:
-                self.due_by(handle.kill_at)
-                continue
-            if handle.kill():
-                message = "worker for node %s (pid %s) did not stop in time: SIGKILL"
-                node_log(WARNING, handle.node, message, handle.pid or handle.lingering)
-            handle.kill_at = None
+        if handle.kill_at is None or now < handle.kill_at:
+            return
+        if handle.kill():
+            message = "worker for node %s (pid %s) did not stop in time: SIGKILL"
+            node_log(WARNING, handle.node, message, handle.pid or handle.lingering)
+        handle.kill_at = None
 
     def start(self, handle: WorkerHandle, now: float) -> None:
         self.start_many([handle], now)
@@ -425,7 +425,7 @@ class WorkerTable:
         except ForkServerStarting:  # a new fork server warming up: not these nodes' failure
             for handle in handles:
                 handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
-            self.due_by(now + self.loop_period_s)
+                self.schedule(handle, now)
             self.changed = True
             return
         except OSError as exc:  # EMFILE before any fork: each node's failure
@@ -433,7 +433,7 @@ class WorkerTable:
         for handle, node_inputs, result in zip(handles, inputs, results, strict=True):
             if isinstance(result, ForkServerStarting):
                 handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
-                self.due_by(handle.restart_at)
+                self.schedule(handle, now)
                 self.changed = True
                 continue
             if isinstance(result, OSError):  # EMFILE, ENOMEM, an unreachable fork server
@@ -444,22 +444,19 @@ class WorkerTable:
             process, conn = result
             handle.started(process, conn, now)
             handle.last_sent = node_inputs
-            self.set_heartbeat(handle, node_inputs)
+            self.set_heartbeat(handle, node_inputs, now)
             self.io.add_worker(handle)
             self.send_fence(handle, now)
+            self.schedule(handle, now)  # the fence's renewal
             self.changed = True
 
-    def restart_due(self, now: float) -> None:
-        for handle in self.workers.values():
-            if handle.state is not WorkerState.BACKOFF or handle.process is not None:
-                continue
-            if now < handle.restart_at:
-                self.due_by(handle.restart_at)
-            elif handle.lingering is None:
-                handle.policy.on_restart()
-                message = "restarting worker for node %s (restart %d)"
-                node_log(INFO, handle.node, message, handle.policy.restarts)
-                self.start(handle, now)
+    def _restart_if_due(self, handle: WorkerHandle, now: float) -> None:
+        due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
+        if due and handle.process is None and handle.lingering is None:
+            handle.policy.on_restart()
+            message = "restarting worker for node %s (restart %d)"
+            node_log(INFO, handle.node, message, handle.policy.restarts)
+            self.start(handle, now)
 
     # -- fences: the deadlines after which workers stop on their own ---------------------------
 
@@ -470,12 +467,10 @@ class WorkerTable:
         if times is not None:
             handle.fence_unsent = times
             self.io.flush(handle, now)
-        renew_at = fences.renewal_at(handle, self.elastic is not None)
-        if renew_at is not None:
-            self.due_by(renew_at)
 
     def refresh_fences(self, now: float) -> None:
-        """Stopping workers too: a restore may take until their write limit."""
+        """Every worker's, when the pod's lease fence moved (elastic pools). Stopping
+        workers too: a restore may take until their write limit."""
         for handle in self.workers.values():
             self.send_fence(handle, now)
 

@@ -29,7 +29,7 @@ from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
 from agentpool.supervisor.handles import Launched, StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
 from agentpool.supervisor.scope import heartbeat_limit
-from agentpool.supervisor.workers import SCAN_CEILING_S
+from agentpool.supervisor.workers import FULL_PASS_S
 from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import Fence, Stopped, TickReport
 
@@ -121,24 +121,24 @@ def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
         assert len(loop.launcher.started) == 2
 
 
-def test_quiet_workers_are_looked_at_when_a_deadline_falls_due_not_at_every_turn() -> None:
+def test_quiet_workers_are_looked_at_when_a_deadline_of_theirs_falls_due() -> None:
     # Three workers ticking every 10 s, heartbeat limit 30 s, silence fences of 30 s
-    # renewed with half left; the loop turns every 0.1 s for a simulated minute.
+    # renewed with half left; the loop turns every 0.1 s for a simulated minute. Each
+    # worker's moment is its fence's renewal (every 15 s), plus the full pass every 30 s.
     with Loop(heartbeat_timeout_s=30.0) as loop:
         loop.nodes("a", "b", "c")
         loop.turn()
         workers = loop.launcher.started
         assert len(workers) == 3
-        before = loop.supervisor.table.passes
+        before = loop.supervisor.table.looked_at
         for step in range(600):
             if step % 100 == 0:
                 for worker in workers:
                     worker.report()
             loop.turn(0.1)
-        passes = loop.supervisor.table.passes - before
-        # The fence renewals (every 15 s) and the ceiling set the pace: about 12 passes,
-        # where a pass at each loop period would be 600.
-        assert 60 / SCAN_CEILING_S / 2 <= passes <= 2 * 60 / SCAN_CEILING_S
+        looked_at = loop.supervisor.table.looked_at - before
+        # 3 x (4 renewals + 2 full passes); looking at each at every turn would be 1,800.
+        assert 3 * 4 <= looked_at <= 3 * (4 + 60 / FULL_PASS_S), looked_at
         assert all(w.process.signals == [] for w in workers)
         # One at the start, then one each time half of the last is spent: at 15, 30, 45 s.
         assert [len(fences_of(w)) for w in workers] == [4, 4, 4]
