@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from typing import Any
 
 from agentpool.worker.forking import allocator
 
@@ -39,6 +40,10 @@ MAX_FILLERS = 200_000
 
 FILLERS: list[object] = []
 """What holds the holes: never read, never freed."""
+C_CHUNKS: list[int] = []
+"""Addresses of the small C heap chunks taken with ``malloc``: never read, never freed."""
+MIN_CHUNK = 32
+"""glibc's smallest chunk on 64-bit."""
 
 
 class _MallInfo2(ctypes.Structure):
@@ -92,14 +97,28 @@ def fill_pools() -> int:
     return taken
 
 
-def fill_heap() -> int:
-    """Take the C heap's free chunks bigger than a pymalloc block; returns the bytes taken."""
+def _mallinfo2() -> Any:
+    """glibc's ``mallinfo2`` (2.33 on), or None."""
     try:
-        libc = ctypes.CDLL(None)
-        mallinfo2 = libc.mallinfo2
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
     except (OSError, AttributeError):  # not glibc (2.33 on)
-        return 0
+        return None
     mallinfo2.restype = _MallInfo2
+    return mallinfo2
+
+
+def fill_heap() -> int:
+    """Take the C heap's free chunks; returns the bytes taken.
+
+    Chunks bigger than a pymalloc block are taken with ``bytes`` objects; smaller
+    ones, which only C code's own ``malloc`` calls reach (a pymalloc-sized object
+    never does), with ``malloc`` itself: :data:`C_CHUNKS` keeps them. How many
+    small chunks are free depends on what the imports freed; modules loaded from
+    bytecode caches leave several times more of them than modules compiled at import.
+    """
+    mallinfo2 = _mallinfo2()
+    if mallinfo2 is None:
+        return 0
     taken = 0
     size = 1 << 16
     while size > allocator.SMALL and len(FILLERS) < MAX_FILLERS:
@@ -115,6 +134,30 @@ def fill_heap() -> int:
             continue
         FILLERS.append(obj)
         taken += size
+    return taken + _fill_small_chunks(mallinfo2)
+
+
+def _fill_small_chunks(mallinfo2: Any) -> int:
+    """Take the free chunks of up to a pymalloc block's size with ``malloc``."""
+    malloc = ctypes.CDLL(None).malloc
+    malloc.restype = ctypes.c_void_p
+    malloc.argtypes = [ctypes.c_size_t]
+    taken = 0
+    chunk = allocator.SMALL + 16  # a chunk's size, its 8-byte header included
+    while chunk >= MIN_CHUNK and len(C_CHUNKS) < MAX_FILLERS:
+        info = mallinfo2()
+        top = allocator.heap_end() - info.keepcost
+        if info.fordblks - info.keepcost < chunk:
+            chunk //= 2
+            continue
+        address = malloc(chunk - 8)
+        if not address:
+            break
+        C_CHUNKS.append(address)  # from the top or not, kept: freed, it would be a hole
+        if address >= top:
+            chunk //= 2
+            continue
+        taken += chunk
     return taken
 
 
