@@ -115,6 +115,17 @@ def frame(message: object) -> bytes:
 
 
 
+def _borrow(fd: int) -> socket.socket:
+    """A socket object over the pipe's descriptor, to call ``send``/``recv`` with flags;
+    the caller detaches it, so the descriptor stays the ``Connection``'s.
+
+    Family, type and protocol are given (a ``Pipe(duplex=True)`` end is a ``socketpair``:
+    AF_UNIX, SOCK_STREAM): left out, the constructor asks the kernel for each, three
+    system calls per message on the supervisor's busiest path.
+    """
+    return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fileno=fd)
+
+
 def send_nowait(fd: int, data: bytes | bytearray | memoryview) -> int:
     """Write what fits into the socket ``fd`` now; returns the number of bytes written.
 
@@ -123,7 +134,7 @@ def send_nowait(fd: int, data: bytes | bytearray | memoryview) -> int:
     ``recv`` of a half-arrived message fail. Raises ``OSError`` when the
     worker's end is gone.
     """
-    sock = socket.socket(fileno=fd)
+    sock = _borrow(fd)
     try:
         return sock.send(data, socket.MSG_DONTWAIT)
     except BlockingIOError:
@@ -142,7 +153,7 @@ def read_frames(fd: int, inbox: bytearray) -> tuple[list[object], bool]:
     pipe; the messages before it are lost with the peer.
     """
     closed = False
-    sock = socket.socket(fileno=fd)
+    sock = _borrow(fd)
     try:
         while True:
             try:
