@@ -27,8 +27,11 @@ from agentpool.supervisor import fences
 from agentpool.supervisor.handles import WorkerHandle, WorkerState
 
 
-def next_check(handle: WorkerHandle, elastic: bool, now: float, loop_period_s: float) -> float:
-    """The earliest moment something of this worker falls due (inf: nothing will)."""
+def next_check(
+    handle: WorkerHandle, elastic: bool, now: float, loop_period_s: float, interval_s: float = 0.0
+) -> float:
+    """The earliest moment something of this worker falls due (inf: nothing will);
+    ``interval_s``, the reconcile interval, aligns fence renewals to the ticks' grid."""
     at = math.inf
     if handle.state in (WorkerState.STARTING, WorkerState.RUNNING) and handle.process:
         at = handle.last_seen + handle.heartbeat_s
@@ -40,7 +43,7 @@ def next_check(handle: WorkerHandle, elastic: bool, now: float, loop_period_s: f
         at = min(at, now + loop_period_s)  # no sentinel: look again
     if handle.state is WorkerState.BACKOFF and handle.process is None:
         at = min(at, handle.restart_at)
-    renewal = fences.renewal_at(handle, elastic)
+    renewal = fences.renewal_at(handle, elastic, interval_s)
     if renewal is not None:
         at = min(at, renewal)
     return at

@@ -6,11 +6,14 @@ changes. Static pool and daemonset: a worker stops acting once it has heard
 nothing from the supervisor for its heartbeat limit, the same bound the
 supervisor gives the worker (:func:`~agentpool.supervisor.scope.heartbeat_limit`),
 but never sooner than :data:`SILENCE_MIN_S`; the deadline is renewed once half
-of it is spent, so a worker hears from a turning loop twice per bound, and from
-a stopped one never.
+of it is spent (at the tick time of the pod's grid before that, so that the
+worker reads it as it wakes to tick), so a worker hears from a turning loop
+about twice per bound, and from a stopped one never.
 """
 
 from __future__ import annotations
+
+import math
 
 from agentpool.pool.fence import FenceTimes, silence_fence
 from agentpool.supervisor.handles import WorkerHandle
@@ -23,25 +26,42 @@ HEARTBEAT_TIMEOUT must not make a busy loop's workers stop."""
 
 
 def due(
-    handle: WorkerHandle, now: float, elastic: bool, lease: FenceTimes | None
+    handle: WorkerHandle, now: float, elastic: bool, lease: FenceTimes | None,
+    interval_s: float = 0.0,
 ) -> FenceTimes | None:
     """The deadlines to send this worker now, if it needs new ones.
 
     ``lease``: the pod's worker fence (elastic pools; None before the first renewal).
+    ``interval_s``: the reconcile interval, whose grid renewals are aligned to.
     """
     current = handle.fence_unsent or handle.fence_sent
     if elastic:
         return lease if lease is not None and lease != current else None
-    silence = max(handle.heartbeat_s, SILENCE_MIN_S)
-    if current is None or current.stop_at - now < silence / 2:
-        return silence_fence(now, silence)
+    if current is None or now >= _renewal(current, _silence(handle), interval_s):
+        return silence_fence(now, _silence(handle))
     return None
 
 
-def renewal_at(handle: WorkerHandle, elastic: bool) -> float | None:
+def renewal_at(handle: WorkerHandle, elastic: bool, interval_s: float = 0.0) -> float | None:
     """When :func:`due` will next have a silence fence for this worker (static pools and
     daemonsets); None where only a lease renewal moves it (elastic pools) or it has none."""
     current = handle.fence_unsent or handle.fence_sent
     if elastic or current is None or handle.conn is None:
         return None
-    return current.stop_at - max(handle.heartbeat_s, SILENCE_MIN_S) / 2
+    return _renewal(current, _silence(handle), interval_s)
+
+
+def _silence(handle: WorkerHandle) -> float:
+    return max(handle.heartbeat_s, SILENCE_MIN_S)
+
+
+def _renewal(current: FenceTimes, silence: float, interval_s: float) -> float:
+    """Half of the fence spent, brought forward to the last tick time of the pod's grid
+    (:mod:`agentpool.worker.cadence`) before it: a renewal sent as the workers' ticks
+    begin is read by a worker as it wakes to tick, where one sent between ticks wakes
+    it once more. Not brought forward by more than a quarter of the fence."""
+    half = current.stop_at - silence / 2
+    if interval_s <= 0:
+        return half
+    aligned = math.floor(half / interval_s) * interval_s
+    return aligned if aligned >= current.stop_at - silence * 3 / 4 else half

@@ -128,8 +128,9 @@ class WorkerTable:
 
     def schedule(self, handle: WorkerHandle, now: float) -> None:
         """One of the worker's deadlines may have moved earlier: look at it in time."""
-        elastic = self.elastic is not None
-        self.deadlines.schedule(handle, next_check(handle, elastic, now, self.loop_period_s))
+        at = next_check(handle, self.elastic is not None, now, self.loop_period_s,
+                        self.settings.reconcile_interval_s)
+        self.deadlines.schedule(handle, at)
 
     def next_look_at(self) -> float:
         """When :meth:`look` has something to do next."""
@@ -463,7 +464,8 @@ class WorkerTable:
     def send_fence(self, handle: WorkerHandle, now: float) -> None:
         if handle.conn is None:
             return
-        times = fences.due(handle, now, self.elastic is not None, self.pod_fence)
+        times = fences.due(handle, now, self.elastic is not None, self.pod_fence,
+                           self.settings.reconcile_interval_s)
         if times is not None:
             handle.fence_unsent = times
             self.io.flush(handle, now)

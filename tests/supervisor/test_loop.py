@@ -122,9 +122,9 @@ def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
 
 
 def test_quiet_workers_are_looked_at_when_a_deadline_of_theirs_falls_due() -> None:
-    # Three workers ticking every 10 s, heartbeat limit 30 s, silence fences of 30 s
-    # renewed with half left; the loop turns every 0.1 s for a simulated minute. Each
-    # worker's moment is its fence's renewal (every 15 s), plus the full pass every 30 s.
+    # Three workers ticking every 10 s, heartbeat limit 30 s, so silence fences of 30 s,
+    # renewed at the tick time before half of each is spent; the loop turns every 0.1 s
+    # for a simulated minute. A worker's moments: its renewals, the full pass every 30 s.
     with Loop(heartbeat_timeout_s=30.0) as loop:
         loop.nodes("a", "b", "c")
         loop.turn()
@@ -137,11 +137,17 @@ def test_quiet_workers_are_looked_at_when_a_deadline_of_theirs_falls_due() -> No
                     worker.report()
             loop.turn(0.1)
         looked_at = loop.supervisor.table.looked_at - before
-        # 3 x (4 renewals + 2 full passes); looking at each at every turn would be 1,800.
-        assert 3 * 4 <= looked_at <= 3 * (4 + 60 / FULL_PASS_S), looked_at
+        # 3 x (6 renewals + 2 full passes); looking at each at every turn would be 1,800.
+        assert 3 * 6 <= looked_at <= 3 * (6 + 60 / FULL_PASS_S), looked_at
         assert all(w.process.signals == [] for w in workers)
-        # One at the start, then one each time half of the last is spent: at 15, 30, 45 s.
-        assert [len(fences_of(w)) for w in workers] == [4, 4, 4]
+        for worker in workers:
+            first, *renewed = fences_of(worker)
+            # At the start, then at each tick time of the 10 s grid (half of a fence is
+            # 15 s: the tick time before it is 10 s after the last renewal).
+            assert len(renewed) == 6
+            sent = [f.times.stop_at - 30.0 for f in renewed]
+            assert all(abs(t - round(t / 10.0) * 10.0) < 0.11 for t in sent), sent
+            assert all(f.times.stop_at > t + 29 for f, t in zip(renewed, sent, strict=True))
         assert all(loop.handle(n).state is WorkerState.RUNNING for n in "abc")
 
 
