@@ -5,10 +5,11 @@ successful renewal moves; it is sent at a worker's start and whenever it
 changes. Static pool and daemonset: a worker stops acting once it has heard
 nothing from the supervisor for its heartbeat limit, the same bound the
 supervisor gives the worker (:func:`~agentpool.supervisor.scope.heartbeat_limit`),
-but never sooner than :data:`SILENCE_MIN_S`; the deadline is renewed once half
-of it is spent (at the tick time of the pod's grid before that, so that the
-worker reads it as it wakes to tick), so a worker hears from a turning loop
-about twice per bound, and from a stopped one never.
+but never sooner than :data:`SILENCE_MIN_S`; the deadline is renewed at the
+last tick time of the pod's grid before half of it is spent, so that the worker
+reads it as it wakes to tick (with the default heartbeat limit, three intervals
+and some, that is at every tick): a worker hears from a turning loop at least
+twice per bound, and from a stopped one never.
 """
 
 from __future__ import annotations
