@@ -7,9 +7,9 @@ nothing from the supervisor for its heartbeat limit, the same bound the
 supervisor gives the worker (:func:`~agentpool.supervisor.scope.heartbeat_limit`),
 but never sooner than :data:`SILENCE_MIN_S`; the deadline is renewed at the
 last tick time of the pod's grid before half of it is spent, so that the worker
-reads it as it wakes to tick (with the default heartbeat limit, three intervals
-and some, that is at every tick): a worker hears from a turning loop at least
-twice per bound, and from a stopped one never.
+reads it as it wakes to tick (with the default heartbeat limit at a 20 s
+interval, 90 s, that is every other tick): a worker hears from a turning loop at
+least twice per bound, and from a stopped one never.
 """
 
 from __future__ import annotations
