@@ -35,8 +35,8 @@ this machine's ext4 ``/tmp``, 1,000 workers creating theirs at start-up
 queued on the inode allocator. ``HEARTBEAT_TIMEOUT`` is raised to an hour
 (``--heartbeat-timeout``) so the sleeping workers are not killed as silent
 (no worker of this run hangs). That also makes the silence fences an hour
-long, renewed every half hour instead of every half heartbeat limit as with
-the default: ``--heartbeat-timeout ''`` runs the agent as deployed, without
+long, renewed every half hour instead of about every half heartbeat limit as
+with the default: ``--heartbeat-timeout ''`` runs the agent as deployed, without
 sleeping workers (``--floor-workers 0``), for the CPU and start-up rows.
 Prints markdown and, with ``--output``, replaces its section of BENCHMARKS.md
 (between markers); asserts nothing.

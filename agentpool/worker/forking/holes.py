@@ -112,9 +112,10 @@ def fill_heap() -> int:
 
     Chunks bigger than a pymalloc block are taken with ``bytes`` objects; smaller
     ones, which only C code's own ``malloc`` calls reach (a pymalloc-sized object
-    never does), with ``malloc`` itself: :data:`C_CHUNKS` keeps them. How many
-    small chunks are free depends on what the imports freed; modules loaded from
-    bytecode caches leave several times more of them than modules compiled at import.
+    never does), with ``malloc`` itself: :data:`C_CHUNKS` keeps them. Measured on
+    the heap ``tests/worker/forking/test_layout.py`` builds, the small chunks were
+    ~64 KiB of the holes left after the big ones were taken, with bytecode caches
+    present or not (BENCHMARKS.md, issue 26's sixth round).
     """
     mallinfo2 = _mallinfo2()
     if mallinfo2 is None:
