@@ -4,7 +4,8 @@ A worker needs the loop's attention only at a few moments, all known in
 advance: when it would count as hung if it stays silent (its last report plus
 its heartbeat limit, or the moment its pipe began refusing messages plus the
 same), when a stop it was given runs out (SIGKILL), when its backoff ends
-(restart), and when its silence fence is half spent (renewal). Its
+(restart), and when its silence fence is due for renewal (at the tick time
+before half of it is spent: :mod:`agentpool.supervisor.fences`). Its
 predecessor still running after a lost fork server has no sentinel to wait
 on and is looked at every loop period. :func:`next_check` is the earliest of
 those; :class:`Deadlines` keeps one entry per worker for it, so a turn visits
