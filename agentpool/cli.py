@@ -86,10 +86,14 @@ def cli(ctx: click.Context, /, **flags: str | None) -> None:
         listener = listen(settings.metrics_host, settings.metrics_port)
     except OSError:
         listener = None  # start-up binds again, and says why it cannot
-    from agentpool.supervisor.main import run  # heavy imports only when running
+    # The fork server first: its preload then overlaps the heavy imports below.
+    from agentpool.supervisor.prelaunch import prelaunch
 
     try:
-        code = run(settings, listener)
+        early = prelaunch(settings.multiproc_dir)
+        from agentpool.supervisor.main import run  # heavy imports only when running
+
+        code = run(settings, listener, early)
     except ConfigError as exc:  # a value found unusable at start, everything stopped again
         _config_exit(exc)
     # Everything is stopped, only the metrics server still answers (see run). Tearing the

@@ -2,7 +2,9 @@
 
 Order matters: the fork server is started before any thread exists, and the
 multiprocess metrics directory is set in the environment before it starts,
-because the fork server and every worker inherit both. Everything started is
+because the fork server and every worker inherit both. The command line does
+both before this module's imports (:mod:`~agentpool.supervisor.prelaunch`), so
+the server's preload overlaps them. Everything started is
 registered on one ``ExitStack`` as it starts, so it is stopped in reverse
 order however far start-up got.
 
@@ -27,7 +29,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -50,10 +51,16 @@ from agentpool.proctitle import TITLE_PREFIX, set_title
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
-from agentpool.supervisor.forkclient import ForkServer
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
+from agentpool.supervisor.prelaunch import (
+    FDS_PER_NODE,
+    RESERVED_FDS,
+    Prelaunch,
+    prelaunch,
+    usable_dir,
+)
 from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.watches import Watches
@@ -67,10 +74,6 @@ LOOP_STALL_S = 30.0
 FRESHNESS_SLACK_S = 30.0
 """A cache is stale once unconfirmed for WATCH_TIMEOUT (a quiet watch ends and reopens
 that often) plus this much."""
-RESERVED_FDS = 256
-"""Descriptors for everything but the workers: API and HTTP sockets, logs, the selector."""
-FDS_PER_NODE = 5
-"""A worker's pipe and exit sentinel, and its three metrics files the collector keeps open."""
 OPEN_METRICS_FILES_PER_NODE = 3
 FORK_SERVER_READY_S = 120.0
 """Its imports, warm-up and heap layout take 1.2-2.4 s here (issue 26's third round;
@@ -85,54 +88,6 @@ class _Service(Protocol):
 
 class StartupError(Exception):
     """Start-up cannot go on; the message is printed as is."""
-
-
-def raise_fd_limit() -> int:
-    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; the soft limit now in force."""
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def node_capacity(fd_limit: int) -> int:
-    """How many nodes a process with ``fd_limit`` descriptors can control."""
-    if fd_limit == resource.RLIM_INFINITY:
-        return sys.maxsize
-    return max(0, (fd_limit - RESERVED_FDS) // FDS_PER_NODE)
-
-
-def usable_dir(variable: str, configured: str) -> Path:
-    """``configured`` as a directory this process can write, created if missing; a
-    ConfigError naming ``variable`` when it cannot be (a file in the way, a read-only
-    mount, a name too long). Written to once here, because the workers write there
-    later, where a failure would be one per node rather than one at start."""
-    path = Path(configured)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".agentpool-probe-", dir=path)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        raise ConfigError(
-            variable, configured, f"expected a directory the agent can create and write ({why})"
-        ) from None
-    return path
-
-
-def prepare_metrics_dir(configured: str | None) -> tuple[str, bool]:
-    """The multiprocess directory, emptied of old ``*.db`` files; True if we created it."""
-    if configured:
-        path = usable_dir("PROMETHEUS_MULTIPROC_DIR", configured)
-        try:
-            for old in path.glob("*.db"):
-                old.unlink(missing_ok=True)
-        except OSError as exc:  # a *.db that is a directory, or not ours to remove
-            problem = f"expected a directory whose old *.db files can be removed ({exc})"
-            raise ConfigError("PROMETHEUS_MULTIPROC_DIR", configured, problem) from None
-        return str(path), False
-    return tempfile.mkdtemp(prefix="agentpool-metrics-"), True
 
 
 def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack) -> str:
@@ -252,7 +207,9 @@ def seconds_since_start() -> float | None:
         return None
 
 
-def run(settings: Settings, listener: socket.socket | None = None) -> int:
+def run(
+    settings: Settings, listener: socket.socket | None = None, early: Prelaunch | None = None
+) -> int:
     """The agent until it stops; its exit status.
 
     ``listener`` is the metrics socket when the caller opened it already
@@ -260,11 +217,14 @@ def run(settings: Settings, listener: socket.socket | None = None) -> int:
     caller is the process's entry point and exits as soon as this returns: the server
     is then left answering, because the kubelet probes a container until it has exited
     and closing the socket any earlier fails those probes.
+
+    ``early`` is what :func:`~agentpool.supervisor.prelaunch.prelaunch` launched before
+    this module's imports (the command line does); without it, it is done here.
     """
     setup_logging(settings.log_format, settings.log_level)
     try:
         with contextlib.ExitStack() as stack:
-            return _run(settings, stack, listener)
+            return _run(settings, stack, listener, early)
     except StartupError as exc:
         print(f"agentpool: {exc}", file=sys.stderr)
         return EXIT_STARTUP
@@ -286,28 +246,30 @@ def supervisor_title(settings: Settings) -> str:
 
 
 def _run(
-    settings: Settings, stack: contextlib.ExitStack, listener: socket.socket | None
+    settings: Settings,
+    stack: contextlib.ExitStack,
+    listener: socket.socket | None,
+    early: Prelaunch | None,
 ) -> int:
     # Before any thread starts, so that the threads' names (top -H) say agentpool too.
     set_title(supervisor_title(settings), "agentpool")
-    capacity = node_capacity(raise_fd_limit())
+    if early is None:
+        early = prelaunch(settings.multiproc_dir)
+    metrics_dir, fork_server = early.metrics_dir, early.fork_server
+    if early.private_metrics:
+        stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
+    # The metrics server is stopped after everything but the fork server and the
+    # directories (or not at all, see run): the kubelet probes a pod until it has exited.
+    serving = stack.enter_context(contextlib.ExitStack())
+    stack.callback(fork_server.stop)
+    capacity = early.capacity
     if capacity < 1:
         raise StartupError(
             f"RLIMIT_NOFILE ({resource.getrlimit(resource.RLIMIT_NOFILE)[1]}) leaves no "
             f"descriptors for a worker: at least {RESERVED_FDS + FDS_PER_NODE} are needed, "
             f"and {FDS_PER_NODE} more per node"
         )
-    metrics_dir, private = prepare_metrics_dir(settings.multiproc_dir)
-    if private:
-        stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
-    # The metrics server is stopped after everything but the directories (or not at all,
-    # see run): the kubelet probes a pod until its container exits.
-    serving = stack.enter_context(contextlib.ExitStack())
     files = NodeFiles(metrics_dir, _private_or(settings.state_dir, "agentpool-state-", stack))
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    fork_server = ForkServer()
-    fork_server.ensure_running()
-    stack.callback(fork_server.stop)
 
     counters = ApiCounters()
     try:
