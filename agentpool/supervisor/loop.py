@@ -146,6 +146,8 @@ class Supervisor:
         """No worker starts before every cache has listed once."""
         self._stopping = False
         self._published_synced: bool | None = None
+        self._publish_after = 0.0
+        """A change is published at once from then on, until then at the next check."""
         """``synced`` of the last published snapshot (the rest changes with the table)."""
         self.loop_heartbeat = clock()
 
@@ -221,8 +223,11 @@ class Supervisor:
         self.table.note_stalled(now)
         if check:
             reap_orphans()
-        if self.table.changed or (check and self.synced() != self._published_synced):
-            self._publish()
+        # A snapshot is of every worker: starts at most one a loop period, or a mass start
+        # (a change at nearly every turn) rebuilt it hundreds of times; exits at once.
+        due = check or self.table.gone or now >= self._publish_after
+        if (self.table.changed and due) or (check and self.synced() != self._published_synced):
+            self._publish(now)
 
     def _turn_elastic(self, now: float) -> None:
         """Elastic pool: renewals only while this loop turns; the handoff's actions say which
@@ -374,9 +379,9 @@ class Supervisor:
             last_failure=h.last_failure if failing else "",
         )
 
-    def _publish(self) -> None:
-        self.table.changed = False
-        now = self.clock()
+    def _publish(self, now: float) -> None:
+        self.table.changed = self.table.gone = False
+        self._publish_after = now + self.loop_period_s
         self._published_synced = synced = self.synced()
         s = self.settings
         self.collector.publish(

@@ -109,6 +109,9 @@ class WorkerTable:
         self.workers: dict[str, WorkerHandle] = {}
         self.changed = True
         """A worker started, stopped, died or began running: publish a fresh snapshot."""
+        self.gone = False
+        """A worker exited or its node was forgotten: publish at once (the loop coalesces
+        other changes), so that ``/metrics`` never shows a worker that is no more."""
         self.rescope = False
         """A node left the table for good: which nodes this pod owns may have changed."""
         self.apis: dict[str, NodeApi] = {}
@@ -248,7 +251,7 @@ class WorkerTable:
             self.io.unregister(process.sentinel)
             process.close()
             handle.process = None
-            self.changed = True
+            self.changed = self.gone = True
             self.io.close_conn(handle)
             if pid is not None and pid_running(pid):
                 # Reported dead by a fork server that lost it, yet still restoring the
@@ -365,7 +368,7 @@ class WorkerTable:
         self.workers.pop(node, None)
         if self.elastic is not None:
             self.elastic.stopped(node)  # its worker is gone: the claim may be released
-        self.changed = True
+        self.changed = self.gone = True
         self.apis.pop(node, None)
         self.statuses.forget(node)
         self.files.forget(node)

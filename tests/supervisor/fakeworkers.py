@@ -171,7 +171,9 @@ def power(name: str, node_name: str, cap: float) -> dict[str, Any]:
 class Loop:
     """A supervisor wired to stand-ins; ``turn`` runs one turn at a given fake time."""
 
-    def __init__(self, launcher: FakeLauncher | None = None, **overrides: Any) -> None:
+    def __init__(
+        self, launcher: FakeLauncher | None = None, loop_period_s: float = 0.01, **overrides: Any
+    ) -> None:
         options: dict[str, Any] = {
             "mode": AgentMode.POOL,
             "reconcile_interval_s": 10.0,
@@ -197,7 +199,7 @@ class Loop:
             NodeFiles(metrics, state),
             lambda: self.synced,
             clock=self.clock,
-            loop_period_s=0.01,
+            loop_period_s=loop_period_s,
         )
 
     def close(self) -> None:
@@ -213,7 +215,8 @@ class Loop:
         self.close()
 
     def turn(self, advance: float = 0.01) -> None:
-        """Move the clock (at least one loop period, so the turn never sleeps), turn once."""
+        """Move the clock (at least 0.01 s: one loop period unless the loop was given a
+        longer one), turn once."""
         self.clock.advance(max(advance, 0.01))
         self.supervisor.turn()
 

@@ -151,6 +151,31 @@ def test_quiet_workers_are_looked_at_when_a_deadline_of_theirs_falls_due() -> No
         assert all(loop.handle(n).state is WorkerState.RUNNING for n in "abc")
 
 
+def test_a_mass_start_is_published_once_a_loop_period_and_an_exit_at_once() -> None:
+    # The snapshot behind /metrics' worker series covers every worker: rebuilt at each
+    # turn of a mass start it cost hundreds of full passes. Starts and first reports wait
+    # for the next loop period; a worker that is gone leaves it at once (an elastic
+    # handoff must never look like two pods holding one node).
+    with Loop(loop_period_s=0.5) as loop:
+        collector = loop.supervisor.collector
+        loop.nodes(*(f"n{i:03d}" for i in range(3 * MAX_STARTS_PER_TURN)))
+        loop.turn()  # the loop's first check: the first batch, published
+        first = collector._snapshot
+        assert len(first.workers) == MAX_STARTS_PER_TURN
+        loop.turn(0.1)
+        loop.turn(0.1)  # two more batches within the same loop period
+        assert len(loop.launcher.started) == 3 * MAX_STARTS_PER_TURN
+        assert collector._snapshot is first
+        loop.turn(0.3)  # the next check
+        latest = collector._snapshot
+        assert len(latest.workers) == 3 * MAX_STARTS_PER_TURN
+        loop.turn(0.1)
+        loop.launcher.started[0].process.exit(1)
+        loop.turn(0.01)  # within the loop period, and published all the same
+        assert collector._snapshot is not latest
+        assert collector._snapshot.workers[loop.launcher.started[0].node].pid is None
+
+
 def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
     # A TelemetryProfile may legally let one tick wait 4 x 300 s on a slow endpoint: the
     # heartbeat limit follows the profile, so such a worker is not killed as hung.
