@@ -36,6 +36,7 @@ from agentpool.errors import KubeError
 from agentpool.hardware.host import discover_host
 from agentpool.hardware.nodehardware import nodehardware_status
 from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.writehold import WriteHold
 from agentpool.tokenbucket import Budget, TokenBucket
 
 log = logging.getLogger(__name__)
@@ -105,9 +106,12 @@ class HardwarePublisher:
         clock: Callable[[], float] = time.monotonic,
         rediscover_s: float = REDISCOVER_S,
         budget: Budget = WRITE_BUDGET,
+        hold: WriteHold | None = None,
     ) -> None:
         self._api = api
         self._clock = clock
+        self._hold = hold
+        """Writes wait while it holds (workers starting)."""
         self._rediscover_s = rediscover_s
         self._bucket = TokenBucket(budget, clock())
         """Only the publishing thread (or a test calling ``publish_due``) touches it."""
@@ -171,6 +175,10 @@ class HardwarePublisher:
                 if not self._bucket.ready(now):
                     # Some tokens at once: each pass looks at every node.
                     self._cond.wait(max(BUDGET_WAKE_S, self._bucket.next_token(now) - now))
+                    continue
+                held = self._hold.wait_s() if self._hold is not None else 0.0
+                if held > 0:  # workers are starting: their caps first
+                    self._cond.wait(held)
                     continue
             self.publish_due(self._clock())
 

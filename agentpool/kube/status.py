@@ -39,6 +39,7 @@ from agentpool.backoff import exponential_delay
 from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.writehold import WriteHold
 from agentpool.spec.values import GpuTickResult, TickResult
 
 log = logging.getLogger(__name__)
@@ -151,8 +152,12 @@ class StatusWriter:
         concurrency: int = CONCURRENCY,
         resource: Resource = Resource.TELEMETRY_PROFILES,
         body: StatusBody | None = None,
+        hold: WriteHold | None = None,
     ) -> None:
         self._api = api
+        self._hold = hold
+        """Writes wait while it holds (workers starting), except to flush."""
+        self._flushing = False
         self._resource = resource
         self._body: StatusBody = body or status_body
         self._heartbeat_s = heartbeat_s
@@ -207,6 +212,7 @@ class StatusWriter:
         """Wait until nothing is pending (or ``timeout``); True when all was written."""
         deadline = time.monotonic() + timeout
         with self._cond:
+            self._flushing = True  # the last writes: no hold keeps them
             for entry in self._pending.values():
                 entry.not_before = 0.0  # shutdown: no more backoff
             self._cond.notify()
@@ -229,6 +235,10 @@ class StatusWriter:
             while not self._stop:
                 now = time.monotonic()
                 ready = [(p, e) for p, e in self._pending.items() if e.not_before <= now]
+                held = 0.0 if self._hold is None or self._flushing else self._hold.wait_s()
+                if ready and held > 0:
+                    self._cond.wait(held)
+                    continue
                 if ready:
                     for profile, _ in ready:
                         del self._pending[profile]

@@ -49,6 +49,7 @@ from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.kube.writehold import WriteHold
 from agentpool.spec.values import NodeInputs
 from agentpool.supervisor import statuses
 from agentpool.supervisor.elastic import ElasticPool
@@ -100,8 +101,11 @@ class Supervisor:
         spec_confirmed: Callable[[], bool] | None = None,
         elastic: ElasticPool | None = None,
         node_events: NodeEvents | None = None,
+        write_hold: WriteHold | None = None,
     ) -> None:
         self.settings = settings
+        self.write_hold = write_hold
+        """Holds status and NodeHardware writes while workers start (enforce first)."""
         self.node_events = node_events
         """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
         self.spec_confirmed = spec_confirmed
@@ -225,6 +229,13 @@ class Supervisor:
             reap_orphans()
         # A snapshot is of every worker: starts at most one a loop period, or a mass start
         # (a change at nearly every turn) rebuilt it hundreds of times; exits at once.
+        if self.write_hold is not None and (check or self._scope_stale):
+            # Looked at once a loop period (a pass over every worker), and at each batch
+            # of a mass start (whose first reports would otherwise be written at once).
+            if self._scope_stale or self.table.starting():
+                self.write_hold.hold()
+            else:
+                self.write_hold.release()
         due = check or self.table.gone or now >= self._publish_after
         if (self.table.changed and due) or (check and self.synced() != self._published_synced):
             self._publish(now)

@@ -45,6 +45,7 @@ from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
+from agentpool.kube.writehold import WriteHold
 from agentpool.logs import setup_logging
 from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
@@ -285,15 +286,17 @@ def _run(
         raise StartupError(str(exc)) from exc  # in-cluster: no variable was set to blame
     stack.callback(api.close)
     collector = SupervisorCollector(counters)
-    status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True)
+    hold = WriteHold()  # enforce first: these writes wait while workers start
+    status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True, hold=hold)
     twin_status = StatusWriter(
         api,
         heartbeat_s=HEARTBEAT_S,
         spread_heartbeats=True,
         resource=Resource.NODE_TWINS,
         body=twin_status_body,
+        hold=hold,
     )
-    hardware = HardwarePublisher(api)
+    hardware = HardwarePublisher(api, hold=hold)
     view = ClusterView(settings)
     desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
 
@@ -324,6 +327,7 @@ def _run(
         spec_confirmed=spec_confirmed,
         elastic=elastic,
         node_events=node_events,
+        write_hold=hold,
     )
     stack.callback(supervisor.close)
 

@@ -479,6 +479,10 @@ class WorkerTable:
         for handle in self.workers.values():
             self.send_fence(handle, now)
 
+    def starting(self) -> bool:
+        """Whether a worker was started and has not reported its first tick yet."""
+        return any(h.state is WorkerState.STARTING for h in self.workers.values())
+
     def running(self) -> set[str]:
         return {n for n, h in self.workers.items() if h.process is not None or h.lingering}
 

@@ -24,6 +24,7 @@ from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
+from agentpool.kube.writehold import WriteHold
 from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
 from agentpool.supervisor.handles import WorkerProcess
 from agentpool.supervisor.loop import Supervisor
@@ -172,7 +173,11 @@ class Loop:
     """A supervisor wired to stand-ins; ``turn`` runs one turn at a given fake time."""
 
     def __init__(
-        self, launcher: FakeLauncher | None = None, loop_period_s: float = 0.01, **overrides: Any
+        self,
+        launcher: FakeLauncher | None = None,
+        loop_period_s: float = 0.01,
+        write_hold: WriteHold | None = None,
+        **overrides: Any,
     ) -> None:
         options: dict[str, Any] = {
             "mode": AgentMode.POOL,
@@ -200,6 +205,7 @@ class Loop:
             lambda: self.synced,
             clock=self.clock,
             loop_period_s=loop_period_s,
+            write_hold=write_hold,
         )
 
     def close(self) -> None:

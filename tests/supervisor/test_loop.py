@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
+from agentpool.kube.writehold import WriteHold
 from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
 from agentpool.supervisor.handles import Launched, StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
@@ -174,6 +175,25 @@ def test_a_mass_start_is_published_once_a_loop_period_and_an_exit_at_once() -> N
         loop.turn(0.01)  # within the loop period, and published all the same
         assert collector._snapshot is not latest
         assert collector._snapshot.workers[loop.launcher.started[0].node].pid is None
+
+
+def test_status_writes_are_held_while_workers_start() -> None:
+    # Enforce first: from the first batch of a mass start until every worker started has
+    # reported its first tick, the status and NodeHardware writers wait.
+    hold = WriteHold(max_s=60.0)
+    with Loop(loop_period_s=0.5, write_hold=hold) as loop:
+        loop.nodes(*(f"n{i:03d}" for i in range(2 * MAX_STARTS_PER_TURN)))
+        loop.turn()
+        assert hold.remaining() > 0  # more to start
+        loop.turn(0.1)
+        assert len(loop.launcher.started) == 2 * MAX_STARTS_PER_TURN
+        for worker in loop.launcher.started[1:]:
+            worker.report()
+        loop.turn(0.5)
+        assert hold.remaining() > 0, "one worker has not reported yet"
+        loop.launcher.started[0].report()
+        loop.turn(0.5)
+        assert hold.remaining() == 0
 
 
 def test_the_heartbeat_covers_the_longest_legal_tick_of_the_node() -> None:
