@@ -150,9 +150,9 @@ class Supervisor:
         """No worker starts before every cache has listed once."""
         self._stopping = False
         self._published_synced: bool | None = None
+        """``synced`` of the last published snapshot (the rest changes with the table)."""
         self._publish_after = 0.0
         """A change is published at once from then on, until then at the next check."""
-        """``synced`` of the last published snapshot (the rest changes with the table)."""
         self.loop_heartbeat = clock()
 
     @property
@@ -227,8 +227,6 @@ class Supervisor:
         self.table.note_stalled(now)
         if check:
             reap_orphans()
-        # A snapshot is of every worker: starts at most one a loop period, or a mass start
-        # (a change at nearly every turn) rebuilt it hundreds of times; exits at once.
         if self.write_hold is not None and (check or self._scope_stale):
             # Looked at once a loop period (a pass over every worker), and at each batch
             # of a mass start (whose first reports would otherwise be written at once).
@@ -236,6 +234,8 @@ class Supervisor:
                 self.write_hold.hold()
             else:
                 self.write_hold.release()
+        # A snapshot is of every worker: starts at most one a loop period, or a mass start
+        # (a change at nearly every turn) rebuilt it hundreds of times; exits at once.
         due = check or self.table.gone or now >= self._publish_after
         if (self.table.changed and due) or (check and self.synced() != self._published_synced):
             self._publish(now)

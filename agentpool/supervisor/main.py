@@ -259,10 +259,10 @@ def _run(
     metrics_dir, fork_server = early.metrics_dir, early.fork_server
     if early.private_metrics:
         stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
-    # The metrics server is stopped after everything but the fork server and the
-    # directories (or not at all, see run): the kubelet probes a pod until it has exited.
+    # The metrics server is stopped after everything but the directories (or not at all,
+    # see run): the kubelet probes a pod until its container exits.
     serving = stack.enter_context(contextlib.ExitStack())
-    stack.callback(fork_server.stop)
+    stack.callback(fork_server.stop)  # before the state directory goes: no worker is left
     capacity = early.capacity
     if capacity < 1:
         raise StartupError(
