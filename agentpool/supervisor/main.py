@@ -262,7 +262,7 @@ def _run(
     # The metrics server is stopped after everything but the directories (or not at all,
     # see run): the kubelet probes a pod until its container exits.
     serving = stack.enter_context(contextlib.ExitStack())
-    stack.callback(fork_server.stop)  # before the state directory goes: no worker is left
+    stack.callback(fork_server.stop)  # after supervisor.close (registered later) stops workers
     capacity = early.capacity
     if capacity < 1:
         raise StartupError(
