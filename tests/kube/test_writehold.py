@@ -76,13 +76,19 @@ def applied() -> TickResult:
     return TickResult(Backend.RAPL, Result.APPLIED, "RAPL PL1 120 W")
 
 
-def test_a_held_status_waits_for_the_release(api_emulator: ApiEmulator, api: KubeApi) -> None:
-    hold = CountingHold(looks=3)
+def held_writer(api: KubeApi, hold: WriteHold) -> StatusWriter:
+    """A started writer, held, with node-a's status offered."""
     writer = StatusWriter(api, hold=hold)
     hold.hold()
     writer.start()
+    assert writer.offer("node-a", "node-a", applied())
+    return writer
+
+
+def test_a_held_status_waits_for_the_release(api_emulator: ApiEmulator, api: KubeApi) -> None:
+    hold = CountingHold(looks=3)
+    writer = held_writer(api, hold)
     try:
-        assert writer.offer("node-a", "node-a", applied())
         assert hold.enough.wait(30.0), "the writer never looked at the hold"
         assert api_emulator.request_counts().get(PATCHES, 0) == 0  # looked three times, held
         hold.release()
@@ -93,12 +99,8 @@ def test_a_held_status_waits_for_the_release(api_emulator: ApiEmulator, api: Kub
 
 
 def test_a_flush_writes_through_a_hold(api_emulator: ApiEmulator, api: KubeApi) -> None:
-    hold = WriteHold(max_s=60.0)
-    writer = StatusWriter(api, hold=hold)
-    hold.hold()
-    writer.start()
+    writer = held_writer(api, WriteHold(max_s=60.0))
     try:
-        assert writer.offer("node-a", "node-a", applied())
         assert writer.flush(30.0)  # shutdown: the final statuses go out held or not
         assert api_emulator.request_counts()[PATCHES] == 1
     finally:
