@@ -12,7 +12,11 @@ machine:
    tick (the same JSON, a kept-alive connection per origin on the agent's own
    wire code, :mod:`agentpool.backends.http11`, the answer parsed); host, the
    package zones' energy counters read and the cap written. Its CPU time
-   (user + system) per node-tick is the floor.
+   (user + system) per node-tick is the floor. Next to it, what a process
+   pays only to sleep the interval (at most 2 s) and wake up again, which a
+   worker does at least twice a tick (its timer, its answer) and the bare
+   loop, its requests back to back, does not: on a VM whose idle vCPU halts,
+   that wake-up is not the few microseconds it is on bare metal.
 2. **Start-up**: from launching ``python -m agentpool`` (imports included)
    to every node's cap applied: its first control request at the simulator
    (HTTP) or the PL1 limit file of every package zone holding the cap
@@ -91,6 +95,8 @@ class Result:
     load: list[float] = field(default_factory=list)
     floor_ms: float = 0.0
     """CPU per node-tick of the bare loop."""
+    wake_ms: float = 0.0
+    """CPU of one process's sleep and wake-up at the interval (at most WAKE_SLEEP_S)."""
     startup_s: float = 0.0
     agent_ms: float = 0.0
     ticks: float = 0.0
@@ -118,6 +124,30 @@ def floor_cpu(args: argparse.Namespace, cluster: SimCluster, names: list[str],
                          check=True).stdout
     cpu_s, ticks = (float(x) for x in out.split())
     return 1000 * cpu_s / ticks
+
+
+WAKE_SLEEP_S = 2.0
+"""The longest sleep the wake-up floor is measured with (a longer one reads the same)."""
+WAKE_PROBE = """
+import select, sys, time
+sleep_ms, count = int(sys.argv[1]), int(sys.argv[2])
+poller = select.poll()
+poller.poll(sleep_ms)
+start = time.process_time()
+for _ in range(count):
+    poller.poll(sleep_ms)
+print((time.process_time() - start) / count)
+"""
+
+
+def wake_cpu(interval: float, count: int) -> float:
+    """ms of CPU a process pays to sleep (as a worker between ticks) and wake up, nothing
+    else: the part of a tick the one-process-per-node design cannot avoid, which the bare
+    loop (one process, its requests back to back) does not pay."""
+    sleep_ms = round(1000 * min(interval, WAKE_SLEEP_S))
+    out = subprocess.run([sys.executable, "-c", WAKE_PROBE, str(sleep_ms), str(count)],
+                         capture_output=True, text=True, check=True).stdout
+    return 1000 * float(out)
 
 
 def applied(args: argparse.Namespace, cluster: SimCluster, names: list[str],
@@ -206,6 +236,8 @@ def run(args: argparse.Namespace) -> Result:
             cluster.add_node(name, profile="", http=False)
         result.floor_ms = floor_cpu(args, cluster, names, trees)
         print(f"  floor: {result.floor_ms:.3f} ms per node-tick", file=sys.stderr)
+        result.wake_ms = wake_cpu(args.interval, args.wakes)
+        print(f"  a process's sleep and wake-up: {result.wake_ms:.3f} ms", file=sys.stderr)
         for tree in trees.values():  # the floor loop wrote the cap: back to the start values
             for zone in tree.packages:
                 assert zone.pl1 is not None
@@ -248,6 +280,8 @@ def report(r: Result, command: str) -> str:
     ]
     for role, ms in sorted(r.cpu_by_role.items()):
         lines.append(f"|   of which {role} (ms) | {ms:.3f} | | | | |")
+    lines.append(f"| a process's sleep and wake-up alone (ms of CPU; a worker wakes for its "
+                 f"timer and for its answer) | {r.wake_ms:.3f} | | | | |")
     for minute, pss, p95, floor in r.points:
         lines.append(
             f"| median / p95 worker PSS at t+{minute:g} min (MiB) | {pss / MIB:.2f} / "
@@ -283,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-window", type=float, default=60.0, help="seconds (floor and agent)")
     p.add_argument("--settle", type=float, default=30.0, help="seconds after start-up")
     p.add_argument("--floor-workers", type=int, default=5)
+    p.add_argument("--wakes", type=int, default=10,
+                   help="sleeps of the wake-up floor (each the interval long, at most 2 s)")
     p.add_argument("--heartbeat-timeout", default="1h",
                    help="HEARTBEAT_TIMEOUT of the agent; '' leaves the agent's default (then "
                         "--floor-workers must be 0: sleeping workers would be killed as hung)")
