@@ -157,7 +157,7 @@ def test_floor_benchmark_smoke_run(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "floor.py"), "--nodes", "3", "--backend", "host",
          "--minutes", "0.2,0.3", "--cpu-window", "3", "--settle", "1", "--floor-workers", "1",
-         "--output", str(report)],
+         "--wakes", "2", "--output", str(report)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -174,6 +174,9 @@ def test_floor_benchmark_smoke_run(tmp_path: Path) -> None:
     cpu = rows["CPU per node-tick, every process of the agent (ms)"]
     assert float(cpu[0]) > 0, cpu  # the agent's
     assert float(cpu[1]) > 0, cpu  # the floor's
+    wake = rows["a process's sleep and wake-up alone (ms of CPU; a worker wakes for its timer "
+                "and for its answer)"]
+    assert float(wake[0]) > 0, wake
     for minute in ("0.2", "0.3"):
         pss = rows[f"median / p95 worker PSS at t+{minute} min (MiB)"]
         assert float(pss[0].split(" / ")[0]) > 0, pss  # the workers' median
