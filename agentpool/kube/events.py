@@ -33,6 +33,7 @@ from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.events.correlator import EventCorrelator, Write
 from agentpool.events.reasons import NodeEvent
 from agentpool.kube.api import EVENTS_API_VERSION, KubeApi
+from agentpool.proctitle import name_thread
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ class EventRecorder:
             return None
 
     def _run(self) -> None:
+        name_thread()
         while (batch := self._next_batch()) is not None:
             for write in batch:
                 try:

@@ -23,6 +23,7 @@ import tenacity
 
 from agentpool.errors import KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource, abort_read
+from agentpool.proctitle import name_thread
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class Informer:
         self.on_watch_restart(self.resource, "error")
 
     def _run(self) -> None:
+        name_thread()
         # One retrying call per watch session, so the backoff starts afresh after
         # every session that worked instead of growing over the informer's life.
         while not self._stop.is_set():

@@ -37,6 +37,7 @@ from agentpool.pool.membership import (
     encode_claims,
     encode_grace,
 )
+from agentpool.proctitle import name_thread
 from agentpool.spec.values import json_count
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ class ReplicasWatch:
         self._response = response
 
     def _run(self) -> None:
+        name_thread()
         backoff = Backoff(initial_s=0.5, max_s=10.0)
         while not self._stop.is_set():
             try:

@@ -37,6 +37,7 @@ from agentpool.hardware.host import discover_host
 from agentpool.hardware.nodehardware import nodehardware_status
 from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.writehold import WriteHold
+from agentpool.proctitle import name_thread
 from agentpool.tokenbucket import Budget, TokenBucket
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ class HardwarePublisher:
         return None if due == math.inf else due
 
     def _run(self) -> None:
+        name_thread()
         while True:
             with self._cond:
                 if self._stop:

@@ -34,6 +34,7 @@ from agentpool.backoff import Backoff
 from agentpool.config.options import JoulieApi
 from agentpool.errors import KubeError
 from agentpool.kube.api import GROUP, KubeApi, Resource
+from agentpool.proctitle import name_thread
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,7 @@ class KindDiscovery:
         return delay
 
     def _run(self) -> None:
+        name_thread()
         backoff = Backoff(initial_s=self._first, max_s=self._max)
         while not self._stop.is_set():
             self._wake.clear()

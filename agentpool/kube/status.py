@@ -40,6 +40,7 @@ from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.writehold import WriteHold
+from agentpool.proctitle import name_thread
 from agentpool.spec.values import GpuTickResult, TickResult
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,9 @@ class StatusWriter:
         self._spread = spread_heartbeats
         self._clock = clock
         self._max_backoff_s = max_backoff_s
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="status")
+        self._pool = ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix="status", initializer=name_thread
+        )
         self._written: dict[str, _Written] = {}
         self._pending: dict[str, _Pending] = {}
         self._cond = threading.Condition()
@@ -249,6 +252,7 @@ class StatusWriter:
             return None
 
     def _run(self) -> None:
+        name_thread()
         while (batch := self._next_batch()) is not None:
             try:
                 list(self._pool.map(lambda item: self._write_safely(*item), batch))

@@ -39,6 +39,7 @@ from agentpool.pool.fence import KILL_MARGIN_S, FenceTimes
 from agentpool.pool.handoff import Actions, NodePhase
 from agentpool.pool.membership import LeaseRecord
 from agentpool.pool.state import LeaseWrite, PoolNumbers, PoolState
+from agentpool.proctitle import name_thread
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,7 @@ class ElasticPool:
     # -- the thread's side -------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_thread()
         resumed = False
         while not self._stopping.is_set():
             try:

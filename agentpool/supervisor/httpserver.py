@@ -26,9 +26,10 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentpool.durations import parse_duration
+from agentpool.proctitle import name_thread
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -88,6 +89,14 @@ Readiness = Callable[[], tuple[bool, str]]
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        name_thread("metrics-http")
+        super().serve_forever(poll_interval)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        name_thread("metrics-request")  # one thread per request: scrapes, probes
+        super().process_request_thread(request, client_address)
 
     def handle_error(self, request: object, client_address: object) -> None:
         # Not socketserver's traceback on stderr, which would break JSON logs.

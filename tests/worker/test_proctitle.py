@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import psutil
+import pytest
 
-from agentpool.proctitle import argv_area, comm_for
+from agentpool.proctitle import argv_area, comm_for, name_thread
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.supervisor.forkclient import SERVER_MODULE
@@ -81,6 +83,49 @@ def test_a_title_longer_than_the_argv_memory_is_cut_never_spilled() -> None:
     assert len(line) <= original
 
 
+def thread_comms(pid: int) -> set[str]:
+    names = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8") as f:
+                names.add(f.read().rstrip("\n"))
+        except OSError:
+            continue  # the thread ended meanwhile
+    return names
+
+
+def named_in_thread(name: str, given: str | None = None) -> tuple[bool, str]:
+    """Start a thread called ``name`` that names itself; what it returned, what the kernel
+    calls it."""
+    seen: list[tuple[bool, str]] = []
+
+    def run() -> None:
+        done = name_thread(given)
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", encoding="utf-8") as f:
+            seen.append((done, f.read().rstrip("\n")))
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_a_thread_gets_its_python_name_in_the_kernel_cut_to_15_bytes() -> None:
+    assert named_in_thread("event-recorder") == (True, "event-recorder")
+    assert named_in_thread("informer-telemetryprofiles") == (True, "informer-teleme")
+    assert named_in_thread("Thread-3", "metrics-request") == (True, "metrics-request")
+    assert comm(os.getpid()) != "event-recorder"  # the process keeps its own name
+
+
+def test_agentpool_proctitle_0_leaves_thread_names_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AGENTPOOL_PROCTITLE", "0")
+    done, name = named_in_thread("event-recorder")
+    assert not done
+    assert name != "event-recorder"
+
+
 def test_agentpool_proctitle_0_leaves_the_names_alone() -> None:
     answer, line, name = renamed("agentpool: node n-1", "ap:n-1", AGENTPOOL_PROCTITLE="0")
     assert answer == "False"
@@ -111,4 +156,8 @@ def test_real_workers_the_fork_server_and_the_supervisor_say_what_they_are() -> 
                      if SERVER_MODULE in " ".join(c.cmdline())]
         assert cmdline(server.pid) == f"agentpool: fork server ({SERVER_MODULE})\0".encode()
         assert comm(server.pid) == "ap:forkserver"
+        # Its threads too (top -H, ps -L): where the supervisor's CPU goes, without a profiler.
+        expected = {"informer-nodes", "informer-teleme", "status-writer", "event-recorder",
+                    "psutil", "metrics-http", "nodehardware"}
+        assert expected <= thread_comms(agent.pid), thread_comms(agent.pid)
         assert agent.terminate() == 0
