@@ -26,7 +26,13 @@ machine:
    begins after ``--settle`` once the API is quiet (the start-up's NodeHardware
    writes are budget-paced: ~20 s at N = 1,000), divided by the ticks in it
    (``agentpool_reconcile_duration_seconds_count``, summed over the workers,
-   from ``/metrics`` before and after).
+   from ``/metrics`` before and after). The supervisor's part is broken down
+   by thread (the agent names its threads in the kernel: ``/proc/<pid>/task/
+   <tid>/comm`` and ``schedstat``), which is where a tick's time goes on the
+   supervisor's side, in every run. The start-up records a Node event per
+   node, written at the pod's event budget (about one a second, ~15 minutes
+   at N = 1,000): the report says how many were still to write as the window
+   began, and ``--drain-events`` begins the window only once they are written.
 4. **Worker memory** at each checkpoint (minutes after the agent started):
    median and p95 PSS of the N workers, next to the median PSS of
    ``--floor-workers`` extra workers forked by the same fork server, last
@@ -104,6 +110,14 @@ class Result:
     """How long after the settle the API took to quiet down (the start-up's writes)."""
     cpu_by_role: dict[str, float] = field(default_factory=dict)
     """ms per node-tick by process role."""
+    cpu_by_thread: dict[str, float] = field(default_factory=dict)
+    """ms per node-tick of each of the supervisor's threads, by name (``status_*``: the
+    status writer's pool together)."""
+    events_pending: float | None = None
+    """Node events the agent still had to write as the window began (the start-up's, paced
+    at about one a second): their writing is in the window."""
+    drain_s: float | None = None
+    """How long ``--drain-events`` waited for them."""
     points: list[tuple[float, float, float, float]] = field(default_factory=list)
     """(minute, median PSS, p95 PSS, floor median PSS) in bytes."""
 
@@ -177,6 +191,48 @@ def ticks_so_far(agent: AgentProcess) -> float:
     return 0.0
 
 
+def metric_value(agent: AgentProcess, name: str) -> float | None:
+    for family in text_string_to_metric_families(scrape(agent)):
+        if family.name == name:
+            return sum(s.value for s in family.samples)
+    return None
+
+
+def drain_events(agent: AgentProcess, timeout_s: float) -> float:
+    """Wait until the agent has written every Node event it had to (the start-up records
+    one per node, written at the pod's budget of about one a second: ~15 minutes at
+    N = 1,000); the seconds waited."""
+    start = time.monotonic()
+    wait_until(lambda: metric_value(agent, "agentpool_events_pending") == 0, timeout_s,
+               interval=5.0)
+    return time.monotonic() - start
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread of ``pid``: its name (the agent names its threads) and its CPU seconds
+    (``schedstat``'s nanoseconds on a CPU; ``stat``'s clock ticks are 10 ms)."""
+    threads: dict[int, tuple[str, float]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
+            on_cpu = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        threads[int(tid)] = (name, on_cpu / 1e9)
+    return threads
+
+
+def by_thread_name(before: dict[int, tuple[str, float]],
+                   after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds between the two readings, summed by thread name (a pool's numbered
+    threads together; a thread started in between counted from zero)."""
+    spent: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        key = name.rstrip("0123456789") + "*" if name[-1:].isdigit() else name
+        spent[key] = spent.get(key, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+    return spent
+
+
 def steady_cpu(agent: AgentProcess, window: float, result: Result) -> None:
     tree = process_tree(agent.pid)
     roles = {tree.supervisor.pid: "supervisor"}
@@ -184,8 +240,11 @@ def steady_cpu(agent: AgentProcess, window: float, result: Result) -> None:
         roles[tree.fork_server.pid] = "fork server"
     roles.update({p.pid: "helpers" for p in tree.helpers})
     procs = tree.all()
+    result.events_pending = metric_value(agent, "agentpool_events_pending")
     t0, before = ticks_so_far(agent), cpu_seconds(procs)
+    threads_before = thread_cpu(tree.supervisor.pid)
     time.sleep(window)
+    threads_after = thread_cpu(tree.supervisor.pid)
     after, t1 = cpu_seconds(procs), ticks_so_far(agent)
     result.ticks = t1 - t0
     total = cpu_delta(before, after)
@@ -195,6 +254,8 @@ def steady_cpu(agent: AgentProcess, window: float, result: Result) -> None:
         role = roles.get(pid, "workers")
         by_role[role] = by_role.get(role, 0.0) + after[pid] - before[pid]
     result.cpu_by_role = {k: 1000 * v / max(1.0, result.ticks) for k, v in by_role.items()}
+    result.cpu_by_thread = {k: 1000 * v / max(1.0, result.ticks)
+                            for k, v in by_thread_name(threads_before, threads_after).items()}
 
 
 def sample_memory(agent: AgentProcess, floors: set[str], minute: float, result: Result) -> None:
@@ -251,6 +312,9 @@ def run(args: argparse.Namespace) -> Result:
                    120, interval=0.5)
         time.sleep(args.settle)
         result.quiet_s = wait_for_quiet_api(cluster, args.nodes)  # past the start-up's writes
+        if args.drain_events:
+            result.drain_s = drain_events(agent, args.drain_timeout)
+            print(f"  Node events written after {result.drain_s:.0f} s more", file=sys.stderr)
         steady_cpu(agent, args.cpu_window, result)
         print(f"  agent: {result.agent_ms:.3f} ms per node-tick ({result.ticks:.0f} ticks)",
               file=sys.stderr)
@@ -280,6 +344,13 @@ def report(r: Result, command: str) -> str:
     ]
     for role, ms in sorted(r.cpu_by_role.items()):
         lines.append(f"|   of which {role} (ms) | {ms:.3f} | | | | |")
+        if role == "supervisor":
+            for name, thread_ms in sorted(r.cpu_by_thread.items(), key=lambda kv: -kv[1]):
+                if thread_ms >= 0.0005:
+                    lines.append(f"|     its thread `{name}` (ms) | {thread_ms:.4f} | | | | |")
+            rest = ms - sum(r.cpu_by_thread.values())
+            lines.append(f"|     the rest: threads that ended in the window, and `stat`'s 10 ms "
+                         f"clock ticks against `schedstat` (ms) | {rest:.4f} | | | | |")
     lines.append(f"| a process's sleep and wake-up alone (ms of CPU; a worker wakes for its "
                  f"timer and for its answer) | {r.wake_ms:.3f} | | | | |")
     for minute, pss, p95, floor in r.points:
@@ -293,6 +364,13 @@ def report(r: Result, command: str) -> str:
                      f"(MiB) | {growth:+.3f} | | | within 0.05 | "
                      f"{'yes' if abs(growth) <= 0.05 else 'no'} |")
     lines.append(f"| node-ticks in the CPU window | {r.ticks:.0f} | | | | |")
+    if r.events_pending is not None:
+        lines.append(f"| Node events still to write as the window began (the start-up's, "
+                     f"about one a second; `event-recorder` above) | {r.events_pending:.0f} "
+                     f"| | | | |")
+    if r.drain_s is not None:
+        lines.append(f"| seconds waited for them first (`--drain-events`) | {r.drain_s:.0f} "
+                     f"| | | | |")
     lines.append(f"| seconds from the settle's end to a quiet API (the window's start) | "
                  f"{r.quiet_s:.0f} | | | | |")
     return "\n".join(lines) + "\n"
@@ -322,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heartbeat-timeout", default="1h",
                    help="HEARTBEAT_TIMEOUT of the agent; '' leaves the agent's default (then "
                         "--floor-workers must be 0: sleeping workers would be killed as hung)")
+    p.add_argument("--drain-events", action="store_true",
+                   help="begin the CPU window only once the agent has written the start-up's "
+                        "Node events (paced at about one a second: ~15 min at N = 1,000)")
+    p.add_argument("--drain-timeout", type=float, default=1800.0,
+                   help="seconds --drain-events waits at most")
     p.add_argument("--metrics-dir", choices=["shm", "tmp"], default="shm",
                    help="workers' metrics files in /dev/shm (as the chart: in memory) or in "
                         "the agent's default private directory under the temporary directory")

@@ -157,7 +157,7 @@ def test_floor_benchmark_smoke_run(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "floor.py"), "--nodes", "3", "--backend", "host",
          "--minutes", "0.2,0.3", "--cpu-window", "3", "--settle", "1", "--floor-workers", "1",
-         "--wakes", "2", "--output", str(report)],
+         "--wakes", "2", "--drain-events", "--output", str(report)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -182,3 +182,9 @@ def test_floor_benchmark_smoke_run(tmp_path: Path) -> None:
         assert float(pss[0].split(" / ")[0]) > 0, pss  # the workers' median
         assert float(pss[1]) > 0, pss  # the sleeping worker's
     assert float(rows["node-ticks in the CPU window"][0]) >= 3
+    # The supervisor's CPU by thread: its main thread (the process's own name) turned.
+    assert float(rows["its thread `agentpool` (ms)"][0]) > 0, rows.keys()
+    pending = "Node events still to write as the window began (the start-up's, about one a " \
+              "second; `event-recorder` above)"
+    assert rows[pending][0] == "0"  # --drain-events waited for them
+    assert float(rows["seconds waited for them first (`--drain-events`)"][0]) >= 0
