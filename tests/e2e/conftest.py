@@ -38,6 +38,12 @@ def cluster(e2e_settings: Settings) -> Iterator[Cluster]:
     ))
     cluster.core.create_namespace(namespace)
     try:
+        # The controller-manager makes the namespace's `default` ServiceAccount a moment
+        # after the namespace, and until then the ServiceAccount admission plugin refuses
+        # every pod in it, even one that mounts no token (seen in CI: the node helper's
+        # pod refused with "serviceaccount \"default\" not found").
+        wait_until("the namespace's default ServiceAccount", lambda: _has_default_sa(cluster),
+                   120)
         yield cluster
     finally:
         try:
@@ -48,6 +54,16 @@ def cluster(e2e_settings: Settings) -> Iterator[Cluster]:
             cluster.core.delete_namespace(NAMESPACE)
             wait_until("the suite's namespace to be gone", lambda: _gone(cluster), 180)
             cluster.close()
+
+
+def _has_default_sa(cluster: Cluster) -> bool:
+    try:
+        cluster.core.read_namespaced_service_account("default", NAMESPACE)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 def _gone(cluster: Cluster) -> bool:
