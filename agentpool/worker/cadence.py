@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import math
 
+EARLY_MAX_S = 1.0
+"""The most a worker that is woken anyway (a fence renewal, a signal) ticks before its time."""
+
 
 def next_tick(started: float, interval: float) -> float:
     """When to tick next after a tick that started at ``started`` (monotonic seconds): the
@@ -36,3 +39,13 @@ def next_tick(started: float, interval: float) -> float:
     if interval <= 0:
         return started
     return (math.floor((started + interval / 2) / interval) + 1) * interval
+
+
+def early_s(interval: float) -> float:
+    """How long before its tick a worker woken for something else ticks at once instead of
+    sleeping again: a second wake-up costs more CPU than the tick it would wait for (on the
+    VM of BENCHMARKS.md, 0.11-0.14 ms, a third of a tick). At most a quarter of an interval,
+    so the tick after it is still the next grid time (:func:`next_tick`). The supervisor
+    sends silence-fence renewals this long before a grid time, so that they wake a worker
+    for its tick rather than for themselves (:mod:`agentpool.supervisor.fences`)."""
+    return min(EARLY_MAX_S, max(0.0, interval) / 4)

@@ -286,6 +286,13 @@ def loop(
         os.close(wake_w)
 
 
+def _sooner_when_awake(next_tick: float, interval: float) -> float:
+    """The tick's time, or now when this wake-up came shortly before it anyway
+    (:func:`~agentpool.worker.cadence.early_s`)."""
+    now = time.monotonic()
+    return now if 0 < next_tick - now <= cadence.early_s(interval) else next_tick
+
+
 def _turns(
     controller: NodeController,
     tick: Callable[[], TickResult],
@@ -338,8 +345,10 @@ def _turns(
             if closed:
                 log.info("node %s: supervisor pipe closed, stopping", controller.node)
                 return False
+            next_tick = _sooner_when_awake(next_tick, interval)
             continue
         if ready:
+            next_tick = _sooner_when_awake(next_tick, interval)
             continue  # only another signal woke us: wait on
         now = time.monotonic()
         if now < next_tick or not fence.may_act() or fence.passed(now):

@@ -81,15 +81,17 @@ def test_nothing_is_due_sooner_than_a_loop_period_after_the_last_look() -> None:
     assert deadlines.due(10.5) == [handle]
 
 
-def test_a_silence_fence_is_renewed_at_the_tick_before_half_of_it_is_spent() -> None:
+def test_a_silence_fence_is_renewed_just_before_the_tick_before_half_of_it_is_spent() -> None:
     handle = running("a", last_seen=1003.0, heartbeat_s=60.0)
     handle.conn = object()  # type: ignore[assignment]  # any pipe: only its presence counts
     handle.fence_sent = silence_fence(1003.0, 60.0)  # stops at 1063; half spent at 1033
-    assert fences.renewal_at(handle, elastic=False, interval_s=10.0) == 1030.0
-    assert fences.due(handle, 1029.9, False, None, 10.0) is None
-    renewed = fences.due(handle, 1030.0, False, None, 10.0)
+    # The tick at 1030, less the time a worker woken before its tick ticks at once (1 s).
+    assert fences.renewal_at(handle, elastic=False, interval_s=10.0) == 1029.0
+    assert fences.due(handle, 1028.9, False, None, 10.0) is None
+    renewed = fences.due(handle, 1029.0, False, None, 10.0)
     assert renewed is not None
-    assert renewed.stop_at == 1090.0
+    assert renewed.stop_at == 1089.0
+    assert fences.renewal_at(handle, elastic=False, interval_s=2.0) == 1031.5  # 1032 - 0.5
     # The tick before would bring it forward by more than a quarter: half it is.
     assert fences.renewal_at(handle, elastic=False, interval_s=40.0) == 1033.0
     assert fences.renewal_at(handle, elastic=False, interval_s=0.0) == 1033.0

@@ -13,6 +13,7 @@ import math
 import select
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 
@@ -20,10 +21,11 @@ import pytest
 
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
+from agentpool.pool.fence import FenceTimes
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.supervisor.forkclient import ForkedWorker, ForkServer
-from agentpool.worker.cadence import next_tick
-from agentpool.worker.protocol import StopWorker, Ticked, TickReport
+from agentpool.worker.cadence import early_s, next_tick
+from agentpool.worker.protocol import Fence, StopWorker, Ticked, TickReport
 
 from .test_fence import DEADLINE_S, inputs
 
@@ -54,6 +56,16 @@ def test_on_time_ticks_keep_the_interval_and_a_late_one_skips_rather_than_bursts
     assert next_tick(40.001, 20.0) == 60.0  # a moment late: still the next grid time
     assert next_tick(51.0, 20.0) == 80.0  # more than half an interval late: one skipped
     assert next_tick(45.0, 20.0) == 60.0  # new inputs at 45 s ticked at once: 60 s next
+
+
+def test_a_worker_woken_anyway_ticks_early_by_at_most_a_quarter_interval_and_a_second() -> None:
+    assert early_s(20.0) == 1.0
+    assert early_s(2.0) == 0.5
+    assert early_s(0.2) == pytest.approx(0.05)
+    assert early_s(0.0) == 0.0  # the warm-up rehearsal: never early
+    for interval in (0.2, 1.0, 2.0, 20.0):  # a tick that early keeps the next on the grid
+        grid = 7 * interval
+        assert next_tick(grid - early_s(interval), interval) == grid + interval
 
 
 class Arrivals(threading.Thread):
@@ -110,3 +122,60 @@ def test_two_workers_started_apart_tick_on_the_same_grid(
         assert all(p < LATE_S for p in phases), phases
         gaps = [b - a for a, b in itertools.pairwise(later)]
         assert all(math.isclose(g, INTERVAL_S, abs_tol=LATE_S) for g in gaps), gaps
+
+
+def test_a_fence_just_before_the_tick_wakes_the_worker_to_tick_and_one_well_before_does_not(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    settings = Settings(mode=AgentMode.POOL, reconcile_interval_s=INTERVAL_S,
+                        sysfs_root=str(tmp_path / "{node}")).worker()
+    window = early_s(INTERVAL_S)  # 0.25 s
+    with intel_2socket(tmp_path / "early-0"):
+        ours, theirs = Pipe(duplex=True)
+        try:
+            process = server.spawn("early-0", settings, None, inputs(120, "early-0"),
+                                   theirs.fileno())
+        finally:
+            theirs.close()
+        arrivals = Arrivals(ours)
+        arrivals.start()
+        far = FenceTimes(time.monotonic() + 3600.0, None)
+        try:
+            wait_for(lambda: len(arrivals.times) >= 2)  # at once, then on the grid
+            grid = grid_after(arrivals.times[1])
+            # Twice the window before its tick: read, and slept on until the grid time.
+            time.sleep(max(0.0, grid - 2 * window - time.monotonic()))
+            ours.send(Fence(far))
+            wait_for(lambda: len(arrivals.times) >= 3)
+            late = arrivals.times[2] - grid
+            print(f"fence {2 * window:.2f} s before: tick {late:+.3f} s from the grid time")
+            assert 0 <= late < LATE_S
+            # Half the window before its tick: it ticks at once, not at the grid time.
+            grid = grid_after(arrivals.times[2])
+            time.sleep(max(0.0, grid - window / 2 - time.monotonic()))
+            sent = time.monotonic()
+            ours.send(Fence(far))
+            wait_for(lambda: len(arrivals.times) >= 4)
+            early = arrivals.times[3] - grid
+            print(f"fence {window / 2:.3f} s before: tick {early:+.3f} s from the grid time, "
+                  f"{arrivals.times[3] - sent:.3f} s after the fence")
+            assert early < 0
+        finally:
+            ours.send(StopWorker())
+            ready, _, _ = select.select([process.sentinel], [], [], DEADLINE_S)
+            assert ready, "the worker did not stop"
+            process.close()
+            arrivals.join(DEADLINE_S)
+            ours.close()
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, "nothing came"
+        time.sleep(0.005)
+
+
+def grid_after(tick: float) -> float:
+    """The grid time after the one a tick reported at ``tick`` (just after its own) ran at."""
+    return (math.floor(tick / INTERVAL_S) + 1) * INTERVAL_S
