@@ -62,10 +62,10 @@ def _renewal(current: FenceTimes, silence: float, interval_s: float) -> float:
     pod's grid (:mod:`agentpool.worker.cadence`) before it: a worker woken by a renewal
     that close to its tick ticks at once (:func:`~agentpool.worker.cadence.early_s`), where
     one read after its tick ended wakes it once more. Sent at the grid time itself, as
-    before, it was read late by ~40 % of 1,000 workers at 20 s (0.2 more wake-ups a tick):
-    the loop looks at a deadline no sooner than a loop period after its last look, and
-    loses the CPU to the workers' burst at that moment. Not brought forward by more than
-    a quarter of the fence."""
+    before, it reached 1,000 workers at 20 s late enough for 0.2 more wake-ups a tick
+    (most likely as the loop looks at a deadline no sooner than a loop period after its
+    last look, and the workers' burst takes the CPU at that moment). Not brought forward
+    by more than a quarter of the fence."""
     half = current.stop_at - silence / 2
     if interval_s <= 0:
         return half
