@@ -52,6 +52,7 @@ from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.writehold import WriteHold
 from agentpool.spec.values import NodeInputs
 from agentpool.supervisor import statuses
+from agentpool.supervisor.echoes import Echoes
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import (
     Launch,
@@ -133,6 +134,7 @@ class Supervisor:
         self.elastic = elastic
         """Elastic pool membership and handoff; None in a static pool or a daemonset."""
         self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
+        self.echoes = Echoes()
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
         self.io = LoopIO()
         self.table = WorkerTable(
@@ -162,7 +164,10 @@ class Supervisor:
     # -- inputs from other threads -------------------------------------------------------------
 
     def feed(self, event: InformerEvent) -> None:
-        """Informer sink (called from informer threads)."""
+        """Informer sink (called from informer threads): wakes the loop for what may change
+        what it knows, not for its own status writes coming back (:mod:`.echoes`)."""
+        if not self.echoes.news(event):
+            return
         self.events.put(event)
         self.io.wake()
 

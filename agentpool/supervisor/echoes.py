@@ -1,0 +1,65 @@
+"""Which informer events can change what the supervisor knows, before they wake its loop.
+
+The supervisor keeps of a TelemetryProfile, a NodePowerProfile or a NodeTwin
+only its name, creation time and spec (:mod:`agentpool.supervisor.scope`,
+:mod:`agentpool.supervisor.twinview`). Every status this agent writes comes
+back from the watch as a MODIFIED event of the whole object, and so does
+any other writer's status or a label change: at N = 1,000 with the
+5-minute status heartbeat, three or four a second, each of which woke the
+loop for a turn that changed nothing. :class:`Echoes` drops a MODIFIED
+event whose kept part is what the last event of the object said, in the
+informer's thread; every other event (a list, an addition, a deletion, a
+kind the supervisor reads more of, as NodeHardware's status) goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from agentpool.kube.api import Resource
+from agentpool.kube.informer import InformerEvent, Relisted
+
+KINDS = frozenset({Resource.TELEMETRY_PROFILES, Resource.NODE_POWER_PROFILES,
+                   Resource.NODE_TWINS})
+"""The kinds of which the supervisor keeps name, creation time and spec, nothing more."""
+
+
+def kept(obj: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What the supervisor keeps of an object of :data:`KINDS`."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return meta.get("name"), meta.get("creationTimestamp"), obj.get("spec")
+
+
+class Echoes:
+    """The kept part of each object last passed on, by kind and name. Thread safe: each kind
+    has its informer's thread, and discovery empties a kind from its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[Resource, dict[Any, tuple[Any, Any, Any]]] = {k: {} for k in KINDS}
+        self.dropped = 0
+        """Events that changed nothing the supervisor keeps (for tests and benchmarks)."""
+
+    def news(self, event: InformerEvent) -> bool:
+        """Whether ``event`` may change what the supervisor knows (else it is dropped)."""
+        last = self._last.get(event.resource)
+        if last is None:
+            return True
+        with self._lock:
+            if isinstance(event, Relisted):
+                last.clear()
+                for obj in event.items:
+                    view = kept(obj)
+                    last[view[0]] = view
+                return True
+            view = kept(event.obj)
+            if event.kind == "DELETED":
+                last.pop(view[0], None)
+                return True
+            if event.kind == "MODIFIED" and last.get(view[0]) == view:
+                self.dropped += 1
+                return False
+            last[view[0]] = view
+            return True
