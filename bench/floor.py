@@ -118,6 +118,11 @@ class Result:
     at about one a second): their writing is in the window."""
     drain_s: float | None = None
     """How long ``--drain-events`` waited for them."""
+    loop_wakes_per_s: float = 0.0
+    """How often the supervisor's main loop went to sleep and woke in the window (its
+    thread's voluntary context switches): the turns that were not busy back to back."""
+    api_per_node_min: float = 0.0
+    """Kubernetes API requests of the agent in the window, per node and minute."""
     points: list[tuple[float, float, float, float]] = field(default_factory=list)
     """(minute, median PSS, p95 PSS, floor median PSS) in bytes."""
 
@@ -234,6 +239,14 @@ def by_thread_name(before: dict[int, tuple[str, float]],
     return spent
 
 
+def voluntary_switches(pid: int) -> int:
+    """The main thread's voluntary context switches (``/proc/<pid>/task/<pid>/status``)."""
+    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
+
+
 def steady_cpu(agent: AgentProcess, window: float, result: Result) -> None:
     tree = process_tree(agent.pid)
     roles = {tree.supervisor.pid: "supervisor"}
@@ -242,11 +255,17 @@ def steady_cpu(agent: AgentProcess, window: float, result: Result) -> None:
     roles.update({p.pid: "helpers" for p in tree.helpers})
     procs = tree.all()
     result.events_pending = metric_value(agent, "agentpool_events_pending")
+    api_before = metric_value(agent, "agentpool_api_requests") or 0.0
     t0, before = ticks_so_far(agent), cpu_seconds(procs)
     threads_before = thread_cpu(tree.supervisor.pid)
+    wakes_before = voluntary_switches(tree.supervisor.pid)
     time.sleep(window)
+    wakes_after = voluntary_switches(tree.supervisor.pid)
     threads_after = thread_cpu(tree.supervisor.pid)
     after, t1 = cpu_seconds(procs), ticks_so_far(agent)
+    api_after = metric_value(agent, "agentpool_api_requests") or 0.0
+    result.loop_wakes_per_s = (wakes_after - wakes_before) / window
+    result.api_per_node_min = (api_after - api_before) / result.nodes / (window / 60)
     result.ticks = t1 - t0
     total = cpu_delta(before, after)
     result.agent_ms = 1000 * total / max(1.0, result.ticks)
@@ -352,6 +371,8 @@ def report(r: Result, command: str) -> str:
             rest = ms - sum(r.cpu_by_thread.values())
             lines.append(f"|     the rest: threads that ended in the window, and `stat`'s 10 ms "
                          f"clock ticks against `schedstat` (ms) | {rest:.4f} | | | | |")
+            lines.append(f"|     its main loop's wake-ups a second (the thread's voluntary "
+                         f"switches) | {r.loop_wakes_per_s:.1f} | | | | |")
     lines.append(f"| a process's sleep and wake-up alone (ms of CPU; a worker wakes for its "
                  f"timer and for its answer) | {r.wake_ms:.3f} | | | | |")
     for minute, pss, p95, floor in r.points:
@@ -365,6 +386,8 @@ def report(r: Result, command: str) -> str:
                      f"(MiB) | {growth:+.3f} | | | within 0.05 | "
                      f"{'yes' if abs(growth) <= 0.05 else 'no'} |")
     lines.append(f"| node-ticks in the CPU window | {r.ticks:.0f} | | | | |")
+    lines.append(f"| Kubernetes API requests in the CPU window, per node and minute (status "
+                 f"heartbeats, Events) | {r.api_per_node_min:.3f} | | | | |")
     if r.events_pending is not None:
         lines.append(f"| Node events still to write as the window began (the start-up's, "
                      f"about one a second; `event-recorder` above) | {r.events_pending:.0f} "

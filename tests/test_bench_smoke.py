@@ -184,6 +184,11 @@ def test_floor_benchmark_smoke_run(tmp_path: Path) -> None:
     assert float(rows["node-ticks in the CPU window"][0]) >= 3
     # The supervisor's CPU by thread: its main thread (the process's own name) turned.
     assert float(rows["its thread `agentpool` (ms)"][0]) > 0, rows.keys()
+    # It sleeps at most a loop period (0.5 s) at a time, so it woke in a 3 s window.
+    assert float(rows["its main loop's wake-ups a second (the thread's voluntary switches)"][0]) > 0
+    api = ("Kubernetes API requests in the CPU window, per node and minute (status heartbeats, "
+           "Events)")
+    assert float(rows[api][0]) >= 0
     pending = "Node events still to write as the window began (the start-up's, about one a " \
               "second; `event-recorder` above)"
     assert rows[pending][0] == "0"  # --drain-events waited for them
