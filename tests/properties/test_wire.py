@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentpool.config.options import AgentMode
@@ -305,6 +305,9 @@ def requests(draw: st.DrawFn) -> tuple[bytes, int, bytes]:
 
 @settings(max_examples=examples(6))
 @given(request=requests())
+# A header without the descriptors it needs: the server may close before the rest is sent
+# (a clean-clone CI run met the closed socket in the test's own send).
+@example(request=(HEADER.pack(100), 0, pickle.dumps(("a", 2411, None, None))))
 def test_any_request_to_the_fork_server_is_answered_or_ends_it_quietly(
     tmp_path_factory: pytest.TempPathFactory, request: tuple[bytes, int, bytes]
 ) -> None:
@@ -324,10 +327,14 @@ def test_any_request_to_the_fork_server_is_answered_or_ends_it_quietly(
         (report_size,) = READY.unpack(recv_exact(ours, READY.size))
         recv_exact(ours, report_size)
         ours.settimeout(None)
-        if header:
-            socket.send_fds(ours, [header], [w for _, w in pipes])
-        ours.sendall(payload)
-        ours.shutdown(socket.SHUT_WR)  # no more requests: the server stops at EOF
+        # The server may end the exchange before it has read all of it (a request that
+        # came without its descriptors, say): a send then meets a closed socket, which is
+        # one way of ending quietly; how it exited is asserted below all the same.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if header:
+                socket.send_fds(ours, [header], [w for _, w in pipes])
+            ours.sendall(payload)
+            ours.shutdown(socket.SHUT_WR)  # no more requests: the server stops at EOF
         ours.settimeout(WORKER_EXIT_S)
         reply = b""
         with contextlib.suppress(OSError):
