@@ -25,11 +25,15 @@ KINDS = frozenset({Resource.TELEMETRY_PROFILES, Resource.NODE_POWER_PROFILES,
 """The kinds of which the supervisor keeps name, creation time and spec, nothing more."""
 
 
-def kept(obj: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """What the supervisor keeps of an object of :data:`KINDS`."""
+def kept(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the supervisor keeps of an object of :data:`KINDS`: the views store it, and
+    :class:`Echoes` compares it, so the two cannot disagree about what is news."""
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
-    return meta.get("name"), meta.get("creationTimestamp"), obj.get("spec")
+    return {
+        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
+        "spec": obj.get("spec"),
+    }
 
 
 class Echoes:
@@ -38,7 +42,7 @@ class Echoes:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last: dict[Resource, dict[Any, tuple[Any, Any, Any]]] = {k: {} for k in KINDS}
+        self._last: dict[Resource, dict[Any, dict[str, Any]]] = {k: {} for k in KINDS}
         self.dropped = 0
         """Events that changed nothing the supervisor keeps (for tests and benchmarks)."""
 
@@ -52,14 +56,15 @@ class Echoes:
                 last.clear()
                 for obj in event.items:
                     view = kept(obj)
-                    last[view[0]] = view
+                    last[view["metadata"]["name"]] = view
                 return True
             view = kept(event.obj)
+            name = view["metadata"]["name"]
             if event.kind == "DELETED":
-                last.pop(view[0], None)
+                last.pop(name, None)
                 return True
-            if event.kind == "MODIFIED" and last.get(view[0]) == view:
+            if event.kind == "MODIFIED" and last.get(name) == view:
                 self.dropped += 1
                 return False
-            last[view[0]] = view
+            last[name] = view
             return True

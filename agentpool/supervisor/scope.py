@@ -38,19 +38,12 @@ from agentpool.spec.parse import (
 from agentpool.spec.selectors import parse_selector
 from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import twinview
+from agentpool.supervisor.echoes import kept
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SLACK_S = 30.0
 """Added to the ticks a worker may legally spend silent."""
-
-
-def _trim(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    return {
-        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
-        "spec": obj.get("spec"),
-    }
 
 
 def _npp_node(obj: dict[str, Any]) -> str | None:
@@ -146,11 +139,11 @@ class ClusterView:
                     "allocatable": dict(status.get("allocatable") or {}),
                 }
         elif resource is Resource.NODE_POWER_PROFILES:
-            self.power[name] = _trim(obj)
+            self.power[name] = kept(obj)
             if node := _npp_node(obj):
                 self._power_by_node[node].add(name)
         else:
-            self.telemetry[name] = _trim(obj)
+            self.telemetry[name] = kept(obj)
             if node := _tp_node(obj):
                 self._telemetry_by_node[node].add(name)
             self._check_target(name, obj)

@@ -25,6 +25,7 @@ from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
 from agentpool.spec.parse import cpu_routing, oldest_claim
 from agentpool.spec.values import ControlType, SourceType, json_number
+from agentpool.supervisor.echoes import kept
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
 
@@ -37,14 +38,6 @@ def _spec_node(obj: dict[str, Any]) -> str | None:
     spec = obj.get("spec")
     node = spec.get("nodeName") if isinstance(spec, dict) else None
     return node if isinstance(node, str) and node else None
-
-
-def _trim_twin(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    return {
-        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp")},
-        "spec": obj.get("spec"),
-    }
 
 
 def _number(value: Any) -> float | None:
@@ -121,7 +114,7 @@ class TwinView:
 
     def _put_twin(self, obj: dict[str, Any]) -> set[str]:
         name = _name(obj)
-        self.twins[name] = _trim_twin(obj)
+        self.twins[name] = kept(obj)
         node = _spec_node(obj)
         if node is None:
             return set()
