@@ -236,6 +236,11 @@ class SimCluster:
         running it in another environment (a private mount namespace, say).
         """
         port = free_port()
+        # The agent's private directories (metrics, state) go under the cluster's workdir,
+        # which is removed on exit: a test that SIGKILLs an agent (no clean-up runs, as
+        # in a pod) must not leave them in the machine's /tmp.
+        tmp = self.workdir / f"{name}-{len(self.agents)}.tmp"
+        tmp.mkdir(exist_ok=True)
         full_env = {
             k: v
             for k, v in os.environ.items()
@@ -249,6 +254,7 @@ class SimCluster:
                 "RECONCILE_INTERVAL": "1s",
                 "SHUTDOWN_TIMEOUT": "10s",
                 "PYTHONUNBUFFERED": "1",
+                "TMPDIR": str(tmp),
             }
         )
         full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
