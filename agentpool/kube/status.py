@@ -6,7 +6,7 @@ NodeTwin ``status.controlStatus`` (:func:`twin_status_body`), each with its
 
 Writes go through the status subresource as a JSON merge patch, never a PUT
 of the object. A node's status is written when backend/result/message
-change, or as a heartbeat at most once per ``heartbeat_s``; anything in
+change, or as a heartbeat once per ``heartbeat_s``; anything in
 between only replaces the pending entry, so a slow or failing API server
 costs one pending write per profile, never a queue, and the last result wins.
 
@@ -15,6 +15,19 @@ kubelet's ``nodeStatusReportFrequency``) and ``spread_heartbeats``, which
 gives each profile's first heartbeat a fixed phase in the period (from a
 hash of its name), so profiles written together at start-up do not
 heartbeat together forever after, in one burst of PATCHes.
+
+A heartbeat is timed from the offer of the result it wrote, not from when the
+write finished, and is due up to :data:`HEARTBEAT_EARLY_S` before its period
+is up. Offers come with the workers' ticks, on a grid that every worker
+shares (:mod:`agentpool.worker.cadence`), a little early when a fence renewal
+woke the worker (up to a second) and spread over the burst's few seconds. Timed
+from the write and due only once the period was up, a heartbeat missed its
+tick by a fraction of a second and waited a whole interval more, and the
+heartbeats of a pool drifted onto the ticks without a renewal: at a 20 s
+interval every other tick carried twice the PATCHes and the next none
+(measured, issue 26). Now a profile's heartbeat stays on its tick of the
+grid, the period is what it says, and a pool's heartbeats are spread over
+every tick.
 
 The writer thread may not die: a write that fails in any way is logged and
 retried (API errors that are worth it) or dropped, and the thread goes on.
@@ -47,6 +60,10 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 300.0
 """The agent's status heartbeat: an unchanged status is rewritten this often."""
+HEARTBEAT_EARLY_S = 5.0
+"""How much before its period is up a heartbeat may go out (at most a tenth of the
+period): more than a tick's lateness within a burst of 1,000 reports (a few seconds on
+two cores) plus a fence renewal's early tick (a second)."""
 CONCURRENCY = 8
 """Status writes in flight at once (below the API client's connection pool size)."""
 
@@ -66,6 +83,8 @@ class _Written:
 class _Pending:
     node: str
     result: TickResult
+    offered_at: float
+    """When ``result`` was offered (``clock``): its heartbeat period starts there."""
     attempt: int = 0
     not_before: float = 0.0
 
@@ -194,10 +213,10 @@ class StatusWriter:
             if not due:
                 return False
             pending = self._pending.get(profile)
-            if pending is not None:
-                pending.node, pending.result = node, result  # last result wins, keeps its backoff
+            if pending is not None:  # the last result wins and keeps its backoff
+                pending.node, pending.result, pending.offered_at = node, result, now
             else:
-                self._pending[profile] = _Pending(node, result)
+                self._pending[profile] = _Pending(node, result, now)
             self._cond.notify()
             return True
 
@@ -290,14 +309,14 @@ class StatusWriter:
                     self._written.pop(profile, None)
             log.warning("status of %s (%s) not written: %s", entry.node, profile, exc)
             return
-        now = self._clock()
         period = self._heartbeat_s
         if self._spread and last is None:  # first write: the first heartbeat gets its phase
             period *= (zlib.crc32(profile.encode()) % 1000 + 1) / 1000
+        due = entry.offered_at + period - min(HEARTBEAT_EARLY_S, period / 10)
         with self._cond:
             self.writes += 1
             self._written[profile] = _Written(
-                entry.result.status_key(), now + period, frozenset(entry.result.observed)
+                entry.result.status_key(), due, frozenset(entry.result.observed)
             )
 
     def _retry_later(self, profile: str, entry: _Pending, exc: KubeTemporaryError) -> None:

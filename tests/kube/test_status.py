@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -73,6 +74,33 @@ def test_writes_only_on_change_or_heartbeat(
         "RAPL PL1 90 W",
     )
     assert status["updatedAt"].endswith("Z")
+
+
+def test_a_heartbeat_keeps_its_tick_of_the_grid(api_emulator: ApiEmulator, clock: Clock) -> None:
+    """Offers come on the workers' 20 s grid, every other tick a second early (a fence
+    renewal woke the worker) and otherwise half a second into the burst. The heartbeat
+    is due on the tick 300 s after the offer it wrote, whichever kind of tick that is.
+    Timed from the write and due only once the period was up, it waited for the next
+    tick (320 s) and drifted onto the ticks without a renewal, every other tick."""
+    assert api_emulator.kubeconfig is not None
+    api = KubeApi(load_client(str(api_emulator.kubeconfig)))
+    api_emulator.create("telemetryprofiles", telemetry_profile("node-a", None))
+    w = StatusWriter(api, heartbeat_s=300.0, clock=clock)
+    w.start()
+    try:
+        start, beats = clock.now, []
+        for tick in range(100):
+            clock.now = start + 20 * tick + (-1.0 if tick % 2 else 0.5)
+            if w.offer("node-a", "node-a", applied()):
+                beats.append(tick)
+                assert w.flush(5)
+                clock.now += 0.3  # the write took a while (the clock only times heartbeats)
+    finally:
+        w.stop()
+        api.close()
+    assert beats[0] == 0
+    assert [b - a for a, b in itertools.pairwise(beats)] == [15] * (len(beats) - 1)
+    assert api_emulator.request_counts()[PATCHES] == len(beats) == 7
 
 
 @pytest.mark.parametrize("fault", ["500", "409"])
