@@ -94,7 +94,6 @@ def test_a_heartbeat_keeps_its_tick_of_the_grid(api_emulator: ApiEmulator, clock
             if w.offer("node-a", "node-a", applied()):
                 beats.append(tick)
                 assert w.flush(5)
-                clock.now += 0.3  # the write took a while (the clock only times heartbeats)
     finally:
         w.stop()
         api.close()
