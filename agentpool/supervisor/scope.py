@@ -28,6 +28,7 @@ from agentpool.controller.budget import longest_tick_s
 from agentpool.hardware.labels import gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
+from agentpool.labelselectors import parse_selector
 from agentpool.pool.assignment import owns
 from agentpool.spec.parse import (
     metadata_name,
@@ -35,7 +36,6 @@ from agentpool.spec.parse import (
     target_of,
     target_problem,
 )
-from agentpool.spec.selectors import parse_selector
 from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import twinview
 from agentpool.supervisor.echoes import kept

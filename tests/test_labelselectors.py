@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentpool.spec.selectors import Op, Requirement, SelectorError, parse_selector
+from agentpool.labelselectors import Op, Requirement, SelectorError, parse_selector
 from tests.selector_cases import (
     INVALID,
     LABEL_SETS,
