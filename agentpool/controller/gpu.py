@@ -40,17 +40,15 @@ from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.controller.release import CapRelease, Released
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
 from agentpool.hardware.labels import GpuFacts, Hardware, discover_gpus
+from agentpool.results import GpuBackend, GpuTickResult, Result
 from agentpool.spec.values import (
     ControlType,
     DeviceLimits,
-    GpuBackend,
     GpuCap,
     GpuControlMode,
     GpuRouting,
-    GpuTickResult,
     HttpEndpoint,
     NodeInputs,
-    Result,
     json_number,
     resolve_cap,
 )

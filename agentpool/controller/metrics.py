@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agentpool.spec.values import Backend
+from agentpool.results import Backend
 
 TOMBSTONE = math.nan
 

@@ -39,6 +39,7 @@ from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.errors import AgentError, ProfileError
 from agentpool.hardware.labels import Hardware, discover
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 from agentpool.spec.parse import (
     NT,
     cpu_routing,
@@ -47,18 +48,7 @@ from agentpool.spec.parse import (
     parse_gpu_cap,
     parse_power_profile,
 )
-from agentpool.spec.values import (
-    Backend,
-    ControlType,
-    GpuBackend,
-    GpuTickResult,
-    NodeInputs,
-    PowerPolicy,
-    Result,
-    Routing,
-    SourceType,
-    TickResult,
-)
+from agentpool.spec.values import ControlType, NodeInputs, PowerPolicy, Routing, SourceType
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from agentpool.events.reasons import NodeEvent
 from agentpool.events.tracker import NodeEventTracker
-from agentpool.spec.values import TickResult
+from agentpool.results import TickResult
 
 
 class EventWriter(Protocol):

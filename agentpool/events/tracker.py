@@ -1,6 +1,6 @@
 """From what the supervisor learns about a node to the events worth recording, on changes only.
 
-A worker reports a :class:`~agentpool.spec.values.TickResult` every
+A worker reports a :class:`~agentpool.results.TickResult` every
 reconcile interval; nearly all of them say what the previous one said. The
 tracker keeps, per node, the few facts events are about (the cap in force
 and its backend, why it is blocked, whether DVFS is pinned, which GPUs
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentpool.events.reasons import NodeEvent, Reason
-from agentpool.spec.values import Backend, GpuTickResult, Result, TickResult
+from agentpool.results import Backend, GpuTickResult, Result, TickResult
 
 PINNED_THROTTLE_PCT = 100
 """DVFS can do no more than this."""

@@ -18,7 +18,8 @@ from agentpool.backends.gpu.host import DeviceInfo
 from agentpool.backends.gpu.nvml import NvmlGpus
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import GpuBackend, GpuCap, resolve_cap
+from agentpool.results import GpuBackend
+from agentpool.spec.values import GpuCap, resolve_cap
 
 
 class Surveyor(Protocol):

@@ -1,4 +1,4 @@
-"""Plain typed values of the Joulie custom resources and of what the agent reports back.
+"""Plain typed values of the Joulie custom resources.
 
 No I/O, no Kubernetes types. Raw custom-resource JSON arrives as dicts (the
 supervisor forwards them over a pipe); :mod:`agentpool.spec.parse` turns
@@ -68,12 +68,6 @@ class ControlMode(enum.StrEnum):
     """Skip RAPL, go straight to the DVFS controller."""
 
 
-class Backend(enum.StrEnum):
-    NONE = "none"
-    RAPL = "rapl"
-    DVFS = "dvfs"
-
-
 class NodeApi(enum.StrEnum):
     """Which Joulie API a node follows (label ``api`` of ``agentpool_node_api``)."""
 
@@ -83,27 +77,6 @@ class NodeApi(enum.StrEnum):
     """Desired state from the node's NodePowerProfile."""
     NONE = "none"
     """``JOULIE_API=auto`` and neither a NodeTwin nor a NodePowerProfile targets the node."""
-
-
-class Result(enum.StrEnum):
-    APPLIED = "applied"
-    BLOCKED = "blocked"
-    ERROR = "error"
-    NONE = "none"
-    """Nothing to enforce (no profile, or a profile without a cap)."""
-
-
-class GpuBackend(enum.StrEnum):
-    """Values of ``status.control.gpu.backend`` (README "GPU power caps")."""
-
-    NONE = "none"
-    # nothing enforced (no cap, no GPU, or no way to enforce it)
-    HTTP = "http"
-    # the node's GPU control endpoint (Joulie simulator, BMC gateway)
-    HOST_NVIDIA = "host-nvidia"
-    # NVML on this host
-    HOST_AMD = "host-amd"
-    # AMD SMI on this host
 
 
 @dataclass(frozen=True)
@@ -292,33 +265,3 @@ class NodeInputs:
     """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
     spec_stale: bool = False
     """The desired state has not been confirmed from the API for SPEC_READ_TIMEOUT."""
-
-
-@dataclass(frozen=True)
-class GpuTickResult:
-    """What one reconcile concluded about a node's GPUs; becomes ``control.gpu``."""
-
-    backend: GpuBackend
-    result: Result
-    message: str
-    observed: dict[str, Any] = field(default_factory=dict)
-
-    def status_key(self) -> tuple[str, str, str]:
-        return (self.backend.value, self.result.value, self.message)
-
-
-@dataclass(frozen=True)
-class TickResult:
-    """What one reconcile concluded; the supervisor turns it into the status."""
-
-    backend: Backend
-    result: Result
-    message: str
-    observed: dict[str, Any] = field(default_factory=dict)
-    gpu: GpuTickResult | None = None
-    """The GPU side of the same tick (``control.gpu``); None when the node has no GPU cap."""
-
-    def status_key(self) -> tuple[str, ...]:
-        """Status writes are skipped while this stays the same (heartbeat aside)."""
-        cpu = (self.backend.value, self.result.value, self.message)
-        return cpu if self.gpu is None else cpu + self.gpu.status_key()

@@ -12,11 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from agentpool.results import Backend, Result
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.dynamics import LiveModel, LiveSysfs
 from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
-from agentpool.spec.values import Backend, Result
 from tests.backends.sysfs_helpers import settings_of, snapshot
 from tests.controller.test_node import NODE, SMAX, Harness, npp, sim, tp
 from tests.controller.test_nodetwin import twin

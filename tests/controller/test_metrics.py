@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.controller.metrics import NodeMetrics
-from agentpool.spec.values import Backend
+from agentpool.results import Backend
 
 # name -> (type, label names) exactly as the contract's table says.
 CONTRACT = {

@@ -14,17 +14,16 @@ from typing import Any
 
 import pytest
 
+from agentpool.results import Backend, Result
 from agentpool.sim.objects import node_twin
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
 from agentpool.spec.values import (
-    Backend,
     ControlMode,
     ControlType,
     HttpEndpoint,
     NodeRouting,
-    Result,
     Routing,
     SourceType,
 )

@@ -6,7 +6,7 @@ from typing import Any
 
 from agentpool.events.reasons import EventType, NodeEvent, Reason
 from agentpool.events.tracker import NodeEventTracker
-from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 
 def applied(cap: float, backend: Backend = Backend.RAPL, message: str = "ok",

@@ -34,11 +34,10 @@ from agentpool.backends.gpu.host import (
 )
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError, shown
+from agentpool.results import GpuBackend, Result
 from agentpool.spec.values import (
     DeviceLimits,
-    GpuBackend,
     GpuCap,
-    Result,
     json_count,
     json_number,
     limits_problem,

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result
+from agentpool.results import GpuBackend, Result
+from agentpool.spec.values import DeviceLimits, GpuCap
 
 JOURNAL_PREFIX = "gpu"
 

@@ -30,14 +30,8 @@ from agentpool.backends.gpu.host import (
 )
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import (
-    DeviceLimits,
-    GpuBackend,
-    GpuCap,
-    Result,
-    limits_problem,
-    resolve_cap,
-)
+from agentpool.results import GpuBackend, Result
+from agentpool.spec.values import DeviceLimits, GpuCap, limits_problem, resolve_cap
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ import pytest
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import GpuCap, Result
+from agentpool.results import Result
+from agentpool.spec.values import GpuCap
 
 NOT_SUPPORTED, NO_PERM = 2, 10
 

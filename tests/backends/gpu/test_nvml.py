@@ -21,7 +21,8 @@ import pytest
 from agentpool.backends.gpu.nvml import NvmlGpus
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import GpuCap, Result
+from agentpool.results import Result
+from agentpool.spec.values import GpuCap
 from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
