@@ -20,7 +20,8 @@ from agentpool.backends.httpclient import (
     post_action,
 )
 from agentpool.errors import HttpBackendError, shown
-from agentpool.spec.values import HttpEndpoint, json_count, json_number
+from agentpool.jsonnumbers import json_count, json_number
+from agentpool.spec.values import HttpEndpoint
 
 GPU_ACTION = "gpu.set_power_cap_watts"
 

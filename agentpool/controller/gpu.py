@@ -40,6 +40,7 @@ from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.controller.release import CapRelease, Released
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
 from agentpool.hardware.labels import GpuFacts, Hardware, discover_gpus
+from agentpool.jsonnumbers import json_number
 from agentpool.results import GpuBackend, GpuTickResult, Result
 from agentpool.spec.values import (
     ControlType,
@@ -49,7 +50,6 @@ from agentpool.spec.values import (
     GpuRouting,
     HttpEndpoint,
     NodeInputs,
-    json_number,
     resolve_cap,
 )
 

@@ -25,6 +25,7 @@ from typing import Any
 from agentpool.backoff import Backoff
 from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError
+from agentpool.jsonnumbers import json_count
 from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, abort_read, json_body
 from agentpool.pool.membership import (
     ANNOTATION_CLAIMS,
@@ -38,7 +39,6 @@ from agentpool.pool.membership import (
     encode_grace,
 )
 from agentpool.proctitle import name_thread
-from agentpool.spec.values import json_count
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from agentpool.errors import ProfileError, shown
+from agentpool.jsonnumbers import json_number
 from agentpool.spec.values import (
     DEFAULT_HTTP_TIMEOUT_S,
     ControlMode,
@@ -26,7 +27,6 @@ from agentpool.spec.values import (
     Profile,
     Routing,
     SourceType,
-    json_number,
     url_problem,
 )
 

@@ -20,11 +20,12 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import ProfileError
+from agentpool.jsonnumbers import json_number
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
 from agentpool.spec.parse import cpu_routing, oldest_claim
-from agentpool.spec.values import ControlType, SourceType, json_number
+from agentpool.spec.values import ControlType, SourceType
 from agentpool.supervisor.echoes import kept
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)

@@ -34,15 +34,9 @@ from agentpool.backends.gpu.host import (
 )
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError, shown
+from agentpool.jsonnumbers import json_count, json_number
 from agentpool.results import GpuBackend, Result
-from agentpool.spec.values import (
-    DeviceLimits,
-    GpuCap,
-    json_count,
-    json_number,
-    limits_problem,
-    resolve_cap,
-)
+from agentpool.spec.values import DeviceLimits, GpuCap, limits_problem, resolve_cap
 
 log = logging.getLogger(__name__)
 
