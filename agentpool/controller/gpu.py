@@ -35,6 +35,7 @@ from agentpool.backends.gpu.host import (
     journaled,
 )
 from agentpool.backends.gpu.nvml import NvmlGpus
+from agentpool.backends.gpucaps import DeviceLimits, resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.controller.release import CapRelease, Released
@@ -44,13 +45,11 @@ from agentpool.jsonnumbers import json_number
 from agentpool.results import GpuBackend, GpuTickResult, Result
 from agentpool.spec.values import (
     ControlType,
-    DeviceLimits,
     GpuCap,
     GpuControlMode,
     GpuRouting,
     HttpEndpoint,
     NodeInputs,
-    resolve_cap,
 )
 
 log = logging.getLogger(__name__)

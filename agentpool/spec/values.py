@@ -10,7 +10,6 @@ desired state is a :class:`PowerPolicy` as a NodePowerProfile's is, and
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -70,37 +69,6 @@ class GpuCap:
         if self.watts_per_gpu is not None:
             return f"{self.watts_per_gpu:g} W per GPU"
         return f"{self.pct_of_max:g}% of each GPU's maximum"
-
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    """What one device allows, in watts (NVML reports milliwatts; backends convert)."""
-
-    min_watts: float
-    max_watts: float
-    default_watts: float | None = None
-
-
-def limits_problem(limits: DeviceLimits) -> str | None:
-    """Why a device's reported limits make no range a cap can be clamped into; None if they do.
-
-    A driver that reports a maximum of 0, or a minimum above its maximum, has no
-    limit the agent could set: the device is ``blocked``, never written.
-    """
-    low, high = limits.min_watts, limits.max_watts
-    if not (math.isfinite(low) and math.isfinite(high)) or not 0 <= low <= high or high <= 0:
-        return f"reports no usable power limit range (min {low:g} W, max {high:g} W)"
-    return None
-
-
-def resolve_cap(cap: GpuCap, limits: DeviceLimits) -> tuple[float, float]:
-    """(target, clamped) watts for one device: percent against its own max, then clamped."""
-    if cap.watts_per_gpu is not None:
-        target = cap.watts_per_gpu
-    else:
-        assert cap.pct_of_max is not None
-        target = limits.max_watts * cap.pct_of_max / 100.0
-    return target, min(limits.max_watts, max(limits.min_watts, target))
 
 
 @dataclass(frozen=True)

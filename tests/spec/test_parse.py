@@ -1,5 +1,5 @@
 """NodePowerProfile, NodeTwin and TelemetryProfile JSON into typed values (CPU and GPU caps,
-routing, per-device resolution); errors name the field."""
+routing); errors name the field."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from agentpool.spec.parse import (
 from agentpool.spec.values import (
     ControlMode,
     ControlType,
-    DeviceLimits,
     GpuCap,
     GpuControlMode,
     HttpEndpoint,
@@ -29,7 +28,6 @@ from agentpool.spec.values import (
     Profile,
     Routing,
     SourceType,
-    resolve_cap,
 )
 
 
@@ -286,23 +284,6 @@ def test_same_shape_serves_another_kind() -> None:
     spec = {"gpu": {"powerCap": {"capPctOfMax": 0}}}
     with pytest.raises(ProfileError, match=r"NodeTwin 'n': spec.gpu.powerCap.capPctOfMax"):
         parse_gpu_cap(spec, "NodeTwin", "n")
-
-
-@pytest.mark.parametrize(
-    ("cap", "limits", "target", "clamped"),
-    [
-        (GpuCap(watts_per_gpu=250), DeviceLimits(100, 400), 250, 250),
-        (GpuCap(watts_per_gpu=50), DeviceLimits(100, 400), 50, 100),
-        (GpuCap(watts_per_gpu=500), DeviceLimits(100, 400), 500, 400),
-        (GpuCap(pct_of_max=50), DeviceLimits(100, 400), 200, 200),
-        (GpuCap(pct_of_max=50), DeviceLimits(150, 250), 125, 150),
-        (GpuCap(pct_of_max=100), DeviceLimits(150, 250), 250, 250),
-    ],
-)
-def test_resolve_against_each_device(
-    cap: GpuCap, limits: DeviceLimits, target: float, clamped: float
-) -> None:
-    assert resolve_cap(cap, limits) == (target, clamped)
 
 
 def test_routing_defaults_to_host_and_borrows_cpu_telemetry() -> None:

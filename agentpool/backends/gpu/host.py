@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentpool.backends.gpucaps import DeviceLimits
 from agentpool.results import GpuBackend, Result
-from agentpool.spec.values import DeviceLimits, GpuCap
+from agentpool.spec.values import GpuCap
 
 JOURNAL_PREFIX = "gpu"
 

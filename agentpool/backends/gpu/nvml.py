@@ -28,10 +28,11 @@ from agentpool.backends.gpu.host import (
     journal_owner,
     journaled,
 )
+from agentpool.backends.gpucaps import DeviceLimits, limits_problem, resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
 from agentpool.results import GpuBackend, Result
-from agentpool.spec.values import DeviceLimits, GpuCap, limits_problem, resolve_cap
+from agentpool.spec.values import GpuCap
 
 log = logging.getLogger(__name__)
 
