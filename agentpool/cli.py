@@ -303,7 +303,7 @@ def inspect(
     """Print what the agent finds on this node (CPU packages, cpufreq, GPUs) and what it would
     do with a cap; writes nothing."""
     from agentpool.nodereport import report
-    from agentpool.spec.values import GpuCap
+    from agentpool.resources.desired import GpuCap
 
     if sysfs_root is None:
         configured = os.environ.get("SYSFS_ROOT", "").strip()

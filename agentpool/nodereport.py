@@ -17,7 +17,7 @@ from agentpool.backends.sysfs.rapl import discover_package_zones
 from agentpool.controller import percent
 from agentpool.hardware.gpu_report import gpu_lines
 from agentpool.hardware.host import HostFacts, discover_host
-from agentpool.spec.values import GpuCap
+from agentpool.resources.desired import GpuCap
 
 
 def _w(value: float | None) -> str:

@@ -18,7 +18,7 @@ from agentpool.backends.httpclient import (
 )
 from agentpool.errors import HttpBackendError, shown
 from agentpool.jsonnumbers import json_number
-from agentpool.spec.values import HttpEndpoint
+from agentpool.resources.routing import HttpEndpoint
 
 RAPL_ACTION = "rapl.set_power_cap_watts"
 DVFS_ACTION = "dvfs.set_throttle_pct"

@@ -21,7 +21,7 @@ from agentpool.backends.httpclient import (
 )
 from agentpool.errors import HttpBackendError, shown
 from agentpool.jsonnumbers import json_count, json_number
-from agentpool.spec.values import HttpEndpoint
+from agentpool.resources.routing import HttpEndpoint
 
 GPU_ACTION = "gpu.set_power_cap_watts"
 

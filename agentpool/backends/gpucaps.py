@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from agentpool.spec.values import GpuCap
+from agentpool.resources.desired import GpuCap
 
 
 @dataclass(frozen=True)

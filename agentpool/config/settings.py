@@ -36,7 +36,7 @@ from agentpool.config.options import (
 )
 from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment, ordinal_from_pod_name
-from agentpool.spec.values import NodeRouting
+from agentpool.resources.routing import NodeRouting
 
 PARTS = ("dvfs", "elastic", "http_auth")
 """The :class:`Settings` fields that are a part's settings, filled by ``part.field`` options."""

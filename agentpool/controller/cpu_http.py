@@ -18,8 +18,8 @@ from agentpool.backends.httpclient import ControlAnswer
 from agentpool.controller import percent
 from agentpool.controller.release import HttpHeld
 from agentpool.hardware.labels import Hardware
+from agentpool.resources.routing import ControlMode, HttpEndpoint, Routing
 from agentpool.results import Backend, Result, TickResult
-from agentpool.spec.values import ControlMode, HttpEndpoint, Routing
 
 
 class HttpCpu:

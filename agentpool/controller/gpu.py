@@ -42,15 +42,10 @@ from agentpool.controller.release import CapRelease, Released
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
 from agentpool.hardware.labels import GpuFacts, Hardware, discover_gpus
 from agentpool.jsonnumbers import json_number
+from agentpool.resources.desired import GpuCap
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.routing import ControlType, GpuControlMode, GpuRouting, HttpEndpoint
 from agentpool.results import GpuBackend, GpuTickResult, Result
-from agentpool.spec.values import (
-    ControlType,
-    GpuCap,
-    GpuControlMode,
-    GpuRouting,
-    HttpEndpoint,
-    NodeInputs,
-)
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +126,7 @@ class GpuController:
         self, cap: GpuCap | None, routing: GpuRouting, inputs: NodeInputs, hardware: Hardware
     ) -> GpuTickResult | None:
         """Enforce an already parsed cap: the part both APIs share (a NodeTwin's
-        ``spec.gpu.powerCap`` parses with :func:`~agentpool.spec.parse.parse_gpu_cap`)."""
+        ``spec.gpu.powerCap`` parses with :func:`~agentpool.resources.parse.parse_gpu_cap`)."""
         if cap is None:
             if not self._active:
                 self.metrics.set_backend(None)

@@ -8,8 +8,10 @@ live in one place.
 
 from __future__ import annotations
 
-from agentpool.spec.parse import NT
-from agentpool.spec.values import NodeInputs, PowerPolicy, Routing
+from agentpool.resources.desired import PowerPolicy
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.parse import NT
+from agentpool.resources.routing import Routing
 
 
 def control_setting(routing: Routing) -> str:

@@ -39,8 +39,9 @@ from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.errors import AgentError, ProfileError
 from agentpool.hardware.labels import Hardware, discover
-from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
-from agentpool.spec.parse import (
+from agentpool.resources.desired import PowerPolicy
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.parse import (
     NT,
     cpu_routing,
     gpu_routing,
@@ -48,7 +49,8 @@ from agentpool.spec.parse import (
     parse_gpu_cap,
     parse_power_profile,
 )
-from agentpool.spec.values import ControlType, NodeInputs, PowerPolicy, Routing, SourceType
+from agentpool.resources.routing import ControlType, Routing, SourceType
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 log = logging.getLogger(__name__)
 

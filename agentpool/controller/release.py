@@ -27,8 +27,8 @@ from agentpool.backends.sysfs.cpufreq import CpufreqHost
 from agentpool.backends.sysfs.rapl import RaplHost
 from agentpool.controller.percent import Maximum
 from agentpool.errors import HttpBackendError
+from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
-from agentpool.spec.values import HttpEndpoint
 
 log = logging.getLogger(__name__)
 

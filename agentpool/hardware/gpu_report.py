@@ -19,8 +19,8 @@ from agentpool.backends.gpu.nvml import NvmlGpus
 from agentpool.backends.gpucaps import resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
+from agentpool.resources.desired import GpuCap
 from agentpool.results import GpuBackend
-from agentpool.spec.values import GpuCap
 
 
 class Surveyor(Protocol):

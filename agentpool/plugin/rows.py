@@ -21,8 +21,8 @@ from typing import Any
 from agentpool.errors import ProfileError
 from agentpool.pool.assignment import shard_of
 from agentpool.pool.membership import ANNOTATION_CLAIMS, decode_claims
-from agentpool.spec.parse import NPP, NT, metadata_name, parse_power_profile, target_of
-from agentpool.spec.values import NodeApi
+from agentpool.resources.nodeinputs import NodeApi
+from agentpool.resources.parse import NPP, NT, metadata_name, parse_power_profile, target_of
 
 Raw = Mapping[str, Any]
 

@@ -50,7 +50,7 @@ from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.writehold import WriteHold
-from agentpool.spec.values import NodeInputs
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor import statuses
 from agentpool.supervisor.echoes import Echoes
 from agentpool.supervisor.elastic import ElasticPool

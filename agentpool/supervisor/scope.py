@@ -30,13 +30,13 @@ from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.labelselectors import parse_selector
 from agentpool.pool.assignment import owns
-from agentpool.spec.parse import (
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.resources.parse import (
     metadata_name,
     oldest_claim,
     target_of,
     target_problem,
 )
-from agentpool.spec.values import NodeApi, NodeInputs
 from agentpool.supervisor import twinview
 from agentpool.supervisor.echoes import kept
 

@@ -24,8 +24,8 @@ from agentpool.jsonnumbers import json_number
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
-from agentpool.spec.parse import cpu_routing, oldest_claim
-from agentpool.spec.values import ControlType, SourceType
+from agentpool.resources.parse import cpu_routing, oldest_claim
+from agentpool.resources.routing import ControlType, SourceType
 from agentpool.supervisor.echoes import kept
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)

@@ -22,7 +22,7 @@ from agentpool.config.settings import Settings
 from agentpool.events.hooks import NodeEvents
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.pool.fence import FenceTimes
-from agentpool.spec.values import NodeApi, NodeInputs
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.supervisor import fences, statuses
 from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.elastic import ElasticPool

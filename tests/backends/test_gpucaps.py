@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentpool.backends.gpucaps import DeviceLimits, limits_problem, resolve_cap
-from agentpool.spec.values import GpuCap
+from agentpool.resources.desired import GpuCap
 
 
 @pytest.mark.parametrize(

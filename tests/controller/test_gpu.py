@@ -21,12 +21,12 @@ from agentpool.config.settings import Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.kube.status import status_body
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import GpuBackend, GpuTickResult, Result
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.power.gpu import GPU_ACTION, GpuConfig
 from agentpool.sim.power.model import NodeConfig, RequestKind
 from agentpool.sim.power.server import PowerSim
-from agentpool.spec.values import NodeInputs
 from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)

@@ -21,6 +21,7 @@ from agentpool.config.options import DvfsControllerKind
 from agentpool.config.settings import DvfsSettings, Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NO_BACKEND, NodeController
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, Result, TickResult
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, FaultKind, NodeConfig, RequestKind
 from agentpool.sim.power.server import PowerSim
@@ -30,7 +31,6 @@ from agentpool.sim.sysfs.trees import (
     no_rapl,
     read_only_rapl,
 )
-from agentpool.spec.values import NodeInputs
 from tests.backends.sysfs_helpers import changes, settings_of, snapshot
 
 NODE = "worker-0"

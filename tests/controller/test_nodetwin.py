@@ -14,12 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentpool.results import Backend, Result
-from agentpool.sim.objects import node_twin
-from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
-from agentpool.sim.power.server import PowerSim
-from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
-from agentpool.spec.values import (
+from agentpool.resources.routing import (
     ControlMode,
     ControlType,
     HttpEndpoint,
@@ -27,6 +22,11 @@ from agentpool.spec.values import (
     Routing,
     SourceType,
 )
+from agentpool.results import Backend, Result
+from agentpool.sim.objects import node_twin
+from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
+from agentpool.sim.power.server import PowerSim
+from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
 from tests.backends.sysfs_helpers import changes, settings_of
 
 from .test_node import NODE, PL1, SMAX, Harness

@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
-from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.forkclient import SERVER_MODULE, ForkServer
 from agentpool.supervisor.handles import WorkerState
 from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact

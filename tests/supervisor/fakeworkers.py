@@ -25,8 +25,8 @@ from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.kube.writehold import WriteHold
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, Result, TickResult
-from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.handles import WorkerProcess
 from agentpool.supervisor.loop import Supervisor
 from agentpool.supervisor.scope import ClusterView

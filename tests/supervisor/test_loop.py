@@ -26,8 +26,8 @@ from prometheus_client import CollectorRegistry
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.kube.writehold import WriteHold
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, Result, TickResult
-from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.handles import Launched, StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
 from agentpool.supervisor.scope import heartbeat_limit

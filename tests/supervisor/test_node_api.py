@@ -14,8 +14,8 @@ import pytest
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
+from agentpool.resources.nodeinputs import NodeApi
 from agentpool.sim.objects import node_twin
-from agentpool.spec.values import NodeApi
 from agentpool.supervisor.scope import ClusterView
 from tests.supervisor.test_scope import MANAGED, node, npp, tp
 

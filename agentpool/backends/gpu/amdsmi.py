@@ -36,8 +36,8 @@ from agentpool.backends.gpucaps import DeviceLimits, limits_problem, resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError, shown
 from agentpool.jsonnumbers import json_count, json_number
+from agentpool.resources.desired import GpuCap
 from agentpool.results import GpuBackend, Result
-from agentpool.spec.values import GpuCap
 
 log = logging.getLogger(__name__)
 

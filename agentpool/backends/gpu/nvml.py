@@ -31,8 +31,8 @@ from agentpool.backends.gpu.host import (
 from agentpool.backends.gpucaps import DeviceLimits, limits_problem, resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
+from agentpool.resources.desired import GpuCap
 from agentpool.results import GpuBackend, Result
-from agentpool.spec.values import GpuCap
 
 log = logging.getLogger(__name__)
 

@@ -1,23 +1,16 @@
-"""Plain typed values of the Joulie custom resources.
+"""Where a node's telemetry is read and its controls go: a TelemetryProfile's routing.
 
-No I/O, no Kubernetes types. Raw custom-resource JSON arrives as dicts (the
-supervisor forwards them over a pipe); :mod:`agentpool.spec.parse` turns
-them into these values. The same values serve both Joulie APIs: a NodeTwin's
-desired state is a :class:`PowerPolicy` as a NodePowerProfile's is, and
-``gpu.powerCap`` has one shape in both.
+The TelemetryProfile targeting a node wins, CPU and GPU alike; without one the
+TELEMETRY_* variables give the same values (:mod:`agentpool.config.env_routing`),
+on either Joulie API. :mod:`agentpool.resources.parse` makes them from the raw
+object; :func:`url_problem` checks an endpoint wherever one is configured.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote, urlsplit
-
-
-class Profile(enum.StrEnum):
-    PERFORMANCE = "performance"
-    ECO = "eco"
 
 
 class SourceType(enum.StrEnum):
@@ -41,60 +34,6 @@ class ControlMode(enum.StrEnum):
     """RAPL only; no DVFS fallback."""
     DVFS = "dvfs"
     """Skip RAPL, go straight to the DVFS controller."""
-
-
-class NodeApi(enum.StrEnum):
-    """Which Joulie API a node follows (label ``api`` of ``agentpool_node_api``)."""
-
-    NODETWIN = "nodetwin"
-    """Desired state from the node's NodeTwin."""
-    PROFILES = "profiles"
-    """Desired state from the node's NodePowerProfile."""
-    NONE = "none"
-    """``JOULIE_API=auto`` and neither a NodeTwin nor a NodePowerProfile targets the node."""
-
-
-@dataclass(frozen=True)
-class GpuCap:
-    """A node's desired GPU cap: watts per GPU, or a percent of each device's maximum.
-
-    Exactly one is set; when the resource carries both, watts win (the parser
-    keeps only them).
-    """
-
-    watts_per_gpu: float | None = None
-    pct_of_max: float | None = None
-
-    def describe(self) -> str:
-        if self.watts_per_gpu is not None:
-            return f"{self.watts_per_gpu:g} W per GPU"
-        return f"{self.pct_of_max:g}% of each GPU's maximum"
-
-
-@dataclass(frozen=True)
-class PowerPolicy:
-    """A node's desired state, from its NodePowerProfile."""
-
-    source: str
-    """Name of the NodePowerProfile it came from."""
-    node_name: str
-    profile: Profile
-    cap_watts: float | None
-    """Total CPU package budget; None means nothing to enforce (unless ``cap_pct``)."""
-    policy_name: str | None = None
-    """Informational ``spec.policy.name``."""
-    gpu_cap: GpuCap | None = None
-    """``spec.gpu.powerCap``; None means no GPU cap to enforce."""
-    cap_pct: float | None = None
-    """``cpu.packagePowerCapPctOfMax``: percent of the hardware maximum, used only
-    when ``cap_watts`` is None (watts win)."""
-    kind: str = "NodePowerProfile"
-    """The kind it came from (NodePowerProfile or NodeTwin), for messages."""
-
-    @property
-    def label(self) -> str:
-        """The ``policy`` label value of ``joulie_policy_cap_watts``."""
-        return self.profile.value
 
 
 def url_problem(template: str) -> str | None:
@@ -176,36 +115,8 @@ class GpuRouting:
 @dataclass(frozen=True)
 class NodeRouting:
     """A node's routing, CPU and GPU: from the TelemetryProfile targeting it, else from the
-    TELEMETRY_* variables (:func:`agentpool.spec.parse.cpu_routing`, ``gpu_routing``), on
+    TELEMETRY_* variables (:func:`agentpool.resources.parse.cpu_routing`, ``gpu_routing``), on
     either API."""
 
     cpu: Routing = field(default_factory=Routing)
     gpu: GpuRouting = field(default_factory=GpuRouting)
-
-
-@dataclass(frozen=True)
-class NodeInputs:
-    """Everything the supervisor knows about one node, as raw API JSON.
-
-    Sent to the worker whenever any part changes. Plain dicts pickle small and
-    keep the worker free of Kubernetes client types.
-    """
-
-    node_name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    power_profile: dict[str, Any] | None = None
-    telemetry_profile: dict[str, Any] | None = None
-    power_profile_note: str | None = None
-    """Why this NodePowerProfile was chosen when several target the node."""
-    gpu_allocatable: dict[str, str] = field(default_factory=dict)
-    """The Node's allocatable ``nvidia.com/gpu`` / ``amd.com/gpu`` (GPU discovery)."""
-    node_twin: dict[str, Any] | None = None
-    """NodeTwin API: the node's NodeTwin (trimmed to metadata and spec)."""
-    nodetwin_api: bool = False
-    """The node follows the NodeTwin API: desired state comes from ``node_twin`` only."""
-    auto_api: bool = False
-    """``JOULIE_API=auto``: the desired state may come from either API (messages name both)."""
-    hardware_max_w: float | None = None
-    """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
-    spec_stale: bool = False
-    """The desired state has not been confirmed from the API for SPEC_READ_TIMEOUT."""

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from agentpool.errors import ProfileError
-from agentpool.spec.parse import (
+from agentpool.resources.desired import GpuCap, PowerPolicy, Profile
+from agentpool.resources.parse import (
     gpu_routing,
     parse_gpu_cap,
     parse_gpu_routing,
@@ -17,15 +18,12 @@ from agentpool.spec.parse import (
     parse_telemetry_profile,
     target_of,
 )
-from agentpool.spec.values import (
+from agentpool.resources.routing import (
     ControlMode,
     ControlType,
-    GpuCap,
     GpuControlMode,
     HttpEndpoint,
     NodeRouting,
-    PowerPolicy,
-    Profile,
     Routing,
     SourceType,
 )
@@ -329,7 +327,7 @@ def test_malformed_gpu_routing_names_the_field(controls: Any, field: str) -> Non
     assert caught.value.field == field
 
 
-# -- shrunk examples of tests/properties/test_spec.py, kept as regressions -------------------
+# -- shrunk examples of tests/properties/test_resources.py, kept as regressions -------------------
 
 
 @pytest.mark.parametrize("field", ["packagePowerCapWatts", "packagePowerCapPctOfMax"])

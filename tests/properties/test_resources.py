@@ -19,22 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentpool.errors import ProfileError
-from agentpool.spec.parse import (
+from agentpool.resources.desired import GpuCap, PowerPolicy
+from agentpool.resources.parse import (
     NPP,
     NT,
     parse_gpu_routing,
     parse_power_profile,
     parse_telemetry_profile,
 )
-from agentpool.spec.values import (
-    ControlType,
-    GpuCap,
-    GpuRouting,
-    HttpEndpoint,
-    PowerPolicy,
-    Routing,
-    SourceType,
-)
+from agentpool.resources.routing import ControlType, GpuRouting, HttpEndpoint, Routing, SourceType
 from tests.properties.budget import examples
 from tests.properties.resources import (
     INFORMATIONAL,

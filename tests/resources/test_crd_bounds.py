@@ -19,7 +19,12 @@ import pytest
 import yaml
 
 from agentpool.errors import ProfileError
-from agentpool.spec.parse import NT, parse_gpu_routing, parse_power_profile, parse_telemetry_profile
+from agentpool.resources.parse import (
+    NT,
+    parse_gpu_routing,
+    parse_power_profile,
+    parse_telemetry_profile,
+)
 
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "joulie" / "crds"
 

@@ -14,17 +14,15 @@ from typing import Any, TypeVar
 
 from agentpool.errors import ProfileError, shown
 from agentpool.jsonnumbers import json_number
-from agentpool.spec.values import (
+from agentpool.resources.desired import GpuCap, PowerPolicy, Profile
+from agentpool.resources.routing import (
     DEFAULT_HTTP_TIMEOUT_S,
     ControlMode,
     ControlType,
-    GpuCap,
     GpuControlMode,
     GpuRouting,
     HttpEndpoint,
     NodeRouting,
-    PowerPolicy,
-    Profile,
     Routing,
     SourceType,
     url_problem,
