@@ -45,11 +45,11 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
-from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.writehold import WriteHold
+from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor import statuses
 from agentpool.supervisor.echoes import Echoes

@@ -37,7 +37,6 @@ from prometheus_client.registry import Collector
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import ConfigError, KubeError
-from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
@@ -47,6 +46,7 @@ from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
 from agentpool.kube.writehold import WriteHold
 from agentpool.logs import setup_logging
+from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
 from agentpool.supervisor.collector import FastMultiProcessCollector

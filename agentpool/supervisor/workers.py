@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
-from agentpool.events.hooks import NodeEvents
 from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import FenceTimes
 from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.supervisor import fences, statuses

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentpool.events.reasons import EventType, NodeEvent, Reason
-from agentpool.events.tracker import NodeEventTracker
+from agentpool.nodeevents.reasons import EventType, NodeEvent, Reason
+from agentpool.nodeevents.tracker import NodeEventTracker
 from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agentpool.events.reasons import NodeEvent, Reason
+from agentpool.nodeevents.reasons import NodeEvent, Reason
 from agentpool.tokenbucket import Budget, TokenBucket
 
 SIMILAR_MAX = 10

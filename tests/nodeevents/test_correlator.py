@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agentpool.events.correlator import (
+from agentpool.nodeevents.correlator import (
     COMBINED_PREFIX,
     SIMILAR_MAX,
     Budget,
     EventCorrelator,
     Write,
 )
-from agentpool.events.reasons import NodeEvent, Reason
+from agentpool.nodeevents.reasons import NodeEvent, Reason
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentpool.events.reasons import NodeEvent, Reason
+from agentpool.nodeevents.reasons import NodeEvent, Reason
 from agentpool.results import Backend, GpuTickResult, Result, TickResult
 
 PINNED_THROTTLE_PCT = 100

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from agentpool.events.reasons import NodeEvent
-from agentpool.events.tracker import NodeEventTracker
+from agentpool.nodeevents.reasons import NodeEvent
+from agentpool.nodeevents.tracker import NodeEventTracker
 from agentpool.results import TickResult
 
 
