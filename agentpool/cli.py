@@ -2,7 +2,7 @@
 
 ``agentpool`` with no subcommand runs the supervisor (the container
 entrypoint); ``agentpool status`` is the ``kubectl agentpool status`` plugin
-(:mod:`agentpool.plugin`). Every setting is a flag generated from
+(:mod:`agentpool.kubectl`). Every setting is a flag generated from
 :data:`~agentpool.config.options.OPTIONS`,
 with its environment variable; flags win. Configuration errors exit 2.
 
@@ -29,7 +29,7 @@ from agentpool.config.options import OPTIONS, option
 from agentpool.config.parsers import duration
 from agentpool.config.settings import Settings, load_settings
 from agentpool.errors import CONFIG_EXIT, ConfigError
-from agentpool.plugin.command import status
+from agentpool.kubectl.command import status
 from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
 
 

@@ -24,8 +24,8 @@ from agentpool import __version__
 from agentpool.config.options import option
 from agentpool.durations import parse_duration
 from agentpool.errors import KubeError
-from agentpool.plugin.render import as_json, table
-from agentpool.plugin.rows import NodeRow, Options, build_rows, parse_time
+from agentpool.kubectl.render import as_json, table
+from agentpool.kubectl.rows import NodeRow, Options, build_rows, parse_time
 
 EXIT_PROBLEMS = 1
 EXIT_UNREADABLE = 3

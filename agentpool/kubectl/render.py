@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from agentpool.plugin.rows import NodeRow, short_duration
+from agentpool.kubectl.rows import NodeRow, short_duration
 
 COLUMNS = ("NODE", "OWNER", "API", "CPU CAP", "GPU CAP", "RESULT", "BACKEND", "POWER", "AGE")
 WIDE = ("GPU RESULT", "MESSAGE")

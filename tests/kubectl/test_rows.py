@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from agentpool.kube.status import HEARTBEAT_S
-from agentpool.plugin import command
-from agentpool.plugin.render import table
-from agentpool.plugin.rows import NodeRow, Options, build_rows, short_duration
+from agentpool.kubectl import command
+from agentpool.kubectl.render import table
+from agentpool.kubectl.rows import NodeRow, Options, build_rows, short_duration
 from agentpool.pool.membership import ANNOTATION_CLAIMS, encode_claims
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.objects import power_profile
