@@ -302,7 +302,7 @@ def inspect(
 ) -> None:
     """Print what the agent finds on this node (CPU packages, cpufreq, GPUs) and what it would
     do with a cap; writes nothing."""
-    from agentpool.nodereport import report
+    from agentpool.inspection import report
     from agentpool.resources.desired import GpuCap
 
     if sysfs_root is None:
