@@ -231,7 +231,7 @@ class Settings:
     """How long the supervisor waits for workers to stop before SIGKILL."""
     heartbeat_timeout_s: float | None = _TOP["heartbeat_timeout_s"]
     """A worker that reports nothing for this long is killed and restarted; None: derived
-    per node by the supervisor (see ``agentpool.supervisor.scope.heartbeat_limit``)."""
+    per node by the supervisor (see ``agentpool.supervisor.clusterview.heartbeat_limit``)."""
     watch_timeout_s: float = _TOP["watch_timeout_s"]
     """Server-side watch timeout; a silent watch is noticed 10 s after it."""
     multiproc_dir: str | None = _TOP["multiproc_dir"]

@@ -52,6 +52,7 @@ from agentpool.kube.writehold import WriteHold
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor import statuses
+from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.echoes import Echoes
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import (
@@ -62,7 +63,6 @@ from agentpool.supervisor.handles import (
 )
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.orphans import reap_orphans
-from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
 from agentpool.supervisor.statuses import StatusRouter, StatusSink
 from agentpool.supervisor.twinview import hardware_inputs

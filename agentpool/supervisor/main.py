@@ -49,6 +49,7 @@ from agentpool.logs import setup_logging
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
+from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
@@ -62,7 +63,6 @@ from agentpool.supervisor.prelaunch import (
     prelaunch,
     usable_dir,
 )
-from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.watches import Watches
 from agentpool.worker.nodefiles import NodeFiles

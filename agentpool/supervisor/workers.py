@@ -24,6 +24,7 @@ from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import FenceTimes
 from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.supervisor import fences, statuses
+from agentpool.supervisor.clusterview import ClusterView, heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.forkclient import ForkServerStarting
@@ -37,7 +38,6 @@ from agentpool.supervisor.handles import (
     pid_running,
 )
 from agentpool.supervisor.loopio import LoopIO
-from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.statuses import StatusRouter
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import (

@@ -27,9 +27,9 @@ from agentpool.kube.informer import Change, Relisted
 from agentpool.kube.writehold import WriteHold
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, Result, TickResult
+from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.handles import WorkerProcess
 from agentpool.supervisor.loop import Supervisor
-from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import TickReport

@@ -16,8 +16,8 @@ from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.resources.nodeinputs import NodeApi
 from agentpool.sim.objects import node_twin
-from agentpool.supervisor.scope import ClusterView
-from tests.supervisor.test_scope import MANAGED, node, npp, tp
+from agentpool.supervisor.clusterview import ClusterView
+from tests.supervisor.test_clusterview import MANAGED, node, npp, tp
 
 NT, NPP, TP = Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES
 

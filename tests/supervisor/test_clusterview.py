@@ -11,7 +11,7 @@ from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.pool.assignment import shard_of
-from agentpool.supervisor.scope import ClusterView
+from agentpool.supervisor.clusterview import ClusterView
 
 
 def node(name: str, **labels: str) -> dict[str, Any]:
@@ -168,7 +168,7 @@ def test_a_node_scoped_profile_without_a_node_is_reported_once_and_ignored(
     view.apply(Relisted(Resource.NODES, [node("worker-0", **MANAGED)]))
     bad = tp("tp-bad", "worker-0")
     del bad["spec"]["target"]["nodeName"]
-    with caplog.at_level(logging.WARNING, logger="agentpool.supervisor.scope"):
+    with caplog.at_level(logging.WARNING, logger="agentpool.supervisor.clusterview"):
         view.apply(Relisted(Resource.TELEMETRY_PROFILES, [bad]))
         view.apply(Change(Resource.TELEMETRY_PROFILES, "MODIFIED", bad))
         view.apply(Relisted(Resource.TELEMETRY_PROFILES, [bad]))
@@ -180,7 +180,7 @@ def test_a_node_scoped_profile_without_a_node_is_reported_once_and_ignored(
     assert view.inputs_for("worker-0").telemetry_profile is None
     caplog.clear()
     # Deleted, then made again: a new object, reported again; fixed: silence.
-    with caplog.at_level(logging.WARNING, logger="agentpool.supervisor.scope"):
+    with caplog.at_level(logging.WARNING, logger="agentpool.supervisor.clusterview"):
         view.apply(Change(Resource.TELEMETRY_PROFILES, "DELETED", bad))
         view.apply(Change(Resource.TELEMETRY_PROFILES, "ADDED", bad))
         view.apply(Change(Resource.TELEMETRY_PROFILES, "MODIFIED", tp("tp-bad", "worker-0")))
