@@ -22,7 +22,14 @@ from agentpool.errors import ProfileError
 from agentpool.pool.assignment import shard_of
 from agentpool.pool.membership import ANNOTATION_CLAIMS, decode_claims
 from agentpool.resources.nodeinputs import NodeApi
-from agentpool.resources.parse import NPP, NT, metadata_name, parse_power_profile, target_of
+from agentpool.resources.parse import (
+    NPP,
+    NT,
+    metadata_name,
+    parse_power_profile,
+    spec_node_name,
+    target_of,
+)
 
 Raw = Mapping[str, Any]
 
@@ -111,12 +118,6 @@ def _by_node(objs: Iterable[Raw], node_of: Any) -> dict[str, Raw]:
             if (chosen := _oldest(group)) is not None}
 
 
-def _spec_node(obj: Raw) -> str | None:
-    spec = obj.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return node if isinstance(node, str) else None
-
-
 def _tp_node(obj: Raw) -> str | None:
     scope, node = target_of(obj)
     return node if scope == "node" else None
@@ -192,9 +193,9 @@ def build_rows(
     options: Options,
 ) -> list[NodeRow]:
     """The rows of the managed nodes (those given), sorted by name."""
-    npps = _by_node(power_profiles, _spec_node)
+    npps = _by_node(power_profiles, spec_node_name)
     tps = _by_node(telemetry_profiles, _tp_node)
-    twins = _by_node(node_twins, _spec_node)
+    twins = _by_node(node_twins, spec_node_name)
     pool = _leases(leases, options.now)
     rows = []
     for node in sorted(metadata_name(n) for n in nodes):

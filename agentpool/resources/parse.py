@@ -44,6 +44,14 @@ def metadata_name(obj: Mapping[str, Any]) -> str:
     return str(name) if name else ""
 
 
+def spec_node_name(obj: Mapping[str, Any]) -> str | None:
+    """``spec.nodeName`` of a NodePowerProfile, NodeTwin or NodeHardware; None when the object
+    has none, or one that is not a non-empty string (malformed input)."""
+    spec = obj.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) and node else None
+
+
 def _mapping(
     obj: Mapping[str, Any], key: str, kind: str, name: str, path: str
 ) -> Mapping[str, Any]:
@@ -87,8 +95,8 @@ def parse_power_profile(obj: Mapping[str, Any], kind: str = NPP) -> PowerPolicy:
     """
     name = metadata_name(obj) or "?"  # for error messages
     spec = _mapping(obj, "spec", kind, name, "spec")
-    node = spec.get("nodeName")
-    if not isinstance(node, str) or not node:
+    node = spec_node_name(obj)
+    if node is None:
         raise ProfileError(kind, name, "spec.nodeName", "required, a node name")
     raw_profile = spec.get("profile")
     if not isinstance(raw_profile, str) or raw_profile not in set(Profile):

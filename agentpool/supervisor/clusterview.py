@@ -34,6 +34,7 @@ from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.resources.parse import (
     metadata_name,
     oldest_claim,
+    spec_node_name,
     target_of,
     target_problem,
 )
@@ -44,12 +45,6 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SLACK_S = 30.0
 """Added to the ticks a worker may legally spend silent."""
-
-
-def _npp_node(obj: dict[str, Any]) -> str | None:
-    spec = obj.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, dict) else None
-    return node if isinstance(node, str) and node else None
 
 
 def _tp_node(obj: dict[str, Any]) -> str | None:
@@ -120,7 +115,7 @@ class ClusterView:
         if resource is Resource.NODES:
             return {name}
         if resource is Resource.NODE_POWER_PROFILES:
-            node = _npp_node(self.power[name]) if name in self.power else None
+            node = spec_node_name(self.power[name]) if name in self.power else None
         else:
             node = _tp_node(self.telemetry[name]) if name in self.telemetry else None
         return {node} if node else set()
@@ -140,7 +135,7 @@ class ClusterView:
                 }
         elif resource is Resource.NODE_POWER_PROFILES:
             self.power[name] = kept(obj)
-            if node := _npp_node(obj):
+            if node := spec_node_name(obj):
                 self._power_by_node[node].add(name)
         else:
             self.telemetry[name] = kept(obj)

@@ -16,6 +16,7 @@ from agentpool.resources.parse import (
     parse_gpu_routing,
     parse_power_profile,
     parse_telemetry_profile,
+    spec_node_name,
     target_of,
 )
 from agentpool.resources.routing import (
@@ -218,6 +219,30 @@ def test_float_timeout() -> None:
 )
 def test_target_of_is_tolerant(obj: dict[str, Any], target: tuple[str, str | None]) -> None:
     assert target_of(obj) == target
+
+
+# Malformed objects that every reader of spec.nodeName (the supervisor's views, kubectl's
+# rows, the parser) takes for "targets no node".
+NO_NODE: list[Any] = [
+    {},
+    {"spec": None},
+    {"spec": "worker-0"},
+    {"spec": {}},
+    {"spec": {"nodeName": ""}},
+    {"spec": {"nodeName": 5}},
+    {"spec": {"nodeName": ["worker-0"]}},
+    {"spec": {"nodeName": None}},
+]
+
+
+@pytest.mark.parametrize("obj", NO_NODE)
+def test_spec_node_name_is_none_for_a_malformed_object(obj: dict[str, Any]) -> None:
+    assert spec_node_name(obj) is None
+
+
+def test_spec_node_name_reads_the_node() -> None:
+    assert spec_node_name(npp()) == "worker-0"
+    assert spec_node_name({"spec": {"nodeName": "w.1", "profile": 3}}) == "w.1"
 
 
 def gpu_npp(gpu: Any) -> dict[str, Any]:
