@@ -9,7 +9,7 @@ live in one place.
 from __future__ import annotations
 
 from agentpool.resources.desired import PowerPolicy
-from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.resources.parse import NT
 from agentpool.resources.routing import Routing
 
@@ -27,9 +27,9 @@ def no_control(routing: Routing) -> str:
 
 def why_none(policy: PowerPolicy | None, inputs: NodeInputs) -> str:
     if policy is None:
-        if inputs.auto_api:
+        if inputs.api is NodeApi.NONE:
             return f"no {NT} or NodePowerProfile targets this node"
-        kind = NT if inputs.nodetwin_api else "NodePowerProfile"
+        kind = NT if inputs.api is NodeApi.NODETWIN else "NodePowerProfile"
         return f"no {kind} targets this node"
     if policy.kind == NT:
         return (

@@ -40,7 +40,7 @@ from agentpool.controller.metrics import NodeMetrics
 from agentpool.errors import AgentError, ProfileError
 from agentpool.hardware.labels import Hardware, discover
 from agentpool.resources.desired import PowerPolicy
-from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.resources.parse import (
     NT,
     cpu_routing,
@@ -201,7 +201,7 @@ class NodeController:
 
     def _raw_policy(self, inputs: NodeInputs) -> tuple[dict[str, Any] | None, str]:
         """The desired-state object of this API, and its kind."""
-        if inputs.nodetwin_api:
+        if inputs.api is NodeApi.NODETWIN:
             return inputs.node_twin, NT
         return inputs.power_profile, "NodePowerProfile"
 
@@ -225,7 +225,7 @@ class NodeController:
             routing = gpu_routing(inputs.telemetry_profile, self.settings.routing)
         except ProfileError as exc:
             return GpuDesired(error=exc)
-        if inputs.nodetwin_api:
+        if inputs.api is NodeApi.NODETWIN:
             # The GPU block alone: a NodeTwin's malformed CPU field is the CPU's to report.
             twin = inputs.node_twin
             if twin is None:

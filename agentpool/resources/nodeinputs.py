@@ -41,10 +41,10 @@ class NodeInputs:
     """The Node's allocatable ``nvidia.com/gpu`` / ``amd.com/gpu`` (GPU discovery)."""
     node_twin: dict[str, Any] | None = None
     """NodeTwin API: the node's NodeTwin (trimmed to metadata and spec)."""
-    nodetwin_api: bool = False
-    """The node follows the NodeTwin API: desired state comes from ``node_twin`` only."""
-    auto_api: bool = False
-    """``JOULIE_API=auto``: the desired state may come from either API (messages name both)."""
+    api: NodeApi = NodeApi.PROFILES
+    """The API the node follows: its desired state is ``node_twin`` (NODETWIN) or
+    ``power_profile`` (PROFILES); NONE, only with ``JOULIE_API=auto``, when neither
+    kind targets the node (its messages then name both)."""
     hardware_max_w: float | None = None
     """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
     spec_stale: bool = False

@@ -307,12 +307,10 @@ class ClusterView:
             "telemetry_profile": telemetry,
             "hardware_max_w": self.twins.hardware_max.get(node),
             "spec_stale": self.spec_stale,
-            "auto_api": self.settings.joulie_api is JoulieApi.AUTO,
+            "api": self.api_of(node),
         }
-        if self.api_of(node) is NodeApi.NODETWIN:
+        if common["api"] is NodeApi.NODETWIN:
             twin, twin_note = self.twins.twin_for(node)
-            return NodeInputs(
-                **common, node_twin=twin, power_profile_note=twin_note, nodetwin_api=True
-            )
+            return NodeInputs(**common, node_twin=twin, power_profile_note=twin_note)
         power, note = self._chosen(self.power, self._power_by_node, node, "NodePowerProfile")
         return NodeInputs(**common, power_profile=power, power_profile_note=note)

@@ -21,7 +21,7 @@ from agentpool.config.options import DvfsControllerKind
 from agentpool.config.settings import DvfsSettings, Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NO_BACKEND, NodeController
-from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.results import Backend, Result, TickResult
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, FaultKind, NodeConfig, RequestKind
 from agentpool.sim.power.server import PowerSim
@@ -766,7 +766,7 @@ def test_a_cap_of_1e308_w_is_clamped_to_the_zones_and_said_so(tmp_path: Path, ap
     with intel_2socket(h.root):
         if api == "nodetwin":
             twin = {**npp(1e308), "kind": "NodeTwin"}
-            h.set(node_twin=twin, nodetwin_api=True)
+            h.set(node_twin=twin, api=NodeApi.NODETWIN)
         else:
             h.set(power_profile=npp(1e308))
         result = h.tick()  # raised OverflowError in RaplHost.apply, killing the worker
