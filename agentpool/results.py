@@ -28,7 +28,7 @@ class Result(enum.StrEnum):
 
 
 class GpuBackend(enum.StrEnum):
-    """Values of ``status.control.gpu.backend`` (README "GPU power caps")."""
+    """Values of ``status.control.gpu.backend`` (docs/resources.md, "GPU power caps")."""
 
     NONE = "none"
     # nothing enforced (no cap, no GPU, or no way to enforce it)

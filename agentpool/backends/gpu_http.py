@@ -1,4 +1,4 @@
-"""The GPU side of the Joulie HTTP protocol (README "GPU power caps"), as a client.
+"""The GPU side of the Joulie HTTP protocol (docs/resources.md, "GPU power caps"), as a client.
 
 Control: ``POST`` ``{"node", "action": "gpu.set_power_cap_watts",
 "capWattsPerGpu", "ts"}``; a 2xx JSON answer may carry ``result``,

@@ -98,7 +98,7 @@ class GpuController:
         self.metrics = metrics
         self.originals = originals
         self.user_agent = user_agent
-        """The same identity as the CPU controller's requests (README: elastic pool)."""
+        """The same identity as the CPU controller's requests (docs/modes.md: elastic pool)."""
         self._nvml = NvmlGpus(originals)
         self._amd = AmdSmiGpus(originals)
         self._host_override = host

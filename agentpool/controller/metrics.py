@@ -1,4 +1,4 @@
-"""The ``joulie_*`` metrics of one node controller (README, "Metrics").
+"""The ``joulie_*`` metrics of one node controller (docs/metrics.md).
 
 Written by worker processes in prometheus_client's multiprocess mode and
 merged by the supervisor's ``/metrics``. Gauges use ``livesum``: each node has

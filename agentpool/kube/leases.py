@@ -1,6 +1,6 @@
 """The elastic pool's Kubernetes I/O: this pod's Lease, the pool's Leases, the StatefulSet.
 
-Owns the wire format of what :mod:`agentpool.pool.membership` means (README:
+Owns the wire format of what :mod:`agentpool.pool.membership` means (docs/modes.md:
 elastic pool): each pool pod holds a ``coordination.k8s.io/v1`` Lease named
 after itself in its namespace, labelled ``agentpool.joulie.io/pool=<pool>``,
 with ``spec.holderIdentity`` = the pod, ``spec.leaseDurationSeconds``,

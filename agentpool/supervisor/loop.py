@@ -108,7 +108,7 @@ class Supervisor:
         self.write_hold = write_hold
         """Holds status and NodeHardware writes while workers start (enforce first)."""
         self.node_events = node_events
-        """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
+        """Kubernetes Events on the Nodes (docs/metrics.md: Node events); None with EVENTS=false."""
         self.spec_confirmed = spec_confirmed
         """True while the desired-state watch works (SPEC_READ_TIMEOUT counts from the last)."""
         self._spec_seen = clock()

@@ -373,7 +373,7 @@ def _run(
 def _elastic_pool(
     settings: Settings, api: KubeApi
 ) -> tuple[ElasticPool | None, ReplicasWatch | None]:
-    """Lease membership's pieces (README: elastic pool), or (None, None) for a static pool."""
+    """Lease membership's pieces (docs/modes.md: elastic pool), or (None, None) when static."""
     elastic = settings.elastic
     if settings.mode is not AgentMode.POOL or not elastic.lease:
         return None, None

@@ -105,7 +105,7 @@ class WorkerTable:
         self.hardware = hardware
         self.elastic = elastic
         self.node_events = node_events
-        """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
+        """Kubernetes Events on the Nodes (docs/metrics.md: Node events); None with EVENTS=false."""
         self.workers: dict[str, WorkerHandle] = {}
         self.changed = True
         """A worker started, stopped, died or began running: publish a fresh snapshot."""

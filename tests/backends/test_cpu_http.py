@@ -45,7 +45,7 @@ def test_telemetry_from_power_sim(sim: PowerSim) -> None:
         ({"cpu": {"packagePowerWatts": 97.25}}, 97.25),
         ({"node": "n", "cpu": {"packagePowerWatts": 0}}, 0.0),
         # The CPU's own reading wins when both are present: on a GPU node the top level
-        # is CPU + GPU (README "GPU power caps").
+        # is CPU + GPU (docs/resources.md, "GPU power caps").
         ({"packagePowerWatts": 30, "cpu": {"packagePowerWatts": 20}}, 20.0),
         ({"packagePowerWatts": 30, "cpu": {"load": 0.5}}, 30.0),
         # JSON without the field: no reading.

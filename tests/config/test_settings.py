@@ -1,4 +1,4 @@
-"""Settings from raw flag/env values (README "Configuration"): defaults, parsing, every error."""
+"""Settings from raw flag/env values (docs/configuration.md): defaults, parsing, every error."""
 
 from __future__ import annotations
 

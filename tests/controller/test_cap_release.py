@@ -1,6 +1,7 @@
-"""A cap removed while the node stays managed is released at the second tick (README: Removing
-a cap releases it): host files back to what they were, an HTTP throttle released, an HTTP RAPL
-cap raised to the node's maximum; and never released while the node moves between the APIs.
+"""A cap removed while the node stays managed is released at the second tick
+(docs/resources.md, "Removing a cap releases it"): host files back to what they were, an HTTP
+throttle released, an HTTP RAPL cap raised to the node's maximum; and never released while the
+node moves between the APIs.
 
 Real sysfs-shaped trees and the PowerSim HTTP server; the clock is the simulated one of
 :mod:`tests.controller.test_node`.

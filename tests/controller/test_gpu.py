@@ -1,4 +1,4 @@
-"""GPU caps of one node (README "GPU power caps"), through NodeController: raw CRs in, statuses out.
+"""GPU caps of one node (docs/resources.md), through NodeController: raw CRs in, statuses out.
 
 HTTP control runs against the power simulator on 127.0.0.1 (real HTTP, GPUs
 simulated); host control runs NVML against the fake libnvidia-ml.so.1 built

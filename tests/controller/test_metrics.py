@@ -1,4 +1,4 @@
-"""The joulie_* metrics (README "Metrics"): names, types, labels, one-hot mode, tombstones."""
+"""The joulie_* metrics (docs/metrics.md): names, types, labels, one-hot mode, tombstones."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def test_gauges_vanish_with_their_worker_in_multiprocess_mode(registry: Collecto
     # "live*" modes drop a dead pid's values: a node that leaves leaves no gauge behind.
     m = NodeMetrics("n", registry=registry)
     gauges = [g for g in vars(m).values() if type(g).__name__ == "Gauge"]
-    assert len(gauges) == 16  # 13, and 3 for the NodeTwin API (README)
+    assert len(gauges) == 16  # 13, and 3 for the NodeTwin API (docs/metrics.md)
     assert {g._multiprocess_mode for g in gauges} <= {
         "livesum",
         "liveall",

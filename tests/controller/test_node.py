@@ -1,4 +1,4 @@
-"""NodeController end to end (README "Modes"): raw CR JSON in, TickResult and host files out.
+"""NodeController end to end (docs/modes.md): raw CR JSON in, TickResult and host files out.
 
 Real sysfs-shaped trees (agentpool.sim.sysfs.trees), energy counters moved by
 LiveSysfs, and the PowerSim HTTP server on 127.0.0.1. The only stand-in is the
@@ -756,7 +756,7 @@ def test_sysfs_root_template_gives_each_node_its_own_tree(tmp_path: Path) -> Non
         assert snapshot(other.root) == untouched
 
 
-# -- absurd but legal caps (README "Custom resources"): clamped to the hardware, the same way
+# -- absurd but legal caps (docs/resources.md): clamped to the hardware, the same way
 # on both APIs; the known crash of issue 28 and its shrunk examples from tests/properties ----
 
 

@@ -1,4 +1,4 @@
-"""The chart's CRDs against README "Custom resources".
+"""The chart's CRDs against docs/resources.md.
 
 Sample objects are validated against each CRD's ``openAPIV3Schema`` with
 ``jsonschema`` (installed with kubernetes-validate). Kubernetes schemas are
