@@ -3,7 +3,10 @@
 Owns the lifecycle of a throwaway control plane: free ports, a data dir, a
 service-account key, static bearer tokens for named users, RBAC on, the
 legacy insecure port off; it waits for ``/readyz``, writes one kubeconfig per
-user, and on ``stop()`` leaves no process and no data dir behind. The
+user, and on ``stop()`` leaves no process and no data dir behind. For fault
+tests it can kill both processes as a crash would and start them again on the
+same ports and data (:meth:`EnvtestServer.kill`, :meth:`EnvtestServer.restart`),
+and keep an audit log of every request, by user (:meth:`EnvtestServer.audit`). The
 binaries are found the way controller-runtime's envtest finds them: the
 directory named by ``KUBEBUILDER_ASSETS`` holds ``etcd`` and
 ``kube-apiserver`` (``setup-envtest use -p path <version>`` prints one).
@@ -31,6 +34,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.polling import wait_until
@@ -101,8 +105,11 @@ class EnvtestServer:
         assets: Path | None = None,
         users: Mapping[str, Sequence[str]] | None = None,
         workdir: Path | None = None,
+        audit: bool = False,
     ) -> None:
         self.assets = assets or find_assets()
+        self.audited = audit
+        """Whether kube-apiserver writes an audit log (:meth:`audit`)."""
         self._tmp = None if workdir else tempfile.mkdtemp(prefix="agentpool-envtest-")
         self.workdir = Path(workdir or self._tmp)  # type: ignore[arg-type]
         self.users = {ADMIN: User(ADMIN, "admin-" + os.urandom(8).hex(), ("system:masters",))}
@@ -121,6 +128,10 @@ class EnvtestServer:
     def ca_file(self) -> Path:
         """kube-apiserver's self-signed serving certificate (it carries its own CA)."""
         return self.workdir / "certs" / "apiserver.crt"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
@@ -155,6 +166,11 @@ class EnvtestServer:
             )
         lines = [f'{u.token},{u.name},{u.name},"{",".join(u.groups)}"' for u in self.users.values()]
         (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n")
+        # Every request once, when its answer is complete (a watch: also when it starts).
+        (self.workdir / "audit-policy.json").write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+            "omitStages": ["RequestReceived"], "rules": [{"level": "Metadata"}],
+        }))
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
@@ -195,6 +211,9 @@ class EnvtestServer:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
+            *([f"--audit-policy-file={self.workdir / 'audit-policy.json'}",
+               f"--audit-log-path={self.audit_log}", "--audit-log-format=json"]
+              if self.audited else []),
         ])
         wait_until(self._ready, START_TIMEOUT_S, interval=0.2)
 
@@ -218,6 +237,19 @@ class EnvtestServer:
         """Stop only the apiserver: etcd keeps the data, as in a control-plane restart."""
         _stop(self._apiserver)
         self._apiserver = None
+
+    def kill(self) -> None:
+        """SIGKILL kube-apiserver and etcd, as a crash of the control plane: connections
+        reset, nothing said to clients. The data stays for :meth:`restart`."""
+        for proc in (self._apiserver, self._etcd):
+            _stop(proc, timeout=0.0)
+        self._apiserver = self._etcd = None
+
+    def restart(self) -> None:
+        """Start etcd and kube-apiserver again, new processes on the same ports and data."""
+        if self._etcd is None:
+            self._start_etcd()
+        self.start_apiserver()
 
     def stop(self) -> None:
         _stop(self._apiserver)
@@ -248,6 +280,24 @@ class EnvtestServer:
         partial.replace(path)
         return path
 
+    def audit(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The audit log so far (``audit.k8s.io/v1`` Events: ``auditID``, ``stage``, ``verb``,
+        ``requestURI``, ``user``, ``requestReceivedTimestamp``...), of ``user`` if given.
+
+        Every process the server ran wrote to the same file. A line still being written
+        is left out.
+        """
+        if not self.audited:
+            raise RuntimeError("this server keeps no audit log: EnvtestServer(audit=True)")
+        events = []
+        with contextlib.suppress(FileNotFoundError):
+            for line in self.audit_log.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if user is None or (event.get("user") or {}).get("username") == user:
+                        events.append(event)
+        return events
+
     def api(self, user: str = ADMIN) -> ClusterApi:
         """The direct API (plain HTTPS) as ``user``."""
         return ClusterApi(self.url, self.users[user].token, self.ssl_context())
@@ -274,11 +324,12 @@ class EnvtestServer:
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
-    """SIGTERM the process group, SIGKILL it past ``timeout``, and reap."""
+    """SIGTERM the process group, SIGKILL it past ``timeout`` (at once for 0), and reap."""
     if proc is None or proc.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+    if timeout > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
