@@ -1,13 +1,18 @@
-"""Backoff: how long to wait before the next try, in one formula.
+"""Backoff: how long to wait before the next try.
 
-Exponential with jitter, capped (:func:`exponential_delay`: the same formula
-as tenacity's ``wait_exponential_jitter``, which the informers use for their
-retried calls). Retries that are events in a loop rather than a retried call
-take it from here: :class:`Backoff` for a thread's retry loop (the API
-selection, the StatefulSet watch), :class:`RestartPolicy` for the
-supervisor's restarts of a dead worker; the status writer takes the formula
-itself. Time is passed in or slept by the caller, so each is tested without
-clocks.
+Exponential with jitter, capped (:func:`exponential_delay`, the same formula
+as tenacity's ``wait_exponential_jitter``). Retries that are events in a loop
+rather than a retried call take it from here: :class:`Backoff` for a thread's
+retry loop (the API selection, the StatefulSet watch), :class:`RestartPolicy`
+for the supervisor's restarts of a dead worker.
+
+Reaching the API server again after it failed (the informers' tenacity loops,
+the status writers) takes :func:`reconnect_delay` instead, capped at
+:func:`reconnect_cap`: its jitter grows with the delay. Every pod of a
+DaemonSet loses the server at the same moment; with a jitter of a second at
+most, their retries would stay together and meet a restarted server as one
+burst of relists. Time is passed in or slept by the caller, so each is tested
+without clocks.
 """
 
 from __future__ import annotations
@@ -27,6 +32,36 @@ RESET_AFTER_S = 600.0
 CRASH_LOOP_FAILURES = 3
 """A node whose worker died this many times in a row (no healthy stretch between) is
 reported as crash-looping: in its status, its metrics and the log."""
+
+
+RECONNECT_MIN_S = 1.0
+RECONNECT_MAX_S = 30.0
+"""The bounds of :func:`reconnect_cap`."""
+RECONNECT_INITIAL_S = 0.5
+
+
+def reconnect_cap(reconcile_interval_s: float) -> float:
+    """The longest wait between two tries to reach the API server: one reconcile interval,
+    within [1 s, 30 s]. The agent acts on a change within an interval, and so it does on
+    one made while the server was away, within an interval of its return."""
+    return min(RECONNECT_MAX_S, max(RECONNECT_MIN_S, reconcile_interval_s))
+
+
+def reconnect_delay(
+    attempt: int,
+    cap_s: float,
+    initial_s: float = RECONNECT_INITIAL_S,
+    jitter: Callable[[float, float], float] = random.uniform,
+) -> float:
+    """"Equal jitter": of ``d = min(cap_s, initial_s * 2**(attempt - 1))``, half is fixed
+    and half drawn at random, so the delay lies in ``[d/2, d]``.
+
+    Clients that failed together spread over half the cap within a few tries, and each
+    still comes back within ``cap_s`` of the server's return.
+    """
+    exponent = min(max(attempt - 1, 0), 64)
+    full = min(cap_s, initial_s * 2.0**exponent)
+    return full / 2 + jitter(0.0, full / 2)
 
 
 def exponential_delay(

@@ -14,6 +14,7 @@
     ├── FencedError            a write refused: it could land after the worker's fence
     └── KubeError              the Kubernetes API failed (wraps ApiException)
         └── KubeTemporaryError worth retrying after ``delay`` seconds
+            └── KubeUnreachableError    no HTTP answer at all (refused, reset, timed out)
 
 Third-party errors are wrapped with ``raise Ours(...) from exc`` so the cause is
 kept and callers catch one family.
@@ -130,6 +131,16 @@ class KubeTemporaryError(KubeError):
     def __init__(self, message: str, status: int | None = None, delay: float = 1.0) -> None:
         self.delay = delay
         super().__init__(message, status)
+
+
+class KubeUnreachableError(KubeTemporaryError):
+    """No HTTP answer came back: the connection was refused, reset or timed out.
+
+    Unlike an answer with an error status, it says nothing about the request, only
+    that the API server cannot be reached (:mod:`agentpool.kube.reachability`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, None)
 
 
 class CapacityError(AgentError):

@@ -18,7 +18,16 @@ read or written.
 Traps handled here: ``timeout_seconds`` is only a server-side timeout, so
 every call also passes ``_request_timeout`` or a dropped connection would
 hang forever; urllib3's own retries are disabled (``retries=0``) so that
-tenacity, one level up, is the only retry policy.
+tenacity, one level up, is the only retry policy. Every request's deadline:
+connect (TLS handshake included) :data:`CONNECT_TIMEOUT_S`, then each read
+:data:`REQUEST_TIMEOUT_S` (Events: theirs), a watch's reads its
+``timeout_s`` plus :func:`watch_read_timeout`'s margin. A request that timed
+out waiting for an answer also drops the idle connections kept for reuse:
+after packets were dropped for a while they are as dead as the one that
+timed out, and each would cost its own timeout to find out.
+
+Each request tells :attr:`KubeApi.reachability` whether it got an HTTP answer;
+one without an answer is a :class:`~agentpool.errors.KubeUnreachableError`.
 """
 
 from __future__ import annotations
@@ -26,7 +35,9 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import re
 import socket
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +48,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from agentpool.errors import KubeError, KubeTemporaryError
+from agentpool.errors import KubeError, KubeTemporaryError, KubeUnreachableError
+from agentpool.kube.reachability import Reachability
 
 GROUP = "joulie.io"
 VERSION = "v1alpha1"
@@ -47,6 +59,15 @@ CONNECTION_POOL_SIZE = 32
 writes several at once; the client's default (5 per CPU) would make urllib3 discard
 connections, with a warning each time, on a pod limited to one CPU."""
 REQUEST_TIMEOUT_S = 30.0
+WATCH_READ_MARGIN_S = 10.0
+"""A watch's reads may wait its server-side timeout plus this (at most doubling it)."""
+
+
+def watch_read_timeout(timeout_s: float) -> float:
+    """How long a watch may go without a byte, its bookmarks included, before it is cut:
+    long enough that a quiet but healthy stream is not cut, short enough to notice a
+    silent one soon after the server should have ended it."""
+    return timeout_s + min(WATCH_READ_MARGIN_S, timeout_s)
 
 
 class Resource(enum.StrEnum):
@@ -106,6 +127,17 @@ class Listing:
     resource_version: str
 
 
+_CONNECTION_PREFIX = re.compile(r"^\w+Connection(?:Pool)?\([^)]*\): ")
+
+
+def no_answer(exc: BaseException) -> str:
+    """How a request that got no HTTP answer failed, in words that do not change from
+    one try to the next (no object addresses): the log says an outage once."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason
+    return f"{type(exc).__name__}: {_CONNECTION_PREFIX.sub('', str(exc))}"
+
+
 def _wrap(exc: Exception, what: str) -> KubeError:
     if isinstance(exc, ApiException):
         status = int(exc.status or 0)
@@ -119,7 +151,14 @@ def _wrap(exc: Exception, what: str) -> KubeError:
                 delay = 1.0
             return KubeTemporaryError(reason, status, delay)
         return KubeError(reason, status)
-    return KubeTemporaryError(f"{what}: {type(exc).__name__}: {exc}", None)
+    return KubeUnreachableError(f"{what}: no answer: {no_answer(exc)}")
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """An established connection went silent (not a refused or failed connect)."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason
+    return isinstance(exc, urllib3.exceptions.ReadTimeoutError | TimeoutError)
 
 
 def load_client(kubeconfig: str | None) -> client.ApiClient:
@@ -179,6 +218,8 @@ class KubeApi:
         self.namespace = namespace
         """Where the namespaced :class:`PoolResource` kinds are read."""
         self._on_request = on_request or (lambda verb, resource, code: None)
+        self.reachability = Reachability(str(api_client.configuration.host))
+        """Whether the server answers: the outage in progress, told once in the log."""
 
     @functools.cached_property
     def coordination(self) -> Any:
@@ -234,12 +275,28 @@ class KubeApi:
             response = fn()
         except ApiException as exc:
             self._on_request(verb, resource.value, int(exc.status or 0))
+            self.reachability.answered()
             raise _wrap(exc, f"{verb} {resource.value}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._on_request(verb, resource.value, 0)
-            raise _wrap(exc, f"{verb} {resource.value}") from exc
+            raise self._unanswered(exc, f"{verb} {resource.value}") from exc
         self._on_request(verb, resource.value, int(getattr(response, "status", 200) or 200))
+        self.reachability.answered()
         return response
+
+    def _unanswered(self, exc: Exception, what: str) -> KubeError:
+        """``exc`` (no HTTP answer) wrapped and told to :attr:`reachability`."""
+        wrapped = _wrap(exc, what)
+        if _timed_out(exc):
+            self._forget_connections()
+        self.reachability.unanswered(str(wrapped))
+        return wrapped
+
+    def _forget_connections(self) -> None:
+        """Close the idle connections kept for reuse (those in use close when returned)."""
+        pool_manager = getattr(getattr(self._client, "rest_client", None), "pool_manager", None)
+        if pool_manager is not None:
+            pool_manager.clear()
 
     def list(
         self,
@@ -281,9 +338,7 @@ class KubeApi:
             "timeout_seconds": int(max(1, timeout_s)),
             "allow_watch_bookmarks": True,
             "_preload_content": False,
-            # Long enough that a quiet but healthy stream is not cut, short enough to notice a
-            # silent one soon after the server should have ended it.
-            "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s + min(10.0, timeout_s)),
+            "_request_timeout": (CONNECT_TIMEOUT_S, watch_read_timeout(timeout_s)),
         }
         kwargs.update(_selectors(label_selector, field_selector))
         lister = self._lister(resource)
@@ -292,6 +347,7 @@ class KubeApi:
             on_open(response)
         try:
             for line in iter_resp_lines(response):
+                self.reachability.answered()  # an event or bookmark is the server's word too
                 try:
                     event = json.loads(line)
                 except ValueError as exc:
@@ -300,7 +356,9 @@ class KubeApi:
                     yield event
         except (urllib3.exceptions.HTTPError, OSError, AttributeError) as exc:
             # AttributeError: urllib3 raises it reading a response another thread closed.
-            raise _wrap(exc, f"watch {resource.value}") from exc
+            if response in _ABORTED:  # stopped by its owner: says nothing about the server
+                raise _wrap(exc, f"watch {resource.value}") from exc
+            raise self._unanswered(exc, f"watch {resource.value}") from exc
         finally:
             response.close()
             response.release_conn()
@@ -392,13 +450,15 @@ class KubeApi:
             )
         except ApiException as exc:
             self._on_request("get", "discovery", int(exc.status or 0))
+            self.reachability.answered()
             if exc.status == 404:
                 return set()
             raise _wrap(exc, f"discover {path}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._on_request("get", "discovery", 0)
-            raise _wrap(exc, f"discover {path}") from exc
+            raise self._unanswered(exc, f"discover {path}") from exc
         self._on_request("get", "discovery", int(getattr(response, "status", 200) or 200))
+        self.reachability.answered()
         body = json_body(response, f"discover {path}")
         return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}
 
@@ -408,12 +468,17 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> dict[s
     return {key: value for key, value in given.items() if value}
 
 
+_ABORTED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Responses :func:`abort_read` cut: their reader's error is no outage."""
+
+
 def abort_read(response: Any) -> None:
     """Unblock a thread reading ``response`` by shutting its socket down.
 
     ``close()`` from another thread would wait for the reader's buffer lock
     and so hang with it; ``shutdown()`` makes the blocked read return at once.
     """
+    _ABORTED.add(response)
     sock = getattr(getattr(response, "connection", None), "sock", None)
     if sock is None:
         return

@@ -31,6 +31,7 @@ from typing import Any
 from agentpool.backoff import exponential_delay
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import EVENTS_API_VERSION, KubeApi
+from agentpool.kube.reachability import level_of
 from agentpool.nodeevents.correlator import EventCorrelator, Write
 from agentpool.nodeevents.reasons import NodeEvent
 from agentpool.proctitle import name_thread
@@ -252,7 +253,9 @@ class EventRecorder:
             f"{'to be retried' if retry else 'dropped'}: {exc}"
         )
         key = str(exc.status)
-        if now - self._complained.get(key, -COMPLAINT_EVERY_S) >= COMPLAINT_EVERY_S:
+        if level_of(exc) == logging.DEBUG:
+            log.debug("%s", what)  # no answer: the outage is told once (kube.reachability)
+        elif now - self._complained.get(key, -COMPLAINT_EVERY_S) >= COMPLAINT_EVERY_S:
             self._complained[key] = now
             hint = (
                 " (RBAC: the agent needs create and patch on events.events.k8s.io)"

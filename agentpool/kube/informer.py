@@ -4,10 +4,12 @@ The supervisor's cache is the only consumer: it receives every object after
 each (re)list and single events in between, through ``sink``. On 410 Gone
 the informer relists; on any failure, temporary or not (a 403 after an RBAC
 change, a 404 while a CRD is reinstalled, a malformed answer), it reconnects
-with capped exponential backoff and jitter (tenacity), honouring
-Retry-After, for as long as the process runs: the cache keeps serving the
-last known state meanwhile, and :meth:`Informer.staleness` tells readiness
-how long it has not been confirmed and why.
+with capped exponential backoff and jitter (tenacity, waiting
+:func:`~agentpool.backoff.reconnect_delay`), honouring Retry-After, for as
+long as the process runs: the cache keeps serving the last known state
+meanwhile, and :meth:`Informer.staleness` tells readiness how long it has not
+been confirmed and why. A failure without an answer from the server is
+logged at debug level: :mod:`agentpool.kube.reachability` tells the outage.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from typing import Any
 
 import tenacity
 
-from agentpool.errors import KubeTemporaryError
+from agentpool.backoff import RECONNECT_MAX_S, reconnect_delay
+from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource, abort_read
+from agentpool.kube.reachability import level_of
 from agentpool.proctitle import name_thread
 
 log = logging.getLogger(__name__)
@@ -51,11 +55,11 @@ InformerEvent = Relisted | Change
 class _WaitRetryAfter(tenacity.wait.wait_base):
     """Exponential backoff with jitter, but never shorter than the server's Retry-After."""
 
-    def __init__(self, backoff: tenacity.wait.wait_base) -> None:
-        self._backoff = backoff
+    def __init__(self, cap_s: float) -> None:
+        self._cap_s = cap_s
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
-        delay = self._backoff(retry_state)
+        delay = reconnect_delay(retry_state.attempt_number, self._cap_s)
         outcome = retry_state.outcome
         exc = outcome.exception() if outcome is not None else None
         if isinstance(exc, KubeTemporaryError) and exc.status == 429:
@@ -75,7 +79,7 @@ class Informer:
         field_selector: str | None = None,
         watch_timeout_s: float = 60.0,
         on_watch_restart: Callable[[Resource, str], None] | None = None,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = RECONNECT_MAX_S,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -98,9 +102,7 @@ class Informer:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"informer-{resource}", daemon=True)
         self._retrying = tenacity.Retrying(
-            wait=_WaitRetryAfter(
-                tenacity.wait_exponential_jitter(multiplier=0.5, max=max_backoff_s)
-            ),
+            wait=_WaitRetryAfter(max_backoff_s),
             retry=tenacity.retry_if_exception_type(Exception),
             stop=tenacity.stop_when_event_set(self._stop),
             sleep=self._sleep,
@@ -140,7 +142,8 @@ class Informer:
         self.last_error = f"{type(exc).__name__}: {exc}" if exc is not None else None
         if not isinstance(exc, KubeTemporaryError):
             self._rv = None  # a CRD reinstalled, an RBAC change: our resourceVersion means nothing
-        log.warning(
+        log.log(
+            level_of(exc) if isinstance(exc, KubeError) else logging.WARNING,
             "%s: %s; retrying in %.1fs",
             self.resource,
             exc,

@@ -27,6 +27,7 @@ from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError
 from agentpool.jsonnumbers import json_count
 from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, abort_read, json_body
+from agentpool.kube.reachability import level_of
 from agentpool.pool.membership import (
     ANNOTATION_CLAIMS,
     ANNOTATION_GRACE,
@@ -221,7 +222,8 @@ class ReplicasWatch:
                 if self._stop.is_set():
                     return
                 delay = backoff.next()
-                log.warning("statefulset %s: %s; retrying in %.1fs", self.name, exc, delay)
+                log.log(level_of(exc), "statefulset %s: %s; retrying in %.1fs", self.name, exc,
+                        delay)
                 self._stop.wait(delay)
 
     def _session(self) -> None:

@@ -36,6 +36,7 @@ from agentpool.errors import KubeError
 from agentpool.hardware.host import discover_host
 from agentpool.hardware.nodehardware import nodehardware_status
 from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.reachability import level_of
 from agentpool.kube.writehold import WriteHold
 from agentpool.proctitle import name_thread
 from agentpool.tokenbucket import Budget, TokenBucket
@@ -204,7 +205,7 @@ class HardwarePublisher:
                 # Only a host has anything to rediscover; the rest waits for an offer.
                 delay = self._rediscover_s if inputs.sysfs_root else math.inf
             except KubeError as exc:
-                log.warning("NodeHardware of node %s not written: %s", node, exc)
+                log.log(level_of(exc), "NodeHardware of node %s not written: %s", node, exc)
                 self._bucket.take()  # a refused write loaded the API server too
                 delay = RETRY_S
             with self._cond:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 
 from agentpool.backoff import Backoff
 from agentpool.config.options import JoulieApi
-from agentpool.errors import KubeError
+from agentpool.errors import KubeError, KubeUnreachableError
 from agentpool.kube.api import GROUP, KubeApi, Resource
 from agentpool.proctitle import name_thread
 
@@ -159,7 +159,10 @@ class KindDiscovery:
         except KubeError as exc:
             if not self._answered:
                 self.problem = f"API discovery failed: {exc}"
-            self._log(self.watched, f"API discovery failed: {exc}")
+            if isinstance(exc, KubeUnreachableError):
+                log.debug("API discovery failed: %s", exc)  # the outage is told once
+            else:
+                self._log(self.watched, f"API discovery failed: {exc}")
             return
         if self._stop.is_set():  # stopped while asking: start and log nothing more
             return

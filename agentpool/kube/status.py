@@ -31,6 +31,13 @@ every tick.
 
 The writer thread may not die: a write that fails in any way is logged and
 retried (API errors that are worth it) or dropped, and the thread goes on.
+A failure that is the server's, not the write's (no answer at all, 429, 5xx),
+pauses every write: then one write at a time probes the server, with
+:func:`~agentpool.backoff.reconnect_delay` between probes, and the first that
+lands lets the rest go. During an outage a pool's writer thus sends one
+request per backoff step, not one per node, and every pending status is
+written within one backoff step of the server's return. Unanswered ones are
+logged at debug level (:mod:`agentpool.kube.reachability` tells the outage).
 Its memory is bounded by the live profiles: a profile the server no longer
 has (404) is forgotten, and so is one the supervisor says is gone. Writes of
 one batch go out concurrently, at most ``concurrency`` at a time, so the final
@@ -48,10 +55,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agentpool.backoff import exponential_delay
+from agentpool.backoff import RECONNECT_MAX_S, exponential_delay, reconnect_delay
 from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource
+from agentpool.kube.reachability import level_of
 from agentpool.kube.writehold import WriteHold
 from agentpool.proctitle import name_thread
 from agentpool.results import GpuTickResult, TickResult
@@ -87,6 +95,21 @@ class _Pending:
     """When ``result`` was offered (``clock``): its heartbeat period starts there."""
     attempt: int = 0
     not_before: float = 0.0
+
+
+@dataclass
+class _Pause:
+    """Writes wait for the server: it failed them as a whole (no answer, 429, 5xx)."""
+
+    attempt: int
+    """Probes failed so far."""
+    not_before: float
+    """When the next probe goes (``time.monotonic``)."""
+
+
+def _servers_fault(exc: KubeTemporaryError) -> bool:
+    """A failure every write would meet now, not only this one (a 409 is this write's)."""
+    return exc.status is None or exc.status == 429 or exc.status >= 500
 
 
 GPU_OBSERVED_KEYS = (
@@ -167,7 +190,7 @@ class StatusWriter:
         api: KubeApi,
         heartbeat_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = RECONNECT_MAX_S,
         spread_heartbeats: bool = False,
         concurrency: int = CONCURRENCY,
         resource: Resource = Resource.TELEMETRY_PROFILES,
@@ -189,6 +212,7 @@ class StatusWriter:
         )
         self._written: dict[str, _Written] = {}
         self._pending: dict[str, _Pending] = {}
+        self._pause: _Pause | None = None
         self._cond = threading.Condition()
         self._stop = False
         self._busy = False
@@ -237,6 +261,8 @@ class StatusWriter:
             self._flushing = True  # the last writes: no hold keeps them
             for entry in self._pending.values():
                 entry.not_before = 0.0  # shutdown: no more backoff
+            if self._pause is not None:
+                self._pause.not_before = 0.0
             self._cond.notify()
             while self._pending or self._busy:
                 left = deadline - time.monotonic()
@@ -258,6 +284,9 @@ class StatusWriter:
                 now = time.monotonic()
                 ready = [(p, e) for p, e in self._pending.items() if e.not_before <= now]
                 held = 0.0 if self._hold is None or self._flushing else self._hold.wait_s()
+                if ready and self._pause is not None:
+                    held = max(held, self._pause.not_before - now)
+                    ready = ready[:1]  # a probe: the others wait until one write lands
                 if ready and held > 0:
                     self._cond.wait(held)
                     continue
@@ -315,21 +344,36 @@ class StatusWriter:
         due = entry.offered_at + period - min(HEARTBEAT_EARLY_S, period / 10)
         with self._cond:
             self.writes += 1
+            if self._pause is not None:
+                self._pause = None  # the server takes writes again: every pending one goes
+                self._cond.notify()
             self._written[profile] = _Written(
                 entry.result.status_key(), due, frozenset(entry.result.observed)
             )
 
     def _retry_later(self, profile: str, entry: _Pending, exc: KubeTemporaryError) -> None:
-        entry.attempt += 1
-        delay = exponential_delay(entry.attempt, 0.5, self._max_backoff_s, 1.0)
-        if exc.status == 429:
-            delay = max(delay, exc.delay)
-        log.warning("status of %s (%s): %s; retry in %.1fs", entry.node, profile, exc, delay)
         with self._cond:
             self.failures += 1
+            now = time.monotonic()
+            not_before = 0.0  # a pause decides when, for every pending write
+            pause = self._pause
+            if not _servers_fault(exc):
+                entry.attempt += 1
+                delay = exponential_delay(entry.attempt, 0.5, self._max_backoff_s, 1.0)
+                not_before = now + delay
+            elif pause is not None and now < pause.not_before:
+                delay = pause.not_before - now  # a write sent with this one already paused
+            else:
+                attempt = 1 if pause is None else pause.attempt + 1
+                delay = reconnect_delay(attempt, self._max_backoff_s)
+                if exc.status == 429:
+                    delay = max(delay, exc.delay)
+                self._pause = _Pause(attempt, now + delay)
             newer = self._pending.get(profile)
             if newer is None:
-                entry.not_before = time.monotonic() + delay
+                entry.not_before = not_before
                 self._pending[profile] = entry
             else:
-                newer.attempt, newer.not_before = entry.attempt, time.monotonic() + delay
+                newer.attempt, newer.not_before = entry.attempt, not_before
+        log.log(level_of(exc), "status of %s (%s): %s; retry in %.1fs", entry.node, profile,
+                exc, delay)

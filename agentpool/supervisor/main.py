@@ -34,6 +34,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
+from agentpool.backoff import reconnect_cap
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import ConfigError, KubeError
@@ -42,6 +43,7 @@ from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.kube.reachability import Reachability
 from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
 from agentpool.kube.writehold import WriteHold
@@ -116,7 +118,7 @@ def _informer_factory(
 
     def on_watch_restart(resource: str, reason: str) -> None:
         counters.on_watch_restart(resource, reason)
-        if reason == "error":
+        if reason == "error" and not api.reachability.down:
             on_error()  # the kind's CRD may be gone: discovery looks again
 
     def make(kind: Resource) -> Informer:
@@ -128,6 +130,7 @@ def _informer_factory(
             field_selector=nodes_field if kind is Resource.NODES else None,
             watch_timeout_s=settings.watch_timeout_s,
             on_watch_restart=on_watch_restart,
+            max_backoff_s=reconnect_cap(settings.reconcile_interval_s),
         )
 
     return make
@@ -137,10 +140,14 @@ class _Readiness:
     """``/readyz``: the setting works with the kinds served, and every cache of a served kind
     is listed and confirmed fresh within the bound."""
 
-    def __init__(self, watches: Watches, discovery: KindDiscovery, bound_s: float) -> None:
+    def __init__(
+        self, watches: Watches, discovery: KindDiscovery, bound_s: float,
+        reachability: Reachability | None = None,
+    ) -> None:
         self.watches = watches
         self.discovery = discovery
         self.bound_s = bound_s
+        self.reachability = reachability
         self._first_sync_logged = False
         self.final: tuple[bool, str] | None = None
         """The answer from the moment the agent stops its own caches until it exits: they
@@ -176,15 +183,24 @@ class _Readiness:
     def __call__(self) -> tuple[bool, str]:
         if self.final is not None:
             return self.final
-        waiting = self.waiting_for()
-        if waiting is not None:
-            return False, f"not ready: {waiting}"
         now = time.monotonic()
         problems = []
+        reach = self.reachability
+        outage = reach.outage() if reach is not None else None
+        if reach is not None and outage is not None:
+            problems.append(
+                f"Kubernetes API at {reach.server} unreachable for {now - outage.since:.0f}s "
+                f"({outage.error}); caches kept as last listed"
+            )
+        waiting = self.waiting_for()
+        if waiting is not None:
+            return False, "not ready: " + "; ".join([*problems, waiting])
         for informer in self.informers():
             age, error = informer.staleness(now)
             if not informer.synced.is_set():
                 problems.append(f"{informer.resource}: not listed yet ({error or 'listing'})")
+            elif outage is not None and (error is not None or age > self.bound_s):
+                problems.append(f"{informer.resource}: not confirmed for {age:.0f}s")
             elif error is not None or age > self.bound_s:
                 problems.append(
                     f"{informer.resource}: not confirmed for {age:.0f}s "
@@ -287,10 +303,13 @@ def _run(
     stack.callback(api.close)
     collector = SupervisorCollector(counters)
     hold = WriteHold()  # enforce first: these writes wait while workers start
-    status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True, hold=hold)
+    reconnect_s = reconnect_cap(settings.reconcile_interval_s)
+    status = StatusWriter(api, heartbeat_s=HEARTBEAT_S, spread_heartbeats=True, hold=hold,
+                          max_backoff_s=reconnect_s)
     twin_status = StatusWriter(
         api,
         heartbeat_s=HEARTBEAT_S,
+        max_backoff_s=reconnect_s,
         spread_heartbeats=True,
         resource=Resource.NODE_TWINS,
         body=twin_status_body,
@@ -340,7 +359,8 @@ def _run(
     make = _informer_factory(settings, api, supervisor, counters, lambda: discovery.wake())
     watches = Watches(make, supervisor.feed, on_watched)
     discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
-    readiness = _Readiness(watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S)
+    readiness = _Readiness(watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S,
+                           api.reachability)
     extra = [EventMetrics(recorder.counts)] if recorder is not None else []
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity,
                           serving, elastic, listener, extra)

@@ -120,6 +120,38 @@ def test_failures_retry_and_the_last_result_wins(
     assert writer.writes == 1
 
 
+def test_a_failing_server_gets_one_write_at_a_time_then_every_pending_one(
+    api_emulator: ApiEmulator, clock: Clock
+) -> None:
+    assert api_emulator.kubeconfig is not None
+    api = KubeApi(load_client(str(api_emulator.kubeconfig)))
+    names = [f"node-{i}" for i in range(20)]
+    for name in names:
+        api_emulator.create("telemetryprofiles", telemetry_profile(name, None))
+    api_emulator.inject(verb="patch", resource="telemetryprofiles", subresource="status",
+                        fault="503", times=None)
+    writer = StatusWriter(api, heartbeat_s=60.0, clock=clock, max_backoff_s=0.2)
+    writer.start()
+    try:
+        for name in names:
+            writer.offer(name, name, applied(f"status of {name}"))
+        wait_until(lambda: writer.failures >= len(names) + 2, 10)  # each once, then probes
+        before = api_emulator.request_counts()[PATCHES]
+        time.sleep(1.0)  # a window to count requests in, not a wait for something
+        probes = api_emulator.request_counts()[PATCHES] - before
+        # One write at a time, at least half the cap (0.1 s) apart; one per profile and
+        # attempt (0.2 s apart) without the pause: about 100.
+        assert probes <= 11
+        api_emulator.clear_faults()
+        assert writer.flush(5)
+        for name in names:
+            status = api_emulator.get("telemetryprofiles", name)["status"]["control"]["cpu"]
+            assert status["message"] == f"status of {name}"
+    finally:
+        writer.stop()
+        api.close()
+
+
 def test_a_missing_profile_is_not_retried(api_emulator: ApiEmulator, writer: StatusWriter) -> None:
     writer.offer("no-such-profile", "node-x", applied())
     assert writer.flush(5)
