@@ -1,6 +1,6 @@
 """Stale desired state (SPEC_READ_TIMEOUT): the wording of each case.
 
-When the desired-state watch has failed for SPEC_READ_TIMEOUT the agent no
+When the API has not confirmed the desired state for SPEC_READ_TIMEOUT the agent no
 longer trusts what it last saw. ``relax`` gives the node back what it had
 before the agent (host values found at start, no HTTP throttle); ``keep``
 goes on enforcing the last desired state. Either way the status says so, and

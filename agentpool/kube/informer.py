@@ -94,6 +94,7 @@ class Informer:
         """Set while the last request succeeded (readiness)."""
         self._confirmed_at: float | None = None
         """When the server last confirmed the cache (a list, a watch opened, an event)."""
+        self._started_at = time.monotonic()
         self.last_error: str | None = None
         """The last failure, kept after recovery for the log and /readyz."""
         self._stop = threading.Event()
@@ -123,6 +124,12 @@ class Informer:
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
+
+    def confirmed_at(self) -> float:
+        """When the server last confirmed the cache (``time.monotonic``); before that ever
+        happened, when the informer was made."""
+        confirmed = self._confirmed_at
+        return self._started_at if confirmed is None else confirmed
 
     def staleness(self, now: float | None = None) -> tuple[float, str | None]:
         """Seconds since the cache was last confirmed fresh (infinite before the first list),

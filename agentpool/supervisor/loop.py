@@ -99,7 +99,7 @@ class Supervisor:
         max_workers: int | None = None,
         twin_status: StatusSink | None = None,
         hardware: HardwarePublisher | None = None,
-        spec_confirmed: Callable[[], bool] | None = None,
+        spec_confirmed_at: Callable[[float], float | None] | None = None,
         elastic: ElasticPool | None = None,
         node_events: NodeEvents | None = None,
         write_hold: WriteHold | None = None,
@@ -109,8 +109,9 @@ class Supervisor:
         """Holds status and NodeHardware writes while workers start (enforce first)."""
         self.node_events = node_events
         """Kubernetes Events on the Nodes (docs/metrics.md: Node events); None with EVENTS=false."""
-        self.spec_confirmed = spec_confirmed
-        """True while the desired-state watch works (SPEC_READ_TIMEOUT counts from the last)."""
+        self.spec_confirmed_at = spec_confirmed_at
+        """Given now, when the API last confirmed the desired state (now while its watches
+        work; None: nothing to confirm). SPEC_READ_TIMEOUT counts from there."""
         self._spec_seen = clock()
         self.hardware = hardware
         """Publishes NodeHardware (NodeTwin API, once enabled)."""
@@ -289,11 +290,11 @@ class Supervisor:
                 self._scope_stale = True
 
     def _check_spec_freshness(self, now: float) -> None:
-        """Mark desired state stale after SPEC_READ_TIMEOUT without a working watch."""
-        if self.spec_confirmed is None:
+        """Mark desired state stale once unconfirmed by the API for SPEC_READ_TIMEOUT."""
+        if self.spec_confirmed_at is None:
             return
-        if self.spec_confirmed():
-            self._spec_seen = now
+        confirmed = self.spec_confirmed_at(now)
+        self._spec_seen = now if confirmed is None else confirmed
         stale = now - self._spec_seen > self.settings.spec_read_timeout_s
         if stale == self.view.spec_stale:
             return

@@ -319,11 +319,13 @@ def _run(
     view = ClusterView(settings)
     desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
 
-    def spec_confirmed() -> bool:
-        # Before a desired-state kind is watched there is no desired state to go stale.
-        return all(
-            i.healthy.is_set() for i in readiness.informers() if i.resource in desired
-        )
+    def spec_confirmed_at(now: float) -> float | None:
+        # Before a desired-state kind is watched there is no desired state to go stale. A
+        # watch counts as working until it fails; one that went silent fails at its read
+        # deadline, and the desired state was then last confirmed by its last byte.
+        seen = [now if i.healthy.is_set() else i.confirmed_at()
+                for i in readiness.informers() if i.resource in desired]
+        return min(seen, default=None)
 
     elastic, replicas_watch = _elastic_pool(settings, api)
     recorder, node_events = None, None
@@ -343,7 +345,7 @@ def _run(
         max_workers=capacity,
         twin_status=twin_status,
         hardware=hardware,
-        spec_confirmed=spec_confirmed,
+        spec_confirmed_at=spec_confirmed_at,
         elastic=elastic,
         node_events=node_events,
         write_hold=hold,
