@@ -1,0 +1,1 @@
+"""Faults of the agent's surroundings (issue 43), each played against the real processes."""
