@@ -7,7 +7,7 @@ flow again, a connection that lived through it stays silent for good (its
 server gave it up meanwhile), so a request or watch without a deadline would
 never come back, and neither would the thread that made it.
 
-What users expect (README, Troubleshooting, "Packets to the API server are
+What users expect (docs/troubleshooting.md, "Packets to the API server are
 dropped"): no thread waits forever (every request and watch has a deadline;
 a watch that hears nothing, not even a bookmark, is cut WATCH_TIMEOUT + 10 s
 after its last byte), the supervisor's loop and the workers keep turning,

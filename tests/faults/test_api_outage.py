@@ -7,7 +7,7 @@ to it refuses connections meanwhile (the fault proxy stands in for the
 network, so that a change can be written to the restarted server, as another
 apiserver of the control plane would take it, while the agent is still cut off).
 
-What users expect (README, Troubleshooting, "The API server is down"):
+What users expect (docs/troubleshooting.md, "The API server is down"):
 during the outage every node keeps its cap (nothing released or restored:
 the outage is shorter than SPEC_READ_TIMEOUT), ``/readyz`` says what is wrong,
 ``/healthz`` stays 200, and the log says it once, then at a bounded rate.

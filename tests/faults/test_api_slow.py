@@ -3,7 +3,7 @@
 The fault proxy holds every chunk from the server for 2 s (the TLS
 handshake, each answer, each watch event), order kept.
 
-What users expect (README, Troubleshooting, "The API server is slow"): no
+What users expect (docs/troubleshooting.md, "The API server is slow"): no
 request piles up behind another (the agent's requests in flight stay bounded
 by its threads, whatever the number of changes), status writes coalesce (a
 node whose cap changes faster than a write takes gets fewer writes than
