@@ -58,7 +58,7 @@ def registry() -> CollectorRegistry:
 
 def exercise(m: NodeMetrics) -> None:
     m.set_backend(Backend.DVFS)
-    m.set_cap("eco", 120.0)
+    m.set_cap("worker-0", 120.0)
     m.set_rapl(
         {"intel-rapl:0": 1_000, "intel-rapl:1": 2_000}, {"intel-rapl:0": 60.5, "intel-rapl:1": 59.5}
     )
@@ -66,8 +66,8 @@ def exercise(m: NodeMetrics) -> None:
     m.count_action("throttle_up")
     m.count_action("throttle_up")
     m.count_action("throttle_down")
-    m.set_cpu_freq("cpu0", 1_400_000, 1_500_000)
-    m.set_cpu_freq("cpu4", 1_450_000, 1_500_000)
+    m.set_cpu_freq("0", 1_400_000, 1_500_000)
+    m.set_cpu_freq("4", 1_450_000, 1_500_000)
     m.count_error()
 
 
@@ -83,7 +83,7 @@ def test_exact_samples(registry: CollectorRegistry) -> None:
         ("joulie_backend_mode", (("mode", "dvfs"), n)): 1.0,
         ("joulie_backend_mode", (("mode", "none"), n)): 0.0,
         ("joulie_backend_mode", (("mode", "rapl"), n)): 0.0,
-        ("joulie_policy_cap_watts", (n, ("policy", "eco"))): 120.0,
+        ("joulie_policy_cap_watts", (n, ("policy", "worker-0"))): 120.0,
         ("joulie_rapl_energy_uj", (n, ("zone", "intel-rapl:0"))): 1000.0,
         ("joulie_rapl_energy_uj", (n, ("zone", "intel-rapl:1"))): 2000.0,
         ("joulie_rapl_estimated_power_watts", (n, ("zone", "intel-rapl:0"))): 60.5,
@@ -96,10 +96,10 @@ def test_exact_samples(registry: CollectorRegistry) -> None:
         ("joulie_dvfs_below_trip_count", (n,)): 0.0,
         ("joulie_dvfs_actions_total", (("action", "throttle_down"), n)): 1.0,
         ("joulie_dvfs_actions_total", (("action", "throttle_up"), n)): 2.0,
-        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "cpu0"), n)): 1_400_000.0,
-        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "cpu4"), n)): 1_450_000.0,
-        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "cpu0"), n)): 1_500_000.0,
-        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "cpu4"), n)): 1_500_000.0,
+        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "0"), n)): 1_400_000.0,
+        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "4"), n)): 1_450_000.0,
+        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "0"), n)): 1_500_000.0,
+        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "4"), n)): 1_500_000.0,
         ("joulie_reconcile_errors_total", (n,)): 1.0,
     }
 
