@@ -814,6 +814,8 @@ def test_dashboard_has_the_promised_panels() -> None:
         "backend mode": ["joulie_backend_mode"],
         "throttle": ["joulie_dvfs_throttle_pct"],
         "DVFS cap error": ["joulie_dvfs_cap_error_watts"],
+        # Counts a reassignment only because the series is named after the policy object.
+        "cap changes": ["changes(joulie_policy_cap_watts"],
         "worker restarts": ["agentpool_worker_restarts_total"],
         "workers by state": ["agentpool_workers"],
         "scrape duration": ["scrape_duration_seconds"],
