@@ -136,7 +136,6 @@ class KindDiscovery:
         setting: JoulieApi,
         on_added: Callable[[Resource], None],
         on_removed: Callable[[Resource], None],
-        may: Callable[[str, Resource], bool | None] | None = None,
         period_s: float = PERIOD_S,
         first_retry_s: float = FIRST_RETRY_S,
         max_retry_s: float = MAX_RETRY_S,
@@ -152,7 +151,6 @@ class KindDiscovery:
         self._max = max_retry_s
         self._confirm = absent_confirm_s
         self._clock = clock
-        self._may = may or api.allowed
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.served: frozenset[Resource] = frozenset()
@@ -238,7 +236,7 @@ class KindDiscovery:
             if now < self._access_due.get(kind, -math.inf):
                 continue
             try:
-                answers = [self._may(verb, kind) for verb in READ_VERBS]
+                answers = [self._api.allowed(verb, kind) for verb in READ_VERBS]
             except KubeTemporaryError as exc:
                 # Not known yet: treated as readable (its informer's errors then say more)
                 # and asked about again at the next discovery.
