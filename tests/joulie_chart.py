@@ -10,7 +10,21 @@ and end-to-end tests that run agentpool so.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+VALUES_DIR = Path(__file__).parent / "deploy" / "joulie"
+"""``values-<revision>.yaml``: every key of Joulie's chart values at that revision, with
+values of our own (checked key by key against its ``values.yaml``)."""
+
+SERVICE_MONITORS = {
+    # selector.matchLabels and endpoints[].port of Joulie's agent ServiceMonitors
+    # (examples/02-prometheus-grafana/servicemonitor.yaml,
+    # examples/10-kubectl-joulie-demo/04-joulie-servicemonitors.yaml): the same at both
+    # revisions.
+    "examples/02": ({"app.kubernetes.io/name": "joulie-agent"}, "metrics"),
+    "examples/10": ({"app.kubernetes.io/name": "joulie-agent"}, "metrics"),
+}
 
 SERVICE_ACCOUNT = "joulie-agent"
 """The ServiceAccount Joulie's chart runs its agent as (both modes)."""

@@ -10,24 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.spec.values import Backend
+from tests.joulie_dashboards import AGENT_METRICS
 
-# name -> (type, label names) exactly as the contract's table says.
-CONTRACT = {
-    "joulie_backend_mode": ("gauge", ("node", "mode")),
-    "joulie_policy_cap_watts": ("gauge", ("node", "policy")),
-    "joulie_rapl_energy_uj": ("gauge", ("node", "zone")),
-    "joulie_rapl_estimated_power_watts": ("gauge", ("node", "zone")),
-    "joulie_rapl_package_total_power_watts": ("gauge", ("node",)),
-    "joulie_dvfs_observed_power_watts": ("gauge", ("node",)),
-    "joulie_dvfs_ema_power_watts": ("gauge", ("node",)),
-    "joulie_dvfs_throttle_pct": ("gauge", ("node",)),
-    "joulie_dvfs_above_trip_count": ("gauge", ("node",)),
-    "joulie_dvfs_below_trip_count": ("gauge", ("node",)),
-    "joulie_dvfs_actions_total": ("counter", ("node", "action")),
-    "joulie_dvfs_cpu_cur_freq_khz": ("gauge", ("node", "cpu")),
-    "joulie_dvfs_cpu_max_freq_khz": ("gauge", ("node", "cpu")),
-    "joulie_reconcile_errors_total": ("counter", ("node",)),
-}
+# name -> (type, label names): the contract's table, which is what Joulie's agent exports.
+CONTRACT = AGENT_METRICS
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

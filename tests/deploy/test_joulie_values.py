@@ -3,17 +3,18 @@
 Fixtures of our own state what Joulie's chart takes (``joulie/values-<revision>.yaml``:
 every key of its values at revisions b9a50b1 and c38b80d; :data:`JOULIE_SET`: the
 ``--set`` expressions its experiments install with) and how its ServiceMonitors find
-the agent (:data:`JOULIE_SERVICE_MONITORS`). Rendered by the real Helm engine, loaded
+the agent (:data:`SERVICE_MONITORS`). Rendered by the real Helm engine, loaded
 as Helm loads a ``-f`` file (its YAML parser, its number types).
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.joulie_chart import SERVICE_MONITORS, VALUES_DIR
 
 from ._chart import (
     CHART_DIR,
@@ -29,7 +30,6 @@ from ._chart import (
 )
 from .test_chart import BOTH_MODES, agent_workload
 
-JOULIE = Path(__file__).parent / "joulie"
 REVISIONS = ("b9a50b1", "c38b80d")
 IGNORED = ("operator", "schedulerExtender", "grafanaDashboard")
 """Top-level keys of Joulie's chart for components this chart does not deploy."""
@@ -59,19 +59,11 @@ JOULIE_SET_STRING = [
     "operator.nodeSelector.joulie\\.io/infra=true",
 ]
 
-JOULIE_SERVICE_MONITORS = {
-    # selector.matchLabels and endpoints[].port of Joulie's agent ServiceMonitors
-    # (examples/02-prometheus-grafana/servicemonitor.yaml,
-    # examples/10-kubectl-joulie-demo/04-joulie-servicemonitors.yaml): the same at both
-    # revisions.
-    "examples/02": ({"app.kubernetes.io/name": "joulie-agent"}, "metrics"),
-    "examples/10": ({"app.kubernetes.io/name": "joulie-agent"}, "metrics"),
-}
-
 
 def joulie_values(helm: Any, revision: str, **agent: Any) -> dict[str, Any]:
     """The fixture as ``helm -f`` reads it, with ``agent`` keys set over it."""
-    values: dict[str, Any] = helm.values_from_yaml((JOULIE / f"values-{revision}.yaml").read_text())
+    text = (VALUES_DIR / f"values-{revision}.yaml").read_text()
+    values: dict[str, Any] = helm.values_from_yaml(text)
     values["agent"].update(agent)
     return values
 
@@ -269,12 +261,12 @@ def selected(objects: list[Manifest], match_labels: dict[str, str]) -> list[Mani
             if match_labels.items() <= (s["metadata"].get("labels") or {}).items()]
 
 
-@pytest.mark.parametrize("monitor", JOULIE_SERVICE_MONITORS)
+@pytest.mark.parametrize("monitor", SERVICE_MONITORS)
 @BOTH_MODES
 def test_joulies_service_monitors_find_the_agent_pods_once(
     render: Render, monitor: str, mode: str
 ) -> None:
-    match_labels, port = JOULIE_SERVICE_MONITORS[monitor]
+    match_labels, port = SERVICE_MONITORS[monitor]
     objects = render({"agent": {"mode": mode}})
     (service,) = selected(objects, match_labels)  # not the pool's headless Service too
     assert service["metadata"]["name"] == f"{RELEASE}-agent-metrics"
