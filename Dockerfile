@@ -23,8 +23,8 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv --without-pip /opt/agentpool
 
 WORKDIR /src
-# EXTRAS=[sim] adds the simulation kit (the power simulator of docs/deploy.md),
-# EXTRAS=[nvidia,amd] the GPU vendors' bindings (docs/deploy.md).
+# EXTRAS=[sim] adds the simulation kit and the demo (the power simulator of docs/deploy.md
+# and of the end-to-end suite), EXTRAS=[nvidia,amd] the GPU vendors' bindings (docs/deploy.md).
 ARG EXTRAS=""
 # The dependencies first, pinned with hashes (refresh: bash scripts/lock): runtime.txt
 # holds the runtime and sim dependencies, gpu.txt those plus the GPU bindings, build.txt
@@ -36,13 +36,15 @@ RUN lock=requirements/runtime.txt; \
     pip install --no-cache-dir --require-hashes -r requirements/build.txt \
     && pip --python /opt/agentpool/bin/python install --no-cache-dir --require-hashes -r "${lock}"
 # Only what the install needs (see .dockerignore): the package and its metadata. The
-# wheel is built with the pinned setuptools above, without build isolation (which would
-# download setuptools unpinned), and installed without resolving anything: the lock
-# already holds every dependency. EXTRAS chose the lock; with --no-deps the wheel's own
-# extras add nothing.
+# simulation kit and the demo (agentpool/sim, agentpool/demo; the agent never imports
+# them) ship only when EXTRAS names sim. The wheel is built with the pinned setuptools
+# above, without build isolation (which would download setuptools unpinned), and
+# installed without resolving anything: the lock already holds every dependency. EXTRAS
+# chose the lock; with --no-deps the wheel's own extras add nothing.
 COPY setup.py setup.cfg README.md ./
 COPY agentpool ./agentpool
-RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/wheels . \
+RUN case "${EXTRAS}" in *sim*) ;; *) rm -r agentpool/sim agentpool/demo ;; esac \
+    && pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/wheels . \
     && pip --python /opt/agentpool/bin/python install --no-cache-dir --no-deps --no-index \
         /tmp/wheels/agentpool-*.whl
 

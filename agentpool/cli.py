@@ -2,7 +2,7 @@
 
 ``agentpool`` with no subcommand runs the supervisor (the container
 entrypoint); ``agentpool status`` is the ``kubectl agentpool status`` plugin
-(:mod:`agentpool.plugin`). Every setting is a flag generated from
+(:mod:`agentpool.kubectl`). Every setting is a flag generated from
 :data:`~agentpool.config.options.OPTIONS`,
 with its environment variable; flags win. Configuration errors exit 2.
 
@@ -29,8 +29,14 @@ from agentpool.config.options import OPTIONS, option
 from agentpool.config.parsers import duration
 from agentpool.config.settings import Settings, load_settings
 from agentpool.errors import CONFIG_EXIT, ConfigError
-from agentpool.plugin.command import status
+from agentpool.kubectl.command import status
 from agentpool.pool.assignment import Assignment, member_order, owner_of, shard_of
+
+KIT_MODULES = ("agentpool.demo", "agentpool.sim", "aiohttp", "yaml")
+"""What ``agentpool demo`` needs besides the agent: the simulation kit, the demo and the
+'sim' extra's dependencies."""
+NO_KIT_EXIT = 2
+"""``agentpool demo`` where the kit is not installed (the runtime image): it cannot run here."""
 
 
 def _settings_options(func: Any) -> Any:
@@ -258,10 +264,20 @@ def demo(
     Exits 0 when everything it demonstrates was seen to work (with --duration)
     and every agent stopped cleanly.
     """
-    # Imported here: the demo needs the simulation kit (the 'sim' extra).
-    from agentpool.demo import DemoOptions, run_demo
-    from agentpool.sim.envtest import EnvtestUnavailableError, find_assets
-
+    # Imported here: the demo needs the simulation kit and the 'sim' extra, which the
+    # runtime image leaves out (Dockerfile, EXTRAS).
+    try:
+        from agentpool.demo import DemoOptions, run_demo
+        from agentpool.sim.envtest import EnvtestUnavailableError, find_assets
+    except ModuleNotFoundError as exc:
+        if not any(exc.name == m or (exc.name or "").startswith(f"{m}.") for m in KIT_MODULES):
+            raise
+        click.echo(
+            f"agentpool demo: the simulation kit is not installed (no module {exc.name!r}); "
+            "in a source checkout run bash scripts/demo, or pip install '.[sim]'",
+            err=True,
+        )
+        sys.exit(NO_KIT_EXIT)
     if apiserver == "envtest":
         try:
             find_assets()
@@ -302,8 +318,8 @@ def inspect(
 ) -> None:
     """Print what the agent finds on this node (CPU packages, cpufreq, GPUs) and what it would
     do with a cap; writes nothing."""
-    from agentpool.nodereport import report
-    from agentpool.spec.values import GpuCap
+    from agentpool.inspection import report
+    from agentpool.resources.desired import GpuCap
 
     if sysfs_root is None:
         configured = os.environ.get("SYSFS_ROOT", "").strip()

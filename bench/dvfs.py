@@ -35,6 +35,7 @@ from pathlib import Path
 
 from measure import machine
 from plants import CURVES, Curve, Node
+from report import replace_section
 
 from agentpool.config.options import DvfsControllerKind
 from agentpool.config.settings import DvfsSettings
@@ -44,7 +45,6 @@ ROOT = Path(__file__).resolve().parents[1]
 INTERVAL_S = 20.0
 """The default RECONCILE_INTERVAL: both controllers' defaults are meant for it."""
 BAND = (0.90, 1.03)
-BEGIN, END = "<!-- bench/dvfs.py: begin -->", "<!-- bench/dvfs.py: end -->"
 GOALS = {"settle": 4, "excursions": 1, "changes_per_10": 1.0, "release": 4}
 
 
@@ -173,8 +173,7 @@ def markdown(rows: list[Row], opts: Options, command: str) -> str:
         f"(unthrottled {c.power(c.load, 0):.0f} W), after the drop {c.drop_load():.2f}"
         for c in CURVES
     )
-    return f"""{BEGIN}
-## `dvfs.py`: DVFS controllers holding a cap
+    return f"""## `dvfs.py`: DVFS controllers holding a cap
 
     {command}
 
@@ -196,18 +195,7 @@ a tick after a change whose first reading is still beyond the band on the side i
 came from; with a lag time constant of a whole interval (`--lag 1`) that wait is
 too short and it overshoots on the simulator and steep curves: a known limit.
 Method, curves and their sources: `bench/dvfs.py` and `bench/plants.py` docstrings.
-{END}
 """
-
-
-def write_report(path: Path, section: str) -> None:
-    """Replace this benchmark's section of the report, or append it; the rest is kept."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in old and END in old:
-        new = old[: old.index(BEGIN)] + section.rstrip("\n") + old[old.index(END) + len(END) :]
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    path.write_text(new)
 
 
 def parse(argv: list[str] | None) -> Options:
@@ -241,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     if opts.output is not None:
         command = "python bench/dvfs.py " + " ".join(sys.argv[1:] if argv is None else argv)
-        write_report(opts.output, markdown(rows, opts, command.strip()))
+        replace_section(opts.output, "dvfs.py", markdown(rows, opts, command.strip()))
         print(f"wrote {opts.output}")
     return 0
 

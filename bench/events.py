@@ -13,7 +13,7 @@ would cost) from the same run:
    the Event writes, and the occurrences still pending (counted, waiting
    for budget).
 3. **A thousand flapping nodes, correlator only.** The production
-   :class:`~agentpool.events.correlator.EventCorrelator` driven by a fake
+   :class:`~agentpool.nodeevents.correlator.EventCorrelator` driven by a fake
    clock through one hour of 1,000 nodes whose caps flip every 20 s tick.
 
 Prints a markdown report; nothing here is a pass/fail test.
@@ -29,8 +29,8 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from agentpool.events.correlator import NODE_BUDGET, POD_BUDGET, EventCorrelator
-from agentpool.events.reasons import NodeEvent, Reason
+from agentpool.nodeevents.correlator import NODE_BUDGET, POD_BUDGET, EventCorrelator
+from agentpool.nodeevents.reasons import NodeEvent, Reason
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 

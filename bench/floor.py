@@ -80,6 +80,7 @@ from measure import (
     wait_for_quiet_api,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from report import replace_section
 
 from agentpool.sim.agentproc import AgentProcess, worker_pids
 from agentpool.sim.cluster import SimCluster
@@ -87,7 +88,6 @@ from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, intel_2socket
 
 ROOT = Path(__file__).resolve().parents[1]
-BEGIN, END = "<!-- bench/floor.py: begin -->", "<!-- bench/floor.py: end -->"
 SHM = Path("/dev/shm")
 CAP_W = 120.0
 """The cap every node's NodePowerProfile asks for (the simulation kit's default)."""
@@ -400,16 +400,6 @@ def report(r: Result, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    old = path.read_text() if path.exists() else ""
-    block = f"{BEGIN}\n{section}{END}\n"
-    if BEGIN in old and END in old:
-        new = old[: old.index(BEGIN)] + block + old[old.index(END) + len(END) + 1 :]
-    else:
-        new = old + "\n" + block
-    path.write_text(new)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--nodes", type=int, default=1000)
@@ -443,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     section = report(run(args), command.strip())
     print(section)
     if args.output != "-":
-        write_section(Path(args.output), section)
+        replace_section(Path(args.output), "floor.py", section)
     return 0
 
 

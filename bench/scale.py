@@ -18,7 +18,7 @@ runs the real ``python -m agentpool`` in pool mode (1 shard) and measures:
    multiprocess directory by the stock ``MultiProcessCollector``;
 6. 500 worker SIGKILLs, then the number of files in the multiprocess dir.
 
-It prints one table and writes BENCHMARKS.md. Goals are reported, never
+It prints one table and replaces its section of BENCHMARKS.md. Goals are reported, never
 asserted: the exit status is 1 only when the run itself failed.
 
     python bench/scale.py                      # N = 100 and 1,000, ~6 minutes
@@ -36,11 +36,11 @@ import time
 from pathlib import Path
 
 import psutil
+from report import replace_section
 from scale_report import markdown, table
 from scale_steps import Options, run_one
 
 ROOT = Path(__file__).resolve().parents[1]
-ANALYSIS = "## Analysis"
 
 
 def parse(argv: list[str] | None) -> Options:
@@ -86,12 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(runs, opts))
     print(f"\n{len(runs)} runs in {wall:.0f}s on {psutil.cpu_count()} cores")
     if opts.output is not None:
-        report = markdown(runs, opts, command.strip(), wall)
-        # A hand-written analysis below ANALYSIS survives reruns (it explains the numbers).
-        old = opts.output.read_text() if opts.output.exists() else ""
-        if ANALYSIS in old:
-            report += "\n" + old[old.index(ANALYSIS) :]
-        opts.output.write_text(report)
+        replace_section(opts.output, "scale.py", markdown(runs, opts, command.strip(), wall))
         print(f"wrote {opts.output}")
     return 1 if any(r.error for r in runs) else 0
 

@@ -1,7 +1,7 @@
 """The report of bench/scale.py: one row per quantity, judged against its goal.
 
 :func:`rows` is the table (label, goal, how to show a :class:`Run`'s value,
-whether the goal is met); :func:`markdown` writes BENCHMARKS.md around it.
+whether the goal is met); :func:`markdown` writes its section of BENCHMARKS.md around it.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def markdown(runs: list[Run], opts: Options, command: str, wall_s: float) -> str
     notes = [note for r in runs for note in r.notes]
     errors = [f"N={r.nodes}: {r.error}" for r in runs if r.error]
     parts = [
-        "# Benchmarks",
+        "### Last full run",
         "",
         "Scale of one `agentpool` pool pod (1 shard) against the simulation kit: the API",
         "emulator and the power simulator run in the benchmark process, the agent is the real",

@@ -2,7 +2,7 @@
 
 The expectations are written out by hand, from the Kubernetes selector
 semantics, so neither implementation is the oracle of the other:
-``tests/spec/test_selectors.py`` runs them against :mod:`agentpool.spec.selectors`, and
+``tests/test_labelselectors.py`` runs them against :mod:`agentpool.labelselectors`, and
 ``tests/sim/test_selectors.py`` against the emulator through the real
 kubernetes client (``list_node(label_selector=...)``).
 """

@@ -3,7 +3,9 @@ and every configuration error through click's in-process runner (same code, fast
 
 from __future__ import annotations
 
+import configparser
 import hashlib
+import importlib
 import os
 import socket
 import subprocess
@@ -171,6 +173,21 @@ def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert result.output.startswith("agentpool, version ")
+
+
+def test_every_console_script_names_a_function_of_the_package() -> None:
+    # setup.cfg, not the installed scripts: an editable install keeps the entry points it
+    # was installed with, so a moved module would pass here until the next install.
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).parents[1] / "setup.cfg")
+    lines = setup["options.entry_points"]["console_scripts"].splitlines()
+    scripts = dict(
+        (part.strip() for part in line.split("=")) for line in lines if line and "#" not in line
+    )
+    assert set(scripts) == {"agentpool", "kubectl-agentpool"}
+    for target in scripts.values():
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
 
 
 # A setting that parses but cannot be used at start: exit 2 naming it, as for one that

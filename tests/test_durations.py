@@ -1,4 +1,4 @@
-"""Go-style durations (README "Configuration": ``500ms``, ``20s``, ``1m``)."""
+"""Go-style durations (docs/configuration.md: ``500ms``, ``20s``, ``1m``)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from agentpool.backends.httpclient import (
     post_action,
 )
 from agentpool.errors import HttpBackendError, shown
-from agentpool.spec.values import HttpEndpoint, json_number
+from agentpool.jsonnumbers import json_number
+from agentpool.resources.routing import HttpEndpoint
 
 RAPL_ACTION = "rapl.set_power_cap_watts"
 DVFS_ACTION = "dvfs.set_throttle_pct"

@@ -1,4 +1,4 @@
-"""The GPU side of the Joulie HTTP protocol (README "GPU power caps"), as a client.
+"""The GPU side of the Joulie HTTP protocol (docs/resources.md, "GPU power caps"), as a client.
 
 Control: ``POST`` ``{"node", "action": "gpu.set_power_cap_watts",
 "capWattsPerGpu", "ts"}``; a 2xx JSON answer may carry ``result``,
@@ -20,7 +20,8 @@ from agentpool.backends.httpclient import (
     post_action,
 )
 from agentpool.errors import HttpBackendError, shown
-from agentpool.spec.values import HttpEndpoint, json_count, json_number
+from agentpool.jsonnumbers import json_count, json_number
+from agentpool.resources.routing import HttpEndpoint
 
 GPU_ACTION = "gpu.set_power_cap_watts"
 

@@ -14,7 +14,7 @@ encoded in a call of its own, the headers and the body sent apart (two
 response object per answer. Measured in one process against the power
 simulator in another: ~270 us of CPU per control request through
 ``http.client``, ~175 us through this module, ~85 us for a bare socket loop
-that parses nothing (BENCHMARKS.md, fifth round).
+that parses nothing (docs/history/benchmarks-rounds.md, fifth round).
 
 Every receive is bounded by the request's deadline (a server that drips its
 answer a byte at a time, each within a socket timeout, is cut off at the

@@ -48,7 +48,8 @@ from agentpool.backends.httpauth import HttpAuth
 from agentpool.config.settings import HttpAuthSettings
 from agentpool.durations import utc_timestamp
 from agentpool.errors import HttpBackendError, shown
-from agentpool.spec.values import HttpEndpoint, Result
+from agentpool.resources.routing import HttpEndpoint
+from agentpool.results import Result
 
 MAX_BODY_BYTES = 1 << 20
 MAX_MESSAGE = 500

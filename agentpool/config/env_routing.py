@@ -9,7 +9,7 @@ before starting anything. Nothing set means host sources and host controls.
 
 A TelemetryProfile that targets a node, where that CRD exists, wins over
 these variables for that node, on either API
-(:func:`agentpool.spec.parse.cpu_routing`, :func:`~agentpool.spec.parse.gpu_routing`).
+(:func:`agentpool.resources.parse.cpu_routing`, :func:`~agentpool.resources.parse.gpu_routing`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 from agentpool.errors import ConfigError
-from agentpool.spec.parse import MAX_TIMEOUT_S
-from agentpool.spec.values import (
+from agentpool.resources.parse import MAX_TIMEOUT_S
+from agentpool.resources.routing import (
     DEFAULT_HTTP_TIMEOUT_S,
     ControlMode,
     ControlType,

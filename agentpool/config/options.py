@@ -1,7 +1,7 @@
 """Every option of the agent, declared once: variable, default, help, parser, field.
 
 :data:`OPTIONS` is the one table. The CLI generates its flags from it, the
-README's configuration table is checked against it, the settings'
+docs/configuration.md's table is checked against it, the settings'
 dataclass defaults are its defaults run through its parsers, and
 :func:`agentpool.config.settings.load_settings` is a loop over it; none of
 them can drift apart. The enums are the values options choose from.
@@ -63,7 +63,7 @@ class StaleAction(enum.StrEnum):
 
 class Membership(enum.StrEnum):
     STATIC = "static"
-    """A fixed pool: ``fnv32a(node) % POOL_SHARDS == POOL_SHARD_ID`` (README "Modes")."""
+    """A fixed pool: ``fnv32a(node) % POOL_SHARDS == POOL_SHARD_ID`` (docs/modes.md)."""
     LEASE = "lease"
     """An elastic pool: members hold Leases, nodes are handed over as it grows and shrinks."""
 

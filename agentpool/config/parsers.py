@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError
-from agentpool.spec.selectors import SelectorError, parse_selector
+from agentpool.labelselectors import SelectorError, parse_selector
 
 E = TypeVar("E", bound=enum.StrEnum)
 

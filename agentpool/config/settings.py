@@ -36,7 +36,7 @@ from agentpool.config.options import (
 )
 from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment, ordinal_from_pod_name
-from agentpool.spec.values import NodeRouting
+from agentpool.resources.routing import NodeRouting
 
 PARTS = ("dvfs", "elastic", "http_auth")
 """The :class:`Settings` fields that are a part's settings, filled by ``part.field`` options."""
@@ -64,7 +64,7 @@ _TOP, _DVFS, _ELASTIC, _AUTH = (_DEFAULTS[part] for part in ("", *PARTS))
 
 @dataclass(frozen=True)
 class DvfsSettings:
-    """Tunables of the DVFS fallback controllers (README, "Configuration").
+    """Tunables of the DVFS fallback controllers (docs/configuration.md).
 
     ``controller`` picks one; the adaptive one reads ``target_pct``,
     ``hold_band_pct`` and ``max_step_pct`` (all relative, counted in ticks,
@@ -98,7 +98,7 @@ class DvfsSettings:
 
 @dataclass(frozen=True)
 class ElasticSettings:
-    """How an elastic pool finds its members and shares nodes (README: elastic pool)."""
+    """How an elastic pool finds its members and shares nodes (docs/modes.md: elastic pool)."""
 
     membership: Membership = _ELASTIC["membership"]
     """Static pools ignore everything below."""
@@ -120,7 +120,7 @@ class ElasticSettings:
 
 @dataclass(frozen=True)
 class HttpAuthSettings:
-    """Credentials of HTTP telemetry/control endpoints (README, "Configuration")."""
+    """Credentials of HTTP telemetry/control endpoints (docs/configuration.md)."""
 
     ca_bundle: str | None = _AUTH["ca_bundle"]
     """PEM file of the CAs of ``https`` endpoints; None: the system store."""
@@ -231,7 +231,7 @@ class Settings:
     """How long the supervisor waits for workers to stop before SIGKILL."""
     heartbeat_timeout_s: float | None = _TOP["heartbeat_timeout_s"]
     """A worker that reports nothing for this long is killed and restarted; None: derived
-    per node by the supervisor (see ``agentpool.supervisor.scope.heartbeat_limit``)."""
+    per node by the supervisor (see ``agentpool.supervisor.clusterview.heartbeat_limit``)."""
     watch_timeout_s: float = _TOP["watch_timeout_s"]
     """Server-side watch timeout; a silent watch is noticed 10 s after it."""
     multiproc_dir: str | None = _TOP["multiproc_dir"]
@@ -257,7 +257,7 @@ class Settings:
     elastic: ElasticSettings = field(default_factory=ElasticSettings)
     """Pool membership (static by default) and the elastic pool's lease settings."""
     events: bool = _TOP["events"]
-    """Record Kubernetes Events on the Node objects (README: Node events)."""
+    """Record Kubernetes Events on the Node objects (docs/metrics.md: Node events)."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)

@@ -5,8 +5,8 @@ The supervisor takes a worker silent for longer than its longest legal tick
 there. The requests a tick makes are counted here, once, next to the code that
 makes them, and their timeouts come from whatever routes the node: its
 TelemetryProfile, else the ``TELEMETRY_*`` variables (either API, the same
-:func:`~agentpool.spec.parse.cpu_routing` and
-:func:`~agentpool.spec.parse.gpu_routing` the controller uses), CPU and GPU.
+:func:`~agentpool.resources.parse.cpu_routing` and
+:func:`~agentpool.resources.parse.gpu_routing` the controller uses), CPU and GPU.
 
 A routing that does not parse costs nothing: the controller reports the error
 without sending anything. Host controls (sysfs writes, NVML calls) are not
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentpool.errors import ProfileError
-from agentpool.spec.parse import cpu_routing, gpu_routing
-from agentpool.spec.values import ControlType, HttpEndpoint, NodeRouting
+from agentpool.resources.parse import cpu_routing, gpu_routing
+from agentpool.resources.routing import ControlType, HttpEndpoint, NodeRouting
 
 CPU_READS_PER_TICK = 2
 """Telemetry reads: the power the DVFS fallback steers by, and the node's maximum for a

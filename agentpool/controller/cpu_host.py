@@ -19,7 +19,7 @@ from agentpool.controller import percent
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.errors import RaplUnavailableError
 from agentpool.hardware.labels import Hardware
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.results import Backend, Result, TickResult
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from agentpool.backends.httpclient import ControlAnswer
 from agentpool.controller import percent
 from agentpool.controller.release import HttpHeld
 from agentpool.hardware.labels import Hardware
-from agentpool.spec.values import Backend, ControlMode, HttpEndpoint, Result, Routing, TickResult
+from agentpool.resources.routing import ControlMode, HttpEndpoint, Routing
+from agentpool.results import Backend, Result, TickResult
 
 
 class HttpCpu:

@@ -18,7 +18,7 @@ from agentpool.config.settings import DvfsSettings
 from agentpool.controller.dvfs.throttle import make_controller
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.errors import HttpBackendError
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.results import Backend, Result, TickResult
 
 log = logging.getLogger(__name__)
 

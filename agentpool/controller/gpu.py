@@ -35,25 +35,17 @@ from agentpool.backends.gpu.host import (
     journaled,
 )
 from agentpool.backends.gpu.nvml import NvmlGpus
+from agentpool.backends.gpucaps import DeviceLimits, resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.controller.release import CapRelease, Released
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
 from agentpool.hardware.labels import GpuFacts, Hardware, discover_gpus
-from agentpool.spec.values import (
-    ControlType,
-    DeviceLimits,
-    GpuBackend,
-    GpuCap,
-    GpuControlMode,
-    GpuRouting,
-    GpuTickResult,
-    HttpEndpoint,
-    NodeInputs,
-    Result,
-    json_number,
-    resolve_cap,
-)
+from agentpool.jsonnumbers import json_number
+from agentpool.resources.desired import GpuCap
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.routing import ControlType, GpuControlMode, GpuRouting, HttpEndpoint
+from agentpool.results import GpuBackend, GpuTickResult, Result
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +98,7 @@ class GpuController:
         self.metrics = metrics
         self.originals = originals
         self.user_agent = user_agent
-        """The same identity as the CPU controller's requests (README: elastic pool)."""
+        """The same identity as the CPU controller's requests (docs/modes.md: elastic pool)."""
         self._nvml = NvmlGpus(originals)
         self._amd = AmdSmiGpus(originals)
         self._host_override = host
@@ -134,7 +126,7 @@ class GpuController:
         self, cap: GpuCap | None, routing: GpuRouting, inputs: NodeInputs, hardware: Hardware
     ) -> GpuTickResult | None:
         """Enforce an already parsed cap: the part both APIs share (a NodeTwin's
-        ``spec.gpu.powerCap`` parses with :func:`~agentpool.spec.parse.parse_gpu_cap`)."""
+        ``spec.gpu.powerCap`` parses with :func:`~agentpool.resources.parse.parse_gpu_cap`)."""
         if cap is None:
             if not self._active:
                 self.metrics.set_backend(None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Gauge
 
 from agentpool.controller.metrics import TOMBSTONE, SeriesCache
-from agentpool.spec.values import GpuBackend
+from agentpool.results import GpuBackend
 
 ALL_DEVICES = "all"
 

@@ -8,8 +8,10 @@ live in one place.
 
 from __future__ import annotations
 
-from agentpool.spec.parse import NT
-from agentpool.spec.values import NodeInputs, PowerPolicy, Routing
+from agentpool.resources.desired import PowerPolicy
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.resources.parse import NT
+from agentpool.resources.routing import Routing
 
 
 def control_setting(routing: Routing) -> str:
@@ -25,9 +27,9 @@ def no_control(routing: Routing) -> str:
 
 def why_none(policy: PowerPolicy | None, inputs: NodeInputs) -> str:
     if policy is None:
-        if inputs.auto_api:
+        if inputs.api is NodeApi.NONE:
             return f"no {NT} or NodePowerProfile targets this node"
-        kind = NT if inputs.nodetwin_api else "NodePowerProfile"
+        kind = NT if inputs.api is NodeApi.NODETWIN else "NodePowerProfile"
         return f"no {kind} targets this node"
     if policy.kind == NT:
         return (

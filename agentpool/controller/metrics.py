@@ -1,4 +1,4 @@
-"""The ``joulie_*`` metrics of one node controller (README, "Metrics").
+"""The ``joulie_*`` metrics of one node controller (docs/metrics.md).
 
 Written by worker processes in prometheus_client's multiprocess mode and
 merged by the supervisor's ``/metrics``. Gauges use ``livesum``: each node has
@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agentpool.spec.values import Backend
+from agentpool.results import Backend
 
 TOMBSTONE = math.nan
 

@@ -39,7 +39,9 @@ from agentpool.controller.messages import control_setting, no_control, why_none
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.errors import AgentError, ProfileError
 from agentpool.hardware.labels import Hardware, discover
-from agentpool.spec.parse import (
+from agentpool.resources.desired import PowerPolicy
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.resources.parse import (
     NT,
     cpu_routing,
     gpu_routing,
@@ -47,18 +49,8 @@ from agentpool.spec.parse import (
     parse_gpu_cap,
     parse_power_profile,
 )
-from agentpool.spec.values import (
-    Backend,
-    ControlType,
-    GpuBackend,
-    GpuTickResult,
-    NodeInputs,
-    PowerPolicy,
-    Result,
-    Routing,
-    SourceType,
-    TickResult,
-)
+from agentpool.resources.routing import ControlType, Routing, SourceType
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +201,7 @@ class NodeController:
 
     def _raw_policy(self, inputs: NodeInputs) -> tuple[dict[str, Any] | None, str]:
         """The desired-state object of this API, and its kind."""
-        if inputs.nodetwin_api:
+        if inputs.api is NodeApi.NODETWIN:
             return inputs.node_twin, NT
         return inputs.power_profile, "NodePowerProfile"
 
@@ -233,7 +225,7 @@ class NodeController:
             routing = gpu_routing(inputs.telemetry_profile, self.settings.routing)
         except ProfileError as exc:
             return GpuDesired(error=exc)
-        if inputs.nodetwin_api:
+        if inputs.api is NodeApi.NODETWIN:
             # The GPU block alone: a NodeTwin's malformed CPU field is the CPU's to report.
             twin = inputs.node_twin
             if twin is None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from agentpool.backends import cpu_http, httpclient
 from agentpool.backends.sysfs.rapl import PackageZone, stated_limits
 from agentpool.errors import HttpBackendError
-from agentpool.spec.values import HttpEndpoint
+from agentpool.resources.routing import HttpEndpoint
 
 log = logging.getLogger(__name__)
 

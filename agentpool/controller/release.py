@@ -27,7 +27,8 @@ from agentpool.backends.sysfs.cpufreq import CpufreqHost
 from agentpool.backends.sysfs.rapl import RaplHost
 from agentpool.controller.percent import Maximum
 from agentpool.errors import HttpBackendError
-from agentpool.spec.values import HttpEndpoint, Result
+from agentpool.resources.routing import HttpEndpoint
+from agentpool.results import Result
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from agentpool.controller.release import Released
 from agentpool.durations import format_duration
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.results import Backend, Result, TickResult
 
 
 def why(timeout_s: float) -> str:

@@ -5,7 +5,7 @@ Asks NVML and AMD SMI through the vendors' bindings (the ``nvidia`` and
 power-limit range, default and current limit, and power draw; and, for a
 given cap (watts per GPU, or a percent of each GPU's maximum), the limit the
 agent would set on each device, clamped to that device's range exactly as
-the controller does (:func:`agentpool.spec.values.resolve_cap`). Read only: the
+the controller does (:func:`agentpool.backends.gpucaps.resolve_cap`). Read only: the
 bindings' getters, never a setter. A library that does not load says why.
 """
 
@@ -16,9 +16,11 @@ from typing import Protocol
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.gpu.host import DeviceInfo
 from agentpool.backends.gpu.nvml import NvmlGpus
+from agentpool.backends.gpucaps import resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import GpuBackend, GpuCap, resolve_cap
+from agentpool.resources.desired import GpuCap
+from agentpool.results import GpuBackend
 
 
 class Surveyor(Protocol):

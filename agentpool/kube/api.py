@@ -60,7 +60,7 @@ class Resource(enum.StrEnum):
 
 
 class PoolResource(enum.StrEnum):
-    """Namespaced kinds only an elastic pool reads (README: elastic pool)."""
+    """Namespaced kinds only an elastic pool reads (docs/modes.md: elastic pool)."""
 
     LEASES = "leases"
     """``coordination.k8s.io/v1``: one per pool pod."""
@@ -69,7 +69,7 @@ class PoolResource(enum.StrEnum):
 
 
 class EventResource(enum.StrEnum):
-    """``events.k8s.io/v1``: the Events the agent records on Nodes (README: Node events)."""
+    """``events.k8s.io/v1``: the Events the agent records on Nodes (docs/metrics.md)."""
 
     EVENTS = "events"
 

@@ -1,8 +1,8 @@
 """Record Events on Node objects (``events.k8s.io/v1``), correlated, from one thread.
 
-The supervisor loop hands over :class:`~agentpool.events.reasons.NodeEvent`
+The supervisor loop hands over :class:`~agentpool.nodeevents.reasons.NodeEvent`
 values with :meth:`EventRecorder.record`, which never blocks; a thread of
-its own asks the :class:`~agentpool.events.correlator.EventCorrelator` what
+its own asks the :class:`~agentpool.nodeevents.correlator.EventCorrelator` what
 may be written now and writes it. An Event looks as the kubelet's do for its
 node (``regarding`` the Node, with ``uid`` set to the node's name, which is
 what ``kubectl describe node`` also searches by), with
@@ -33,9 +33,9 @@ from typing import Any
 
 from agentpool.backoff import exponential_delay
 from agentpool.errors import KubeError, KubeTemporaryError
-from agentpool.events.correlator import EventCorrelator, Write
-from agentpool.events.reasons import NodeEvent
 from agentpool.kube.api import EVENTS_API_VERSION, KubeApi
+from agentpool.nodeevents.correlator import EventCorrelator, Write
+from agentpool.nodeevents.reasons import NodeEvent
 from agentpool.proctitle import name_thread
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The elastic pool's Kubernetes I/O: this pod's Lease, the pool's Leases, the StatefulSet.
 
-Owns the wire format of what :mod:`agentpool.pool.membership` means (README:
+Owns the wire format of what :mod:`agentpool.pool.membership` means (docs/modes.md:
 elastic pool): each pool pod holds a ``coordination.k8s.io/v1`` Lease named
 after itself in its namespace, labelled ``agentpool.joulie.io/pool=<pool>``,
 with ``spec.holderIdentity`` = the pod, ``spec.leaseDurationSeconds``,
@@ -25,6 +25,7 @@ from typing import Any
 from agentpool.backoff import Backoff
 from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError
+from agentpool.jsonnumbers import json_count
 from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, abort_read, json_body
 from agentpool.pool.membership import (
     ANNOTATION_CLAIMS,
@@ -38,7 +39,6 @@ from agentpool.pool.membership import (
     encode_grace,
 )
 from agentpool.proctitle import name_thread
-from agentpool.spec.values import json_count
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Joulie's operator has two generations: the profile API (NodePowerProfile +
 TelemetryProfile) and the current one (NodeTwin + NodeHardware, routing by
 environment). ``JOULIE_API=auto`` (the default) watches every Joulie kind that
 is served, and each node then follows the objects that exist for it (see
-:meth:`agentpool.supervisor.scope.ClusterView.api_of`); ``profiles`` or
+:meth:`agentpool.supervisor.clusterview.ClusterView.api_of`); ``profiles`` or
 ``nodetwin`` restricts the agent to that API's kinds (on ``nodetwin`` a
 TelemetryProfile targeting a node still routes it).
 

@@ -54,7 +54,7 @@ from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.writehold import WriteHold
 from agentpool.proctitle import name_thread
-from agentpool.spec.values import GpuTickResult, TickResult
+from agentpool.results import GpuTickResult, TickResult
 
 log = logging.getLogger(__name__)
 

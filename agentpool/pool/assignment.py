@@ -2,7 +2,7 @@
 
 Static pools: 32-bit FNV-1a of the node name, modulo shards. Every replica
 computes the same function independently, so there is no coordination: the
-hash must stay bit-for-bit what README "Modes" says. Elastic pools
+hash must stay bit-for-bit what docs/modes.md says. Elastic pools
 (``POOL_MEMBERSHIP=lease``): the same formula over the live members
 (``modulo``) or rendezvous hashing (``rendezvous``), both pure functions of
 the node name and the member names (the members come from

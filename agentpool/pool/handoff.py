@@ -1,7 +1,7 @@
 """Release-before-acquire handoff of nodes between pool pods: a pure state machine.
 
 Owns the rules that keep a node from ever being controlled by two pods
-(README: elastic pool, handoff), for one pod, with time passed in (tests
+(docs/modes.md: elastic pool, handoff), for one pod, with time passed in (tests
 drive it with a fake clock; the coordinator with ``time.monotonic``):
 
 1. A pod publishes a claim on a node (an annotation on its own Lease)

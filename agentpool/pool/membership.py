@@ -1,7 +1,7 @@
 """Who is in an elastic pool right now, as one pod sees it: pure logic, no I/O.
 
 Owns the meaning of the pool's Leases (one per pod, named after it, in its
-namespace; README: elastic pool): what a pod publishes on its own Lease
+namespace; docs/modes.md: elastic pool): what a pod publishes on its own Lease
 (holder, renewal, the nodes it claims, a digest of its view), when another
 pod counts as a live member, how long its claims still block a node after it
 stops renewing, and which members the assignment runs over. The Kubernetes

@@ -4,7 +4,7 @@ Owns :class:`PoolDriver` (a StatefulSet in the API server and its pods as real
 ``agentpool`` processes in lease mode, started and stopped by hand as the
 StatefulSet controller and the kubelet would) and the two independent
 observations the elastic-pool acceptance tests and
-the benchmark judge by (README: elastic pool): the pods' own ``/metrics``
+the benchmark judge by (docs/modes.md: elastic pool): the pods' own ``/metrics``
 (``agentpool_worker_pid``: a live worker per node) sampled together, and the
 power simulator's request log, where every telemetry and control request
 carries ``User-Agent: agentpool/<version> (<pod name>, shard <id>)``.
@@ -51,7 +51,7 @@ def _ordinal(pod: str) -> int:
 
 
 def expected_owner(node: str, members: list[str], assignment: str) -> str:
-    """The member that should run ``node``, worked out from the README's definitions
+    """The member that should run ``node``, worked out from docs/modes.md's definitions
     (fnv32a modulo over the members in ordinal order; rendezvous: the highest 64-bit
     blake2b score of ``member NUL node``, ties to the greater name), not from the
     agent's code, so that the judge cannot share the agent's mistakes."""

@@ -1,7 +1,7 @@
 """Which informer events can change what the supervisor knows, before they wake its loop.
 
 The supervisor keeps of a TelemetryProfile, a NodePowerProfile or a NodeTwin
-only its name, creation time and spec (:mod:`agentpool.supervisor.scope`,
+only its name, creation time and spec (:mod:`agentpool.supervisor.clusterview`,
 :mod:`agentpool.supervisor.twinview`). Every status this agent writes comes
 back from the watch as a MODIFIED event of the whole object, and so does
 any other writer's status or a label change: at N = 1,000 with the

@@ -48,7 +48,7 @@ HANDOFF_CYCLE_S = 0.5
 
 
 def takeover_bound_s(elastic: ElasticSettings, grace_s: float) -> float:
-    """How long a dead pod's nodes stay uncontrolled at most (README: elastic pool).
+    """How long a dead pod's nodes stay uncontrolled at most (docs/modes.md: elastic pool).
 
     Its lease expires ``duration`` after its last renewal was seen; its claims
     then still block for the grace; the next cycle of a survivor (at most a

@@ -4,7 +4,7 @@ Elastic pool: every worker holds the pod's lease fence, which only a
 successful renewal moves; it is sent at a worker's start and whenever it
 changes. Static pool and daemonset: a worker stops acting once it has heard
 nothing from the supervisor for its heartbeat limit, the same bound the
-supervisor gives the worker (:func:`~agentpool.supervisor.scope.heartbeat_limit`),
+supervisor gives the worker (:func:`~agentpool.supervisor.clusterview.heartbeat_limit`),
 but never sooner than :data:`SILENCE_MIN_S`; the deadline is renewed just before
 the last tick time of the pod's grid before half of it is spent, so that it wakes
 the worker for its tick (with the default heartbeat limit at a 20 s interval,

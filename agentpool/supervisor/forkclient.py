@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentpool.config.settings import WorkerSettings
-from agentpool.spec.values import NodeInputs
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor.orphans import spare_pids
 from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact
 

@@ -27,7 +27,8 @@ import psutil
 from agentpool.backoff import RestartPolicy
 from agentpool.config.settings import WorkerSettings
 from agentpool.pool.fence import FenceTimes
-from agentpool.spec.values import NodeInputs, TickResult
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.results import TickResult
 from agentpool.supervisor.forkclient import ForkServer, SpawnRequest
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import DUMP_SIGNAL

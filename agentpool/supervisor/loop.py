@@ -45,13 +45,14 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
-from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.writehold import WriteHold
-from agentpool.spec.values import NodeInputs
+from agentpool.nodeevents.hooks import NodeEvents
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor import statuses
+from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.echoes import Echoes
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import (
@@ -62,7 +63,6 @@ from agentpool.supervisor.handles import (
 )
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.orphans import reap_orphans
-from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
 from agentpool.supervisor.statuses import StatusRouter, StatusSink
 from agentpool.supervisor.twinview import hardware_inputs
@@ -108,7 +108,7 @@ class Supervisor:
         self.write_hold = write_hold
         """Holds status and NodeHardware writes while workers start (enforce first)."""
         self.node_events = node_events
-        """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
+        """Kubernetes Events on the Nodes (docs/metrics.md: Node events); None with EVENTS=false."""
         self.spec_confirmed = spec_confirmed
         """True while the desired-state watch works (SPEC_READ_TIMEOUT counts from the last)."""
         self._spec_seen = clock()

@@ -37,7 +37,6 @@ from prometheus_client.registry import Collector
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import ConfigError, KubeError
-from agentpool.events.hooks import NodeEvents
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
@@ -47,8 +46,10 @@ from agentpool.kube.selection import KindDiscovery
 from agentpool.kube.status import HEARTBEAT_S, StatusWriter, twin_status_body
 from agentpool.kube.writehold import WriteHold
 from agentpool.logs import setup_logging
+from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
+from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
@@ -62,7 +63,6 @@ from agentpool.supervisor.prelaunch import (
     prelaunch,
     usable_dir,
 )
-from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.watches import Watches
 from agentpool.worker.nodefiles import NodeFiles
@@ -386,7 +386,7 @@ def _run(
 def _elastic_pool(
     settings: Settings, api: KubeApi
 ) -> tuple[ElasticPool | None, ReplicasWatch | None]:
-    """Lease membership's pieces (README: elastic pool), or (None, None) for a static pool."""
+    """Lease membership's pieces (docs/modes.md: elastic pool), or (None, None) when static."""
     elastic = settings.elastic
     if settings.mode is not AgentMode.POOL or not elastic.lease:
         return None, None

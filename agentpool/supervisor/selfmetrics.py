@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.proctitle import name_thread
-from agentpool.spec.values import NodeApi
+from agentpool.resources.nodeinputs import NodeApi
 from agentpool.supervisor.handles import WorkerState
 
 

@@ -16,7 +16,7 @@ from typing import Protocol
 from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
-from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 
 class StatusSink(Protocol):

@@ -20,11 +20,12 @@ from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import ProfileError
+from agentpool.jsonnumbers import json_number
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
-from agentpool.spec.parse import cpu_routing, oldest_claim
-from agentpool.spec.values import ControlType, SourceType, json_number
+from agentpool.resources.parse import cpu_routing, oldest_claim, spec_node_name
+from agentpool.resources.routing import ControlType, SourceType
 from agentpool.supervisor.echoes import kept
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
@@ -32,12 +33,6 @@ RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
 
 def _name(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def _spec_node(obj: dict[str, Any]) -> str | None:
-    spec = obj.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, dict) else None
-    return node if isinstance(node, str) and node else None
 
 
 def _number(value: Any) -> float | None:
@@ -104,7 +99,7 @@ class TwinView:
             if change.kind != "DELETED":
                 affected |= self._put_twin(change.obj)
             return affected
-        if change.kind == "DELETED" or self._hardware_node.get(name) != _spec_node(change.obj):
+        if change.kind == "DELETED" or self._hardware_node.get(name) != spec_node_name(change.obj):
             affected = self._drop_hardware(name)
         else:
             affected = set()  # the same node: only a new maximum changes its inputs
@@ -115,7 +110,7 @@ class TwinView:
     def _put_twin(self, obj: dict[str, Any]) -> set[str]:
         name = _name(obj)
         self.twins[name] = kept(obj)
-        node = _spec_node(obj)
+        node = spec_node_name(obj)
         if node is None:
             return set()
         self._by_node[node].add(name)
@@ -123,7 +118,7 @@ class TwinView:
 
     def _drop_twin(self, name: str) -> set[str]:
         old = self.twins.pop(name, None)
-        node = _spec_node(old) if old is not None else None
+        node = spec_node_name(old) if old is not None else None
         if node is None:
             return set()
         self._by_node[node].discard(name)
@@ -132,7 +127,7 @@ class TwinView:
         return {node}
 
     def _put_hardware(self, obj: dict[str, Any]) -> set[str]:
-        node = _spec_node(obj)
+        node = spec_node_name(obj)
         if node is None:
             return set()
         self._hardware_node[_name(obj)] = node

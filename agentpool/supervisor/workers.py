@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
-from agentpool.events.hooks import NodeEvents
 from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import FenceTimes
-from agentpool.spec.values import NodeApi, NodeInputs
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.supervisor import fences, statuses
+from agentpool.supervisor.clusterview import ClusterView, heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.forkclient import ForkServerStarting
@@ -37,7 +38,6 @@ from agentpool.supervisor.handles import (
     pid_running,
 )
 from agentpool.supervisor.loopio import LoopIO
-from agentpool.supervisor.scope import ClusterView, heartbeat_limit
 from agentpool.supervisor.statuses import StatusRouter
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import (
@@ -105,7 +105,7 @@ class WorkerTable:
         self.hardware = hardware
         self.elastic = elastic
         self.node_events = node_events
-        """Kubernetes Events on the Nodes (README: Node events); None with EVENTS=false."""
+        """Kubernetes Events on the Nodes (docs/metrics.md: Node events); None with EVENTS=false."""
         self.workers: dict[str, WorkerHandle] = {}
         self.changed = True
         """A worker started, stopped, died or began running: publish a fresh snapshot."""

@@ -7,11 +7,12 @@ the moment its process happened to start. That is cheaper. Every worker runs the
 same interpreter code on the same shared pages (the fork server's heap), so a
 tick that runs right after another worker's finds them in the CPU's caches,
 while a tick that wakes an idle CPU fetches them again. Measured on the 2-core
-VM of BENCHMARKS.md ("Fourth round"): one controller in one process took 0.33 ms
-of CPU per tick back to back and 0.93 ms after sleeping 20 ms; at N = 1,000,
-CPU per node-tick (supervisor included, ``bench/floor.py``) went from 1.37 to
-0.83 ms at a 20 s interval and from 0.68 to 0.56 ms at 1 s, the supervisor's
-share too, as it reads the workers' reports in bursts.
+VM of BENCHMARKS.md (docs/history/benchmarks-rounds.md, "Fourth round"): one
+controller in one process took 0.33 ms of CPU per tick back to back and 0.93 ms
+after sleeping 20 ms; at N = 1,000, CPU per node-tick (supervisor included,
+``bench/floor.py``) went from 1.37 to 0.83 ms at a 20 s interval and from 0.68
+to 0.56 ms at 1 s, the supervisor's share too, as it reads the workers' reports
+in bursts.
 
 The price is a burst of requests once per interval, one per node, towards the
 control endpoints, and a ``/metrics`` scrape that lands in the burst is slower.

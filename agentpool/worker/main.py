@@ -37,7 +37,8 @@ from agentpool.controller.node import NodeController
 from agentpool.errors import FencedError, shown
 from agentpool.logs import setup_logging
 from agentpool.proctitle import set_title, worker_title
-from agentpool.spec.values import NodeInputs, TickResult
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.results import TickResult
 from agentpool.worker import cadence
 from agentpool.worker.faults import faults_for, tick_with_faults
 from agentpool.worker.fence import WorkerFence

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
 from agentpool.pool.fence import FenceTimes
-from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
 EXIT_FENCED = 75
 """A worker's exit status when its fence passed and it stopped on its own (EX_TEMPFAIL):

@@ -23,7 +23,7 @@ from agentpool.backends.httpclient import (
     parse_answer,
 )
 from agentpool.durations import utc_timestamp
-from agentpool.spec.values import Result
+from agentpool.results import Result
 from tests.properties.budget import examples
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")

@@ -18,9 +18,10 @@ import pytest
 from agentpool.backends.cpu_http import DVFS_ACTION, RAPL_ACTION, post_control, read_package_power
 from agentpool.backends.httpclient import ControlAnswer
 from agentpool.errors import HttpBackendError
+from agentpool.resources.routing import HttpEndpoint
+from agentpool.results import Result
 from agentpool.sim.power.model import RequestKind
 from agentpool.sim.power.server import PowerSim
-from agentpool.spec.values import HttpEndpoint, Result
 from tests.backends.conftest import OK_S, Scripted, answer
 
 
@@ -44,7 +45,7 @@ def test_telemetry_from_power_sim(sim: PowerSim) -> None:
         ({"cpu": {"packagePowerWatts": 97.25}}, 97.25),
         ({"node": "n", "cpu": {"packagePowerWatts": 0}}, 0.0),
         # The CPU's own reading wins when both are present: on a GPU node the top level
-        # is CPU + GPU (README "GPU power caps").
+        # is CPU + GPU (docs/resources.md, "GPU power caps").
         ({"packagePowerWatts": 30, "cpu": {"packagePowerWatts": 20}}, 20.0),
         ({"packagePowerWatts": 30, "cpu": {"load": 0.5}}, 30.0),
         # JSON without the field: no reading.

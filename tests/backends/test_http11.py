@@ -14,7 +14,8 @@ import pytest
 from agentpool.backends import http11, httpclient
 from agentpool.backends.cpu_http import RAPL_ACTION, post_control, read_package_power
 from agentpool.errors import HttpBackendError
-from agentpool.spec.values import HttpEndpoint, Result
+from agentpool.resources.routing import HttpEndpoint
+from agentpool.results import Result
 from tests.backends.conftest import OK_S
 from tests.backends.rawhttp import Answer, RawServer
 

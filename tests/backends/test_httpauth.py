@@ -15,7 +15,8 @@ from agentpool.backends import cpu_http, httpclient
 from agentpool.backends.httpauth import HttpAuth
 from agentpool.config.settings import HttpAuthSettings, load_settings
 from agentpool.errors import ConfigError, HttpBackendError
-from agentpool.spec.values import HttpEndpoint, Result
+from agentpool.resources.routing import HttpEndpoint
+from agentpool.results import Result
 
 from .tls_helpers import Pki, https_gateway, make_pki
 

@@ -15,9 +15,10 @@ from agentpool import __version__
 from agentpool.backends.cpu_http import DVFS_ACTION, RAPL_ACTION, post_control, read_package_power
 from agentpool.backends.httpclient import _open, user_agent
 from agentpool.errors import HttpBackendError
+from agentpool.resources.routing import HttpEndpoint
+from agentpool.results import Result
 from agentpool.sim.power.model import RequestKind
 from agentpool.sim.power.server import PowerSim
-from agentpool.spec.values import HttpEndpoint, Result
 from tests.backends.conftest import OK_S, Scripted, answer
 from tests.backends.rawhttp import Answer, RawServer
 

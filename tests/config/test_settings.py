@@ -1,4 +1,4 @@
-"""Settings from raw flag/env values (README "Configuration"): defaults, parsing, every error."""
+"""Settings from raw flag/env values (docs/configuration.md): defaults, parsing, every error."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from agentpool.config.options import (
 from agentpool.config.settings import DvfsSettings, ElasticSettings, Settings, load_settings
 from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment
-from agentpool.spec.values import (
+from agentpool.resources.routing import (
     ControlMode,
     ControlType,
     HttpEndpoint,
@@ -339,7 +339,7 @@ def test_static_membership_is_the_default_and_ignores_lease_requirements() -> No
 
 @pytest.mark.parametrize("endpoint", ["http://[", "http://sim:abc/", "http://:", "http://sim/a b"])
 def test_a_telemetry_endpoint_that_cannot_be_requested_exits_naming_it(endpoint: str) -> None:
-    # Shrunk from tests/properties/test_spec.py: urlsplit raised ValueError on the first
+    # Shrunk from tests/properties/test_resources.py: urlsplit raised ValueError on the first
     # (a traceback, not exit 2), and the others were accepted and failed every request.
     raw = {**POOL, "TELEMETRY_CPU_CONTROL": "http", "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": endpoint}
     with pytest.raises(ConfigError) as caught:

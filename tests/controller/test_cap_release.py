@@ -1,6 +1,7 @@
-"""A cap removed while the node stays managed is released at the second tick (README: Removing
-a cap releases it): host files back to what they were, an HTTP throttle released, an HTTP RAPL
-cap raised to the node's maximum; and never released while the node moves between the APIs.
+"""A cap removed while the node stays managed is released at the second tick
+(docs/resources.md, "Removing a cap releases it"): host files back to what they were, an HTTP
+throttle released, an HTTP RAPL cap raised to the node's maximum; and never released while the
+node moves between the APIs.
 
 Real sysfs-shaped trees and the PowerSim HTTP server; the clock is the simulated one of
 :mod:`tests.controller.test_node`.
@@ -12,11 +13,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from agentpool.resources.nodeinputs import NodeApi
+from agentpool.results import Backend, Result
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.dynamics import LiveModel, LiveSysfs
 from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
-from agentpool.spec.values import Backend, Result
 from tests.backends.sysfs_helpers import settings_of, snapshot
 from tests.controller.test_node import NODE, SMAX, Harness, npp, sim, tp
 from tests.controller.test_nodetwin import twin
@@ -144,28 +146,28 @@ def test_moving_from_the_profile_to_the_twin_and_back_releases_nothing(tmp_path:
     with intel_2socket(h.root) as tree:
         pl1 = tree.root / "devices/virtual/powercap/intel-rapl/intel-rapl:0"
         limit = pl1 / "constraint_0_power_limit_uw"
-        h.set(power_profile=npp(120), auto_api=True)
+        h.set(power_profile=npp(120), api=NodeApi.PROFILES)
         h.tick()
         assert limit.read_text() == "60000000\n"
         # The NodeTwin's ADDED and the NodePowerProfile's DELETED in either order: one tick
         # may see neither object, and must not release.
-        h.set(auto_api=True)
+        h.set(api=NodeApi.NONE)
         assert h.tick(20).message == (
             f"nothing to enforce: no NodeTwin or NodePowerProfile targets this node; {HELD}"
         )
         assert limit.read_text() == "60000000\n"
-        h.set(node_twin=twin(cap=130), nodetwin_api=True, auto_api=True)
+        h.set(node_twin=twin(cap=130), api=NodeApi.NODETWIN)
         result = h.tick(0)
         assert (result.result, result.message.split(" over ")[0]) == (
             Result.APPLIED, "RAPL PL1 130 W"
         )
         assert limit.read_text() == "65000000\n"
         # Back: the twin goes, the profile is there already; and one more tick in between.
-        h.set(power_profile=npp(110), auto_api=True)
+        h.set(power_profile=npp(110), api=NodeApi.PROFILES)
         assert h.tick(20).result is Result.APPLIED
-        h.set(auto_api=True)
+        h.set(api=NodeApi.NONE)
         h.tick(20)
-        h.set(power_profile=npp(110), auto_api=True)
+        h.set(power_profile=npp(110), api=NodeApi.PROFILES)
         assert h.tick(20).result is Result.APPLIED
         assert limit.read_text() == "55000000\n"
 

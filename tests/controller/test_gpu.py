@@ -1,4 +1,4 @@
-"""GPU caps of one node (README "GPU power caps"), through NodeController: raw CRs in, statuses out.
+"""GPU caps of one node (docs/resources.md), through NodeController: raw CRs in, statuses out.
 
 HTTP control runs against the power simulator on 127.0.0.1 (real HTTP, GPUs
 simulated); host control runs NVML against the fake libnvidia-ml.so.1 built
@@ -21,11 +21,12 @@ from agentpool.config.settings import Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.kube.status import status_body
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.results import GpuBackend, GpuTickResult, Result
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.power.gpu import GPU_ACTION, GpuConfig
 from agentpool.sim.power.model import NodeConfig, RequestKind
 from agentpool.sim.power.server import PowerSim
-from agentpool.spec.values import GpuBackend, GpuTickResult, NodeInputs, Result
 from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)
@@ -402,7 +403,7 @@ def test_nodetwin_gpu_cap_routed_by_environment_with_its_control_status(
     }))
     twin = node_twin("gpu-0", cap=150)
     twin["spec"]["gpu"] = {"powerCap": {"scope": "perGpu", "capPctOfMax": 60}}
-    node.controller.update(NodeInputs("gpu-0", node_twin=twin, nodetwin_api=True))
+    node.controller.update(NodeInputs("gpu-0", node_twin=twin, api=NodeApi.NODETWIN))
     result = node.controller.tick()
     assert result.gpu is not None
     assert (result.gpu.backend, result.gpu.result) == (GpuBackend.HTTP, Result.APPLIED)
@@ -415,6 +416,6 @@ def test_nodetwin_gpu_cap_routed_by_environment_with_its_control_status(
     # A twin without a GPU cap writes no controlStatus.gpu: the operator's stays.
     plain = Node("cpu-0", tmp_path)
     plain.controller.update(
-        NodeInputs("cpu-0", node_twin=node_twin("cpu-0", cap=150), nodetwin_api=True)
+        NodeInputs("cpu-0", node_twin=node_twin("cpu-0", cap=150), api=NodeApi.NODETWIN)
     )
     assert "gpu" not in twin_status_body(plain.controller.tick())["controlStatus"]

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.controller.gpu_metrics import GpuMetrics
-from agentpool.spec.values import GpuBackend
+from agentpool.results import GpuBackend
 from agentpool.supervisor.collector import FastMultiProcessCollector
 
 
@@ -57,7 +57,7 @@ WRITER = textwrap.dedent(
     from prometheus_client import values
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: "n-gpu")
     from agentpool.controller.gpu_metrics import GpuMetrics
-    from agentpool.spec.values import GpuBackend
+    from agentpool.results import GpuBackend
     m = GpuMetrics("gpu-0")
     m.set_backend(GpuBackend.HOST_NVIDIA)
     m.set_devices({"0": (250.0, 240.0), "1": (72.0, 70.0), "2": (200.0, 190.0)})

@@ -1,4 +1,4 @@
-"""The joulie_* metrics (README "Metrics"): names, types, labels, one-hot mode, tombstones."""
+"""The joulie_* metrics (docs/metrics.md): names, types, labels, one-hot mode, tombstones."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.controller.metrics import NodeMetrics
-from agentpool.spec.values import Backend
+from agentpool.results import Backend
 from tests.joulie_dashboards import AGENT_METRICS
 
 # name -> (type, label names): the contract's table, which is what Joulie's agent exports.
@@ -176,7 +176,7 @@ def test_gauges_vanish_with_their_worker_in_multiprocess_mode(registry: Collecto
     # "live*" modes drop a dead pid's values: a node that leaves leaves no gauge behind.
     m = NodeMetrics("n", registry=registry)
     gauges = [g for g in vars(m).values() if type(g).__name__ == "Gauge"]
-    assert len(gauges) == 16  # 13, and 3 for the NodeTwin API (README)
+    assert len(gauges) == 16  # 13, and 3 for the NodeTwin API (docs/metrics.md)
     assert {g._multiprocess_mode for g in gauges} <= {
         "livesum",
         "liveall",

@@ -1,4 +1,4 @@
-"""NodeController end to end (README "Modes"): raw CR JSON in, TickResult and host files out.
+"""NodeController end to end (docs/modes.md): raw CR JSON in, TickResult and host files out.
 
 Real sysfs-shaped trees (agentpool.sim.sysfs.trees), energy counters moved by
 LiveSysfs, and the PowerSim HTTP server on 127.0.0.1. The only stand-in is the
@@ -21,6 +21,8 @@ from agentpool.config.options import DvfsControllerKind
 from agentpool.config.settings import DvfsSettings, Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NO_BACKEND, NodeController
+from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.results import Backend, Result, TickResult
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, FaultKind, NodeConfig, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.dynamics import LiveModel, LiveSysfs
@@ -29,7 +31,6 @@ from agentpool.sim.sysfs.trees import (
     no_rapl,
     read_only_rapl,
 )
-from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
 from tests.backends.sysfs_helpers import changes, settings_of, snapshot
 
 NODE = "worker-0"
@@ -776,7 +777,7 @@ def test_sysfs_root_template_gives_each_node_its_own_tree(tmp_path: Path) -> Non
         assert snapshot(other.root) == untouched
 
 
-# -- absurd but legal caps (README "Custom resources"): clamped to the hardware, the same way
+# -- absurd but legal caps (docs/resources.md): clamped to the hardware, the same way
 # on both APIs; the known crash of issue 28 and its shrunk examples from tests/properties ----
 
 
@@ -786,7 +787,7 @@ def test_a_cap_of_1e308_w_is_clamped_to_the_zones_and_said_so(tmp_path: Path, ap
     with intel_2socket(h.root):
         if api == "nodetwin":
             twin = {**npp(1e308), "kind": "NodeTwin"}
-            h.set(node_twin=twin, nodetwin_api=True)
+            h.set(node_twin=twin, api=NodeApi.NODETWIN)
         else:
             h.set(power_profile=npp(1e308))
         result = h.tick()  # raised OverflowError in RaplHost.apply, killing the worker

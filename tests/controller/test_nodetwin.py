@@ -14,20 +14,20 @@ from typing import Any
 
 import pytest
 
-from agentpool.sim.objects import node_twin, twin_name
-from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
-from agentpool.sim.power.server import PowerSim
-from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
-from agentpool.spec.values import (
-    Backend,
+from agentpool.resources.nodeinputs import NodeApi
+from agentpool.resources.routing import (
     ControlMode,
     ControlType,
     HttpEndpoint,
     NodeRouting,
-    Result,
     Routing,
     SourceType,
 )
+from agentpool.results import Backend, Result
+from agentpool.sim.objects import node_twin, twin_name
+from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
+from agentpool.sim.power.server import PowerSim
+from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
 from tests.backends.sysfs_helpers import changes, settings_of
 
 from .test_node import NODE, PL1, SMAX, Harness
@@ -48,7 +48,7 @@ def test_percent_on_host_is_within_a_watt_of_pct_times_max(
 ) -> None:
     h = Harness(tmp_path)
     with intel_2socket(h.root, packages=packages, tdp_watts=tdp):
-        h.set(node_twin=twin(pct=pct), nodetwin_api=True)
+        h.set(node_twin=twin(pct=pct), api=NodeApi.NODETWIN)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
         expected = pct / 100 * tdp * packages
@@ -65,7 +65,7 @@ def test_percent_on_host_is_within_a_watt_of_pct_times_max(
 def test_watts_win_over_percent(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with intel_2socket(h.root):
-        h.set(node_twin=twin(cap=150, pct=10), nodetwin_api=True)
+        h.set(node_twin=twin(cap=150, pct=10), api=NodeApi.NODETWIN)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
         assert pl1_watts(h.root, PL1) == [75.0, 75.0]
@@ -76,11 +76,11 @@ def test_neither_watts_nor_percent_is_nothing_to_enforce(tmp_path: Path) -> None
     h = Harness(tmp_path)
     with intel_2socket(h.root):
         before = settings_of(h.root)
-        h.set(node_twin=twin(), nodetwin_api=True)
+        h.set(node_twin=twin(), api=NodeApi.NODETWIN)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.NONE, Result.NONE)
         assert "NodeTwin 'worker-0' sets neither" in result.message
-        h.set(nodetwin_api=True)
+        h.set(api=NodeApi.NODETWIN)
         assert h.tick().message == "nothing to enforce: no NodeTwin targets this node"
         assert changes(before, settings_of(h.root)) == {}
 
@@ -102,7 +102,7 @@ def test_malformed_twin_is_an_error_naming_the_field(
         before = settings_of(h.root)
         bad = twin()
         bad["spec"]["cpu"] = cpu
-        h.set(node_twin=bad, nodetwin_api=True)
+        h.set(node_twin=bad, api=NodeApi.NODETWIN)
         result = h.tick()
         assert result.result is Result.ERROR
         assert result.message.startswith(f"NodeTwin 'worker-0': {field}:")
@@ -112,7 +112,7 @@ def test_malformed_twin_is_an_error_naming_the_field(
 def test_percent_is_raised_to_the_zones_minimum(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with intel_2socket(h.root, tdp_watts=165.0, min_watts=60.0):
-        h.set(node_twin=twin(pct=20), nodetwin_api=True)  # 20% of 330 W = 66 W < 2 x 60 W
+        h.set(node_twin=twin(pct=20), api=NodeApi.NODETWIN)  # 20% of 330 W = 66 W < 2 x 60 W
         result = h.tick()
         assert result.result is Result.APPLIED
         assert pl1_watts(h.root, PL1) == [60.0, 60.0]
@@ -122,7 +122,7 @@ def test_no_max_file_throttles_by_100_minus_pct_and_says_so(tmp_path: Path) -> N
     h = Harness(tmp_path)
     with intel_2socket(h.root, max_files=False) as tree:
         before = settings_of(h.root)
-        h.set(node_twin=twin(pct=70), nodetwin_api=True)
+        h.set(node_twin=twin(pct=70), api=NodeApi.NODETWIN)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.DVFS, Result.APPLIED)
         assert "maximum unknown" in result.message
@@ -133,7 +133,7 @@ def test_no_max_file_throttles_by_100_minus_pct_and_says_so(tmp_path: Path) -> N
         assert set(changed) == {SMAX.format(i=0), SMAX.format(i=1)}
         assert h.metric("joulie_dvfs_throttle_pct") == 30
         # A watts cap afterwards: RAPL takes over and the throttle is released.
-        h.set(node_twin=twin(cap=200), nodetwin_api=True)
+        h.set(node_twin=twin(cap=200), api=NodeApi.NODETWIN)
         assert h.tick().backend is Backend.RAPL
         assert changes(before, settings_of(h.root)).keys() == set(PL1)
         assert len(tree.policies) == 4
@@ -144,7 +144,7 @@ def test_locked_rapl_with_known_max_falls_back_to_dvfs_with_the_resolved_cap(
 ) -> None:
     h = Harness(tmp_path)
     with read_only_rapl(h.root):
-        h.set(node_twin=twin(pct=50), nodetwin_api=True)
+        h.set(node_twin=twin(pct=50), api=NodeApi.NODETWIN)
         result = h.tick()
         assert result.backend is Backend.DVFS
         assert "50% of max 330 W" in result.message
@@ -169,7 +169,7 @@ def http_routing(sim: PowerSim, telemetry: bool = True) -> NodeRouting:
 
 def test_http_percent_resolves_against_nodehardware(tmp_path: Path, sim: PowerSim) -> None:
     h = Harness(tmp_path, routing=http_routing(sim, telemetry=False))
-    h.set(node_twin=twin(pct=40), nodetwin_api=True, hardware_max_w=500.0)
+    h.set(node_twin=twin(pct=40), api=NodeApi.NODETWIN, hardware_max_w=500.0)
     result = h.tick()
     assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
     assert sim.state(NODE).cap_watts == 200.0
@@ -179,7 +179,7 @@ def test_http_percent_resolves_against_nodehardware(tmp_path: Path, sim: PowerSi
 def test_http_percent_resolves_against_telemetry(tmp_path: Path, sim: PowerSim) -> None:
     sim.add_node(NODE, max_watts=300.0)
     h = Harness(tmp_path, routing=http_routing(sim))
-    h.set(node_twin=twin(pct=50), nodetwin_api=True)
+    h.set(node_twin=twin(pct=50), api=NodeApi.NODETWIN)
     result = h.tick()
     assert result.result is Result.APPLIED
     assert sim.state(NODE).cap_watts == 150.0
@@ -188,7 +188,7 @@ def test_http_percent_resolves_against_telemetry(tmp_path: Path, sim: PowerSim) 
 
 def test_http_percent_without_maximum_posts_a_throttle(tmp_path: Path, sim: PowerSim) -> None:
     h = Harness(tmp_path, routing=http_routing(sim, telemetry=False))
-    h.set(node_twin=twin(pct=65), nodetwin_api=True)
+    h.set(node_twin=twin(pct=65), api=NodeApi.NODETWIN)
     result = h.tick()
     assert (result.backend, result.result) == (Backend.DVFS, Result.APPLIED)
     assert "neither NodeHardware nor telemetry reports a CPU maximum" in result.message
@@ -197,7 +197,7 @@ def test_http_percent_without_maximum_posts_a_throttle(tmp_path: Path, sim: Powe
     assert [(r.body["action"], r.body["throttlePct"]) for r in controls] == [(DVFS_ACTION, 35)]
     assert sim.state(NODE).throttle_pct == 35
     # A maximum becomes known (NodeHardware): RAPL applies and the throttle is released.
-    h.set(node_twin=twin(pct=65), nodetwin_api=True, hardware_max_w=400.0)
+    h.set(node_twin=twin(pct=65), api=NodeApi.NODETWIN, hardware_max_w=400.0)
     assert h.tick().backend is Backend.RAPL
     actions = [
         (r.body["action"], r.body["throttlePct"]) for r in sim.requests(kind=RequestKind.CONTROL)
@@ -211,10 +211,10 @@ def test_stale_desired_state_relaxes_then_recovers(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with intel_2socket(h.root):
         before = settings_of(h.root)
-        h.set(node_twin=twin(cap=120), nodetwin_api=True)
+        h.set(node_twin=twin(cap=120), api=NodeApi.NODETWIN)
         assert h.tick().result is Result.APPLIED
         assert pl1_watts(h.root, PL1) == [60.0, 60.0]
-        h.set(node_twin=twin(cap=120), nodetwin_api=True, spec_stale=True)
+        h.set(node_twin=twin(cap=120), api=NodeApi.NODETWIN, spec_stale=True)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.NONE, Result.NONE)
         assert result.message == (
@@ -222,7 +222,7 @@ def test_stale_desired_state_relaxes_then_recovers(tmp_path: Path) -> None:
             "SPEC_STALE_ACTION=relax: host limits restored, throttle released"
         )
         assert changes(before, settings_of(h.root)) == {}
-        h.set(node_twin=twin(cap=120), nodetwin_api=True)
+        h.set(node_twin=twin(cap=120), api=NodeApi.NODETWIN)
         result = h.tick()
         assert result.result is Result.APPLIED
         assert result.message.startswith("desired state confirmed again after a stale period: ")
@@ -235,7 +235,7 @@ def test_stale_desired_state_kept_when_asked(tmp_path: Path) -> None:
 
     h = Harness(tmp_path, spec_stale_action=StaleAction.KEEP)
     with intel_2socket(h.root):
-        h.set(node_twin=twin(cap=100), nodetwin_api=True, spec_stale=True)
+        h.set(node_twin=twin(cap=100), api=NodeApi.NODETWIN, spec_stale=True)
         result = h.tick()
         assert result.result is Result.APPLIED
         assert "SPEC_STALE_ACTION=keep: RAPL PL1 100 W" in result.message
@@ -247,7 +247,7 @@ def test_an_absurdly_small_percent_resolves_to_1_w_not_0_w(tmp_path: Path, pct: 
     # Legal (0 < pct <= 100) but absurd: its watts rounded to 0.0, a 0 W cap written to PL1.
     h = Harness(tmp_path)
     with intel_2socket(h.root):
-        h.set(node_twin=twin(pct=pct), nodetwin_api=True)
+        h.set(node_twin=twin(pct=pct), api=NodeApi.NODETWIN)
         result = h.tick()
         assert result.result is Result.APPLIED
         assert result.observed["capWatts"] == 1.0

@@ -8,8 +8,8 @@ import pytest
 
 from agentpool.backends.sysfs.rapl import discover_package_zones
 from agentpool.controller import percent
+from agentpool.resources.routing import HttpEndpoint
 from agentpool.sim.sysfs.trees import intel_2socket, no_rapl, read_int
-from agentpool.spec.values import HttpEndpoint
 
 
 def test_host_maximum_sums_the_pl1_maxima(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentpool.controller import stale
 from agentpool.controller.release import Released
-from agentpool.spec.values import Backend, Result, TickResult
+from agentpool.results import Backend, Result, TickResult
 
 WHY = "desired state not confirmed from the API for 5m (watches failing)"
 

@@ -103,7 +103,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
 }
 
-# README "Metrics": the metric names the dashboard may use.
+# docs/metrics.md: the metric names the dashboard may use.
 CONTRACT_METRICS = {
     "joulie_backend_mode",
     "joulie_policy_cap_watts",
@@ -120,7 +120,7 @@ CONTRACT_METRICS = {
     "joulie_dvfs_cpu_max_freq_khz",
     "joulie_reconcile_errors_total",
 }
-# Documented in the README's metrics table beyond section 7 (issue 16: which nodes hold their cap).
+# Documented in docs/metrics.md beyond section 7 (issue 16: which nodes hold their cap).
 AGENT_EXTRA_METRICS = {"joulie_dvfs_cap_error_watts"}
 # The supervisor's own series (section 7 names only their prefix and meaning);
 # these are the names the dashboard expects the supervisor to export.

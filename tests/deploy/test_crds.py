@@ -1,4 +1,4 @@
-"""The chart's CRDs against README "Custom resources".
+"""The chart's CRDs against docs/resources.md.
 
 Sample objects are validated against each CRD's ``openAPIV3Schema`` with
 ``jsonschema`` (installed with kubernetes-validate). Kubernetes schemas are
@@ -362,7 +362,7 @@ def test_the_schema_and_the_parser_agree_on_http_timeouts(path: str, timeout: fl
     # The heartbeat is derived from the longest timeout the parser accepts; the CRD
     # must not admit longer ones (nor refuse ones the parser takes).
     from agentpool.errors import ProfileError
-    from agentpool.spec.parse import parse_telemetry_profile
+    from agentpool.resources.parse import parse_telemetry_profile
 
     sample = changed(GOOD_TP, f"{path}.timeoutSeconds", timeout)
     try:
@@ -390,7 +390,7 @@ def test_the_schema_and_the_parser_agree_on_http_timeouts(path: str, timeout: fl
 )
 def test_the_schema_and_the_agent_agree_on_targets(target: dict[str, Any]) -> None:
     # The agent checks what the schema refuses, for objects no server validated.
-    from agentpool.spec.parse import target_problem
+    from agentpool.resources.parse import target_problem
 
     sample = changed(GOOD_TP, "spec.target", target)
     try:

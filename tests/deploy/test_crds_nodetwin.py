@@ -1,4 +1,4 @@
-"""The chart's NodeTwin and NodeHardware CRDs: Joulie's current API (README).
+"""The chart's NodeTwin and NodeHardware CRDs: Joulie's current API (docs/resources.md).
 
 Besides validating samples, these tests check *pruning*: a real API server
 silently drops every field a structural schema does not declare (unless the

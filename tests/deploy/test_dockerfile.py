@@ -10,9 +10,11 @@ from __future__ import annotations
 import configparser
 import fnmatch
 import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,75 @@ def test_nothing_unpinned_is_downloaded() -> None:
     pins = [line for line in build_lock.splitlines() if "==" in line]
     assert [p.split("==")[0] for p in pins] == ["setuptools"]
     assert "--hash=sha256:" in build_lock
+
+
+def kit_step() -> str:
+    """The shell command that leaves the simulation kit out: the first of the RUN that
+    builds the wheel."""
+    pairs = instructions()
+    builder = pairs[: max(i for i, (word, _) in enumerate(pairs) if word == "FROM")]
+    (at,) = [i for i, (word, args) in enumerate(builder)
+             if word == "RUN" and "agentpool/sim" in args]
+    first, _, rest = builder[at][1].partition(" && ")
+    # After the package is copied in, before the wheel is built from it; EXTRAS is the
+    # build argument the lock was chosen by.
+    assert builder.index(("COPY", "agentpool ./agentpool")) < at
+    assert rest.startswith("pip wheel ")
+    assert ("ARG", 'EXTRAS=""') in builder[:at]
+    return first
+
+
+def builder_package(tmp_path: Path, extras: str) -> Path:
+    """The builder's /src/agentpool once that command ran, as ``sh -c`` with the build
+    argument in its environment (how Docker runs a RUN line and passes an ARG)."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "agentpool", src / "agentpool",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "EXTRAS": extras}
+    subprocess.run(["sh", "-c", kit_step()], cwd=src, env=env, check=True, timeout=60)
+    return src / "agentpool"
+
+
+@pytest.mark.parametrize(
+    ("extras", "kit"),
+    [("", False), ("[nvidia,amd]", False), ("[sim]", True), ("[nvidia,sim]", True)],
+)
+def test_the_simulation_kit_and_the_demo_ship_only_with_the_sim_extra(
+    tmp_path: Path, extras: str, kit: bool
+) -> None:
+    package = builder_package(tmp_path, extras)
+    assert (package / "sim" / "__init__.py").is_file() is kit
+    assert (package / "demo" / "__init__.py").is_file() is kit
+    shipped = {p.relative_to(package).parts[0] for p in package.rglob("*.py")}
+    everything = {p.relative_to(REPO / "agentpool").parts[0]
+                  for p in (REPO / "agentpool").rglob("*.py")}
+    assert everything - shipped == (set() if kit else {"sim", "demo"})
+
+
+def test_without_the_kit_the_agent_runs_and_demo_says_how_to_get_it(tmp_path: Path) -> None:
+    package = builder_package(tmp_path, "")
+    # -S: site-packages are not processed, so the editable install's import hook (which
+    # would find the kit in this checkout) is not there; the dependencies are found on
+    # PYTHONPATH behind the stripped package, as the image finds them in its venv.
+    libs = dict.fromkeys([str(package.parent), sysconfig.get_path("purelib"),
+                          sysconfig.get_path("platlib")])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(libs)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        # Run from tmp_path: "python -m" puts the working directory first on sys.path.
+        return subprocess.run([sys.executable, "-S", *args], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=60, check=False)
+
+    where = run("-c", "import agentpool.cli, agentpool.supervisor.main; print(agentpool.__file__)")
+    assert where.stdout == f"{package / '__init__.py'}\n", where.stderr
+    assert run("-m", "agentpool", "--version").returncode == 0
+    demo = run("-m", "agentpool", "demo", "--duration", "1")
+    assert (demo.returncode, demo.stdout) == (2, "")
+    assert demo.stderr.startswith(
+        "agentpool demo: the simulation kit is not installed (no module 'agentpool.demo'); "
+    )
+    assert demo.stderr.count("\n") == 1
+    assert "pip install '.[sim]'" in demo.stderr
 
 
 def test_the_standard_library_ships_compiled() -> None:

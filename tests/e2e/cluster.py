@@ -53,8 +53,8 @@ GROUP, VERSION = "joulie.io", "v1alpha1"
 HOW_TO_RUN = (
     "end-to-end tests need a cluster: set AGENTPOOL_E2E_KUBECONFIG (cluster-admin) and "
     "AGENTPOOL_E2E_IMAGE (an image the nodes can start, built from this Dockerfile); "
-    ".ci/run does both with ../shared/cluster (docs/deploy.md: run the end-to-end tests "
-    "against your cluster)"
+    ".ci/run does both with ../shared/cluster (docs/development.md: end-to-end tests "
+    "on a real cluster)"
 )
 
 

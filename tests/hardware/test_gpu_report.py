@@ -19,8 +19,8 @@ import pytest
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.sysfs.files import Originals
 from agentpool.hardware.gpu_report import gpu_lines
+from agentpool.resources.desired import GpuCap
 from agentpool.sim.sysfs.trees import intel_2socket
-from agentpool.spec.values import GpuCap
 from tests.backends.gpu.test_amdsmi import NOT_SUPPORTED, Device, binding
 from tests.fake_nvml import FakeGpu, FakeNvml, build
 

@@ -17,7 +17,7 @@ from agentpool.hardware.labels import (
 )
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
-from agentpool.supervisor.scope import ClusterView
+from agentpool.supervisor.clusterview import ClusterView
 
 NFD = "feature.node.kubernetes.io/"
 VENDOR = NFD + "cpu-vendor"

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from agentpool.events.reasons import NodeEvent, Reason
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.events import NAMESPACE, REFUSED_PAUSE_S, EventRecorder, event_name
+from agentpool.nodeevents.reasons import NodeEvent, Reason
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.polling import wait_until
 

@@ -20,11 +20,11 @@ from agentpool.kube.nodehardware import (
     node_object_name,
 )
 from agentpool.kube.status import StatusWriter, twin_status_body
+from agentpool.results import Backend, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.objects import node_twin, operator_status
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import intel_2socket
-from agentpool.spec.values import Backend, Result, TickResult
 from agentpool.tokenbucket import Budget
 
 CREATES = ("create", "nodehardwares")

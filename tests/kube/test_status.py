@@ -11,10 +11,10 @@ import pytest
 
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.status import StatusWriter
+from agentpool.results import Backend, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.objects import telemetry_profile
 from agentpool.sim.polling import wait_until
-from agentpool.spec.values import Backend, Result, TickResult
 
 PATCHES = ("patch", "telemetryprofiles/status")
 

@@ -14,9 +14,9 @@ import pytest
 
 from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.status import StatusWriter
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator, ApiError
 from agentpool.sim.objects import power_profile, telemetry_profile
-from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, Result, TickResult
 from tests.sim.fixtures import Backend as ApiBackend
 
 PATCHES = ("patch", "telemetryprofiles/status")

@@ -1,5 +1,5 @@
-"""Which pod owns which node: FNV-1a shards (README "Modes"), StatefulSet ordinals, and the
-elastic pool's modulo over members, rendezvous and member order (README: elastic pool)."""
+"""Which pod owns which node: FNV-1a shards (docs/modes.md), StatefulSet ordinals, and the
+elastic pool's modulo over members, rendezvous and member order (docs/modes.md: elastic pool)."""
 
 from __future__ import annotations
 

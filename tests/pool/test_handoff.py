@@ -1,4 +1,4 @@
-"""The handoff rules (README: elastic pool), one by one and then model-checked.
+"""The handoff rules (docs/modes.md: elastic pool), one by one and then model-checked.
 
 The first part drives :class:`~agentpool.pool.handoff.Handoff` by hand with a fake
 clock. The second runs whole pools of production

@@ -1,4 +1,4 @@
-"""Pool membership from leases, judged on the observer's clock (README: elastic pool)."""
+"""Pool membership from leases, judged on the observer's clock (docs/modes.md: elastic pool)."""
 
 from __future__ import annotations
 

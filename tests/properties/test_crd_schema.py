@@ -38,8 +38,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from agentpool.errors import ProfileError
-from agentpool.sim.envtest import EnvtestServer
-from agentpool.spec.parse import (
+from agentpool.resources.parse import (
     NPP,
     NT,
     TP,
@@ -47,6 +46,7 @@ from agentpool.spec.parse import (
     parse_power_profile,
     parse_telemetry_profile,
 )
+from agentpool.sim.envtest import EnvtestServer
 from tests.properties.budget import examples
 from tests.properties.resources import (
     INFORMATIONAL,

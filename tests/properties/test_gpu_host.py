@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.sysfs.files import Originals
-from agentpool.spec.values import GpuCap, Result
+from agentpool.resources.desired import GpuCap
+from agentpool.results import Result
 from tests.backends.gpu.test_amdsmi import Device, binding
 from tests.properties.budget import examples
 

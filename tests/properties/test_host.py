@@ -34,8 +34,9 @@ from agentpool.config.settings import DvfsSettings, Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.kube.status import status_body
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.results import Backend
 from agentpool.sim.sysfs.trees import CpufreqSpec, LockMode, RaplSpec, build
-from agentpool.spec.values import Backend, NodeInputs
 from tests.properties.budget import examples
 
 NODE = "worker-0"

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from agentpool.backends import cpu_http, gpu_http, httpclient
 from agentpool.errors import HttpBackendError
-from agentpool.spec.values import HttpEndpoint, Result
+from agentpool.resources.routing import HttpEndpoint
+from agentpool.results import Result
 from tests.backends.rawhttp import Answer, RawServer
 from tests.properties.budget import examples
 from tests.properties.strategies import json_values

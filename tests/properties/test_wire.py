@@ -36,7 +36,8 @@ from hypothesis import strategies as st
 
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
-from agentpool.spec.values import Backend, GpuBackend, GpuTickResult, NodeInputs, Result, TickResult
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 from agentpool.supervisor.forkclient import SERVER_MODULE, ForkServer
 from agentpool.supervisor.handles import WorkerState
 from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact

@@ -1,6 +1,6 @@
 """The one-minute soak: chaos against the real agent, then nothing lost, leaked or drifted.
 
-The ten-minute version is ``python bench/soak.py`` (see the README).
+The ten-minute version is ``python bench/soak.py`` (see docs/development.md).
 """
 
 from __future__ import annotations

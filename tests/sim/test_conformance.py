@@ -4,7 +4,7 @@ Every test runs twice through the real ``kubernetes`` client: against the
 emulator (with the chart's CRDs installed) and against kube-apiserver 1.20
 from the envtest binaries (skipped, saying how to get them, where they are
 absent). Where the two disagree the emulator is wrong; the differences that
-remain on purpose are listed in the README's simulation kit section.
+remain on purpose are listed in docs/development.md's simulation kit section.
 """
 
 from __future__ import annotations

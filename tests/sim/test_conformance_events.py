@@ -1,6 +1,6 @@
 """``events.k8s.io/v1`` Events about Nodes, on the emulator and a real server alike.
 
-The agent records its Node events through this API (README: Node events);
+The agent records its Node events through this API (docs/metrics.md: Node events);
 these tests pin what the emulator must refuse and accept as kube-apiserver
 1.20 does, through the real ``kubernetes`` client: the fields a new Event
 must carry, the namespace of an Event about a cluster-scoped object, a

@@ -1,6 +1,6 @@
 """Namespaced Leases and StatefulSets (with ``/scale``), on the emulator and a real server.
 
-The elastic pool (README: elastic pool) holds a ``coordination.k8s.io/v1``
+The elastic pool (docs/modes.md: elastic pool) holds a ``coordination.k8s.io/v1``
 Lease per pod and follows its StatefulSet's ``spec.replicas``; these tests pin
 the behaviour it relies on, through the real ``kubernetes`` client, against
 the emulator and kube-apiserver 1.20 alike. Every test uses its own object

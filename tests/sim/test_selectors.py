@@ -4,7 +4,7 @@ Run through the real kubernetes client against the emulator (whose selector
 code is its own, not the agent's) and against a real kube-apiserver from the
 envtest binaries (skipped where they are absent): the real server is the
 reference, so a case where it disagrees is a wrong expectation in the table,
-which tests/spec/test_selectors.py also holds the agent's parser to.
+which tests/test_labelselectors.py also holds the agent's parser to.
 """
 
 from __future__ import annotations

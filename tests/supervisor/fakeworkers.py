@@ -25,10 +25,11 @@ from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.kube.writehold import WriteHold
-from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.results import Backend, Result, TickResult
+from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.handles import WorkerProcess
 from agentpool.supervisor.loop import Supervisor
-from agentpool.supervisor.scope import ClusterView
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import TickReport

@@ -35,7 +35,7 @@ WRITER = textwrap.dedent(
         presize_metrics_files(os.environ["PROMETHEUS_MULTIPROC_DIR"], node)
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: metrics_id(node))
     from agentpool.controller.metrics import NodeMetrics
-    from agentpool.spec.values import Backend
+    from agentpool.results import Backend
     m = NodeMetrics(node)
     m.set_backend(Backend.DVFS)
     m.set_cap("eco", 120.0)

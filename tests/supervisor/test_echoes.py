@@ -8,7 +8,7 @@ from typing import Any
 
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
-from agentpool.spec.values import NodeInputs
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor.echoes import Echoes
 
 from .fakeworkers import Loop, power, telemetry

@@ -191,7 +191,7 @@ def test_scaling_2_3_5_2_hands_nodes_over_without_overlap(
                 if name not in pods:
                     pods[name] = Pod(name, pool, backend.kubeconfig, table).start()
             members = [f"{pool}-{i}" for i in range(size)]
-            # Converging after a resize is bounded by 30 s (README: elastic pool).
+            # Converging after a resize is bounded by 30 s (docs/modes.md: elastic pool).
             wait_until(lambda m=members: converged(table, m), 30)  # type: ignore[misc]
             for name in [n for n in pods if n not in members]:
                 # Scaled away: it handed its nodes over while running; now it is stopped.

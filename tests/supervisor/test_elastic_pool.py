@@ -1,4 +1,4 @@
-"""Acceptance of the elastic pool (README: elastic pool) with real agent processes.
+"""Acceptance of the elastic pool (docs/modes.md: elastic pool) with real agent processes.
 
 Real ``agentpool`` supervisors in lease mode, each with its worker processes,
 against the API server (the emulator, and a real kube-apiserver where the

@@ -1,4 +1,5 @@
-"""Acceptance of GPU power caps (README): the real agent, a pool of HTTP nodes and a host node.
+"""Acceptance of GPU power caps (docs/resources.md): the real agent, a pool of HTTP nodes and a
+host node.
 
 The pool: two GPU nodes and a CPU-only node behind the power simulator
 (HTTP), run by a pool agent; and one node with host controls, run by a

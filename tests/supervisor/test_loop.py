@@ -26,10 +26,11 @@ from prometheus_client import CollectorRegistry
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.kube.writehold import WriteHold
-from agentpool.spec.values import Backend, NodeInputs, Result, TickResult
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.results import Backend, Result, TickResult
+from agentpool.supervisor.clusterview import heartbeat_limit
 from agentpool.supervisor.handles import Launched, StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
-from agentpool.supervisor.scope import heartbeat_limit
 from agentpool.supervisor.workers import FULL_PASS_S
 from agentpool.worker.cadence import early_s
 from agentpool.worker.nodefiles import metrics_id

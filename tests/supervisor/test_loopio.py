@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentpool.spec.values import NodeInputs
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor.handles import WorkerHandle
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.worker.protocol import frame

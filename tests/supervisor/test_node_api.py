@@ -14,10 +14,10 @@ import pytest
 from agentpool.config.settings import load_settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
+from agentpool.resources.nodeinputs import NodeApi
 from agentpool.sim.objects import node_twin
-from agentpool.spec.values import NodeApi
-from agentpool.supervisor.scope import ClusterView
-from tests.supervisor.test_scope import MANAGED, node, npp, tp
+from agentpool.supervisor.clusterview import ClusterView
+from tests.supervisor.test_clusterview import MANAGED, node, npp, tp
 
 NT, NPP, TP = Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES
 
@@ -45,7 +45,7 @@ def mixed(v: ClusterView) -> ClusterView:
 
 def cap_of(v: ClusterView, name: str) -> float | None:
     inputs = v.inputs_for(name)
-    desired = inputs.node_twin if inputs.nodetwin_api else inputs.power_profile
+    desired = inputs.node_twin if inputs.api is NodeApi.NODETWIN else inputs.power_profile
     return None if desired is None else float(desired["spec"]["cpu"]["packagePowerCapWatts"])
 
 
@@ -63,7 +63,7 @@ def test_auto_follows_each_nodes_own_objects() -> None:
     b = v.inputs_for("b")
     assert b.telemetry_profile is not None
     assert b.power_profile is None
-    assert all(v.inputs_for(n).auto_api for n in "ptbx")
+    assert {n: v.inputs_for(n).api for n in "ptbx"} == {n: v.api_of(n) for n in "ptbx"}
     assert "NodeTwin 'b'; JOULIE_API=auto" in v.describe_api("b", v.api_of("b"))
     assert "neither a NodeTwin nor a NodePowerProfile" in v.describe_api("x", NodeApi.NONE)
 
@@ -79,7 +79,7 @@ def test_an_explicit_setting_follows_that_api_only(api: str, follows: NodeApi) -
     else:
         assert {n: cap_of(v, n) for n in "ptbx"} == {"p": None, "t": 140, "b": 150, "x": None}
         assert v.status_target("p") is None
-    assert not any(v.inputs_for(n).auto_api for n in "ptbx")
+    assert {v.inputs_for(n).api for n in "ptbx"} == {follows}
 
 
 def test_a_node_moves_to_its_twin_and_back_whatever_the_order_of_the_events() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentpool.config.settings import load_settings
-from agentpool.spec.values import Backend, Result
+from agentpool.results import Backend, Result
 from agentpool.supervisor import statuses
 
 POOL = {"AGENT_MODE": "pool"}

@@ -61,6 +61,15 @@ def test_twins_keep_only_metadata_and_spec_so_status_writes_change_nothing() -> 
     assert view.twin_for("n")[0] == before
 
 
+def test_objects_without_a_usable_node_name_index_no_node() -> None:
+    view = TwinView()
+    specs: list[Any] = [None, "n", {}, {"nodeName": ""}, {"nodeName": 5}, {"nodeName": ["n"]}]
+    bad = [dict(twin(f"t{i}", "n"), spec=spec) for i, spec in enumerate(specs)]
+    assert view.apply(Relisted(Resource.NODE_TWINS, bad)) == set()
+    assert view.twin_for("n") == (None, None)
+    assert not view.has_twin("")
+
+
 def test_a_twin_moving_to_another_node_affects_both_and_deletion_forgets_it() -> None:
     view = TwinView()
     view.apply(Relisted(Resource.NODE_TWINS, [twin("t", "a")]))

@@ -21,8 +21,8 @@ import pytest
 from agentpool.config.options import AgentMode, Membership
 from agentpool.config.settings import ElasticSettings, Settings, WorkerSettings
 from agentpool.pool.fence import FenceTimes
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.sim.sysfs.trees import intel_2socket
-from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.forkclient import ForkedWorker, ForkServer
 from agentpool.worker.protocol import EXIT_FENCED, Fence, Stopped, StopWorker, Ticked, TickReport
 

@@ -32,18 +32,12 @@ from agentpool.backends.gpu.host import (
     journal_owner,
     journaled,
 )
+from agentpool.backends.gpucaps import DeviceLimits, limits_problem, resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError, shown
-from agentpool.spec.values import (
-    DeviceLimits,
-    GpuBackend,
-    GpuCap,
-    Result,
-    json_count,
-    json_number,
-    limits_problem,
-    resolve_cap,
-)
+from agentpool.jsonnumbers import json_count, json_number
+from agentpool.resources.desired import GpuCap
+from agentpool.results import GpuBackend, Result
 
 log = logging.getLogger(__name__)
 

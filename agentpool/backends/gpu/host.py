@@ -1,6 +1,6 @@
 """What a host GPU backend (NVML, AMD SMI) reports, and the journal keys of its originals.
 
-A host backend applies one :class:`~agentpool.spec.values.GpuCap` to every
+A host backend applies one :class:`~agentpool.resources.desired.GpuCap` to every
 device it finds and answers one :class:`DeviceOutcome` per device, so one
 device that refuses never stops the others. Its originals (the power limit
 found before the first write) go into the node's
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentpool.spec.values import DeviceLimits, GpuBackend, GpuCap, Result
+from agentpool.backends.gpucaps import DeviceLimits
+from agentpool.resources.desired import GpuCap
+from agentpool.results import GpuBackend, Result
 
 JOURNAL_PREFIX = "gpu"
 

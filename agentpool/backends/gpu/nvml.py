@@ -28,16 +28,11 @@ from agentpool.backends.gpu.host import (
     journal_owner,
     journaled,
 )
+from agentpool.backends.gpucaps import DeviceLimits, limits_problem, resolve_cap
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import (
-    DeviceLimits,
-    GpuBackend,
-    GpuCap,
-    Result,
-    limits_problem,
-    resolve_cap,
-)
+from agentpool.resources.desired import GpuCap
+from agentpool.results import GpuBackend, Result
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The emulator's own ``labelSelector``: a lexer and parser shaped like the apiserver's.
 
-Deliberately independent of :mod:`agentpool.spec.selectors`: the emulator is the
+Deliberately independent of :mod:`agentpool.labelselectors`: the emulator is the
 oracle the agent's selector handling is tested against, so it must not share
 the agent's parser (a bug there would be in the oracle too). It follows
 Kubernetes' ``labels.Parse`` instead: a lexer turns the text into identifier

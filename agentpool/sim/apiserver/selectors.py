@@ -1,7 +1,7 @@
 """Label and field selectors, parsed and matched as the apiserver does.
 
 The ``labelSelector`` grammar is the emulator's own (:mod:`.labelselector`,
-independent of the agent's :mod:`agentpool.spec.selectors` so that it can serve as
+independent of the agent's :mod:`agentpool.labelselectors` so that it can serve as
 the agent's test oracle); this module owns the small ``fieldSelector`` subset
 cluster-scoped objects support (``metadata.name`` and ``metadata.namespace``
 with ``=``, ``==``, ``!=``).

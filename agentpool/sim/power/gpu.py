@@ -3,7 +3,7 @@
 A stand-in for the GPU side of Joulie's simulator (real GPUs cannot exist on
 a CI box). Every GPU of a node is alike: ``count`` devices with one
 [min, max] power-limit constraint and a default limit. The answer to
-``gpu.set_power_cap_watts`` (README "GPU power caps") clamps the asked cap to the
+``gpu.set_power_cap_watts`` (docs/resources.md, "GPU power caps") clamps the asked cap to the
 constraint, and the devices' power moves towards ``min(demand, cap)``
 exponentially with time constant ``settle_s``, like a board whose power
 controller needs a moment to follow a new limit. A node with ``count`` 0
@@ -100,7 +100,8 @@ class GpuModel:
         return self.config.count * self.power_per_gpu(now)
 
     def telemetry(self, now: float) -> dict[str, Any]:
-        """The ``gpu`` object of a telemetry answer (README "GPU power caps", plus the limits)."""
+        """The ``gpu`` object of a telemetry answer (docs/resources.md, "GPU power caps"), plus
+        the limits."""
         c = self.config
         if c.count == 0:
             return {"present": False, "count": 0}

@@ -6,8 +6,8 @@ This module owns the HTTP side of the simulated Joulie power endpoints: the
 tests use to steer nodes (load, control answers, faults), and the record of
 every request, which ``GET /requests`` also serves (JSON, oldest first; itself
 not recorded), so a test reaches a simulator running in a pod. Control takes
-the CPU actions (README "Custom resources") and ``gpu.set_power_cap_watts``
-(README "GPU power caps"; GPUs per node: :mod:`agentpool.sim.power.gpu`).
+the CPU actions (docs/resources.md) and ``gpu.set_power_cap_watts``
+(docs/resources.md, "GPU power caps"; GPUs per node: :mod:`agentpool.sim.power.gpu`).
 The Joulie simulator is a Go program and real RAPL/DVFS-capable
 servers cannot exist on a CI box, so this is their stand-in; the numbers come
 from :mod:`agentpool.sim.power.model`.

@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 
 from agentpool.config.settings import WorkerSettings
 from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, set_title
-from agentpool.spec.values import NodeInputs
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.worker.forking import preload  # imports, warms and freezes the heap
 from agentpool.worker.forking.descriptors import close_all
 from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, READY, REPLY, STATUS, recv_exact

@@ -46,7 +46,8 @@ from agentpool.config.settings import ControllerSettings, DvfsSettings, WorkerSe
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.pool.fence import FenceTimes
-from agentpool.spec.values import NodeInputs, TickResult
+from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.results import TickResult
 from agentpool.worker import main as worker_main
 from agentpool.worker.protocol import Fence, StopWorker, TickReport
 

@@ -23,7 +23,8 @@ import pytest
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import GpuCap, Result
+from agentpool.resources.desired import GpuCap
+from agentpool.results import Result
 
 NOT_SUPPORTED, NO_PERM = 2, 10
 
@@ -132,7 +133,7 @@ def test_real_binding_without_its_library_is_blocked_saying_so() -> None:
         "from agentpool.backends.gpu.amdsmi import AmdSmiGpus\n"
         "from agentpool.backends.sysfs.files import Originals\n"
         "from agentpool.errors import GpuUnavailableError\n"
-        "from agentpool.spec.values import GpuCap\n"
+        "from agentpool.resources.desired import GpuCap\n"
         "try:\n"
         "    AmdSmiGpus(Originals()).apply(GpuCap(watts_per_gpu=300))\n"
         "except GpuUnavailableError as exc:\n"

@@ -21,7 +21,8 @@ import pytest
 from agentpool.backends.gpu.nvml import NvmlGpus
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
-from agentpool.spec.values import GpuCap, Result
+from agentpool.resources.desired import GpuCap
+from agentpool.results import Result
 from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
@@ -127,7 +128,7 @@ def test_binding_lookup_through_ld_library_path(fake: FakeNvml, tmp_path: Path) 
     script = (
         "from agentpool.backends.gpu.nvml import NvmlGpus\n"
         "from agentpool.backends.sysfs.files import Originals\n"
-        "from agentpool.spec.values import GpuCap\n"
+        "from agentpool.resources.desired import GpuCap\n"
         "gpus = NvmlGpus(Originals())\n"
         "print(gpus.models(), [o.result.value for o in gpus.apply(GpuCap(pct_of_max=25))])\n"
     )

@@ -1,4 +1,4 @@
-"""The power simulator's GPUs (README "GPU power caps"), over real HTTP and as a model."""
+"""The power simulator's GPUs (docs/resources.md, GPU power caps), over real HTTP and as a model."""
 
 from __future__ import annotations
 

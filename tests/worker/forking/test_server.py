@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from agentpool.config.settings import Settings
+from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.sim.polling import wait_until
-from agentpool.spec.values import NodeInputs
 from agentpool.supervisor.forkclient import (
     LOST_EXIT_CODE,
     SERVER_MODULE,

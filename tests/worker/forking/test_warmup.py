@@ -14,7 +14,7 @@ from prometheus_client import values
 from agentpool.backends import fencing
 from agentpool.backends.sysfs.cpufreq import discover_policies
 from agentpool.backends.sysfs.rapl import discover_package_zones
-from agentpool.spec.values import Backend, Result
+from agentpool.results import Backend, Result
 from agentpool.worker.forking.warmup import (
     REHEARSED,
     TICKS,
