@@ -103,7 +103,7 @@ class NodeMetrics:
         )
         self.policy_cap = gauge(
             "joulie_policy_cap_watts",
-            "CPU package power cap being enforced, by NodePowerProfile profile",
+            "CPU package power cap being enforced, by the name of its NodeTwin or NodePowerProfile",
             ["node", "policy"],
         )
         self.rapl_energy = gauge(

@@ -78,7 +78,7 @@ class NodeRow:
     pid: int | None
     restarts: int | None
     enforced: tuple[str, float] | None
-    """(policy, watts) the worker reports enforcing."""
+    """(policy object's name, watts) the worker reports enforcing."""
     backend: str
     result: str
     message: str
@@ -188,5 +188,5 @@ def cap_applied(row: NodeRow) -> bool:
         and row.pid is not None
         and row.result == "applied"
         and row.enforced is not None
-        and row.enforced == (row.profile, row.cap)
+        and row.enforced[1] == row.cap
     )

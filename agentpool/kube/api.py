@@ -98,7 +98,13 @@ class EventResource(enum.StrEnum):
 EVENTS_API_VERSION = "events.k8s.io/v1"
 
 
-AnyResource = Resource | PoolResource | EventResource
+class ReviewResource(enum.StrEnum):
+    """``authorization.k8s.io/v1``: what the agent asks RBAC about itself."""
+
+    SELF_SUBJECT_ACCESS_REVIEWS = "selfsubjectaccessreviews"
+
+
+AnyResource = Resource | PoolResource | EventResource | ReviewResource
 
 _BUILTIN_PATHS: dict[AnyResource, str] = {
     Resource.NODES: "/api/v1/nodes",
@@ -433,6 +439,33 @@ class KubeApi:
             ),
         )
         return json_body(response, f"create {resource.value}")
+
+    def allowed(self, verb: str, resource: Resource) -> bool | None:
+        """Whether the server lets this client ``verb`` the cluster-scoped ``resource``.
+
+        A SelfSubjectAccessReview, which every authenticated user may create (RBAC's
+        ``system:basic-user``); None where the server gives no answer (no authorization
+        API, the review itself refused). A temporary failure raises
+        :class:`KubeTemporaryError`: ask again later.
+        """
+        group = "" if resource is Resource.NODES else GROUP
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {
+                "group": group, "resource": resource.value, "verb": verb}},
+        }
+        kind = ReviewResource.SELF_SUBJECT_ACCESS_REVIEWS
+        path = f"/apis/authorization.k8s.io/v1/{kind.value}"
+        try:
+            response = self._call("create", kind, lambda: self._send("POST", path, review))
+        except KubeTemporaryError:
+            raise
+        except KubeError:
+            return None
+        status = json_object(response.data, f"create {kind.value}").get("status") or {}
+        allowed = status.get("allowed") if isinstance(status, dict) else None
+        return allowed if isinstance(allowed, bool) else None
 
     def served(self) -> set[str]:
         """The ``joulie.io/v1alpha1`` resources the server serves (API discovery).

@@ -14,9 +14,12 @@ namespace ``kube-system``: the only one kube-apiserver 1.20 accepts for an
 no longer has (they expire after an hour) is created again.
 
 RBAC: ``create`` and ``patch`` on ``events.events.k8s.io`` in ``kube-system``,
-nothing else. A refused write (403) is logged once per
-:data:`COMPLAINT_EVERY_S` and dropped: events are a courtesy, never a reason
-to stop controlling.
+nothing else. Events are a courtesy, never a reason to stop controlling: a
+refused write (403, as under Joulie's own agent ClusterRole, which grants no
+Events) is said once in the log and in :attr:`EventRecorder.refused`
+(``/readyz``'s detail), and for :data:`REFUSED_PAUSE_S` after it events are
+dropped without a request; then the next one is tried, and if it goes
+through, events are recorded again (and the log says so).
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ NAMESPACE = "kube-system"
 1.20 accepts only ``kube-system``, later ones ``default`` too."""
 EVENT_TIMEOUT_S = 10.0
 COMPLAINT_EVERY_S = 300.0
-"""A refused or failing write is logged at most this often (the rest at debug level)."""
+"""A failing write is logged at most this often (the rest at debug level)."""
+REFUSED_PAUSE_S = 300.0
+"""After a refused write (403), how long events are dropped without asking the server."""
 STOP_FLUSH_S = 5.0
 """How long :meth:`EventRecorder.stop` still writes what is pending and allowed."""
 MAX_NAME = 253
@@ -114,6 +119,10 @@ class EventRecorder:
         self._streak = 0
         """Failed writes in a row: the retry delay grows with it."""
         self._last_ns = 0
+        self.refused: str | None = None
+        """Why Node events are not recorded (RBAC refused the last write); None while they
+        are."""
+        self._refused_at = -REFUSED_PAUSE_S
 
     # -- the loop's side ---------------------------------------------------------------
 
@@ -191,6 +200,10 @@ class EventRecorder:
                 self._cond.notify_all()
 
     def _write(self, write: Write) -> None:
+        if self.refused is not None and self._clock() - self._refused_at < REFUSED_PAUSE_S:
+            with self._cond:  # refused a moment ago: no request that would be refused too
+                self._correlator.failed(write, self._clock(), None)
+            return
         try:
             if write.name is not None:
                 try:
@@ -214,6 +227,12 @@ class EventRecorder:
             self.created += 1
             self._streak = 0
             self._correlator.written(write, name)
+        self._accepted()
+
+    def _accepted(self) -> None:
+        if self.refused is not None:
+            self.refused = None
+            log.info("Node events are recorded again: the API server accepted one")
 
     def _patch(self, write: Write) -> None:
         assert write.name is not None
@@ -223,6 +242,7 @@ class EventRecorder:
             self.patched += 1
             self._streak = 0
             self._correlator.written(write, name)
+        self._accepted()
 
     def _create(self, write: Write) -> str:
         # Nanoseconds from the clock, never the same twice here: two Events created back to
@@ -248,6 +268,9 @@ class EventRecorder:
             elif retry:
                 delay = exponential_delay(self._streak, 1.0, 60.0, 1.0)
             self._correlator.failed(write, now, delay)
+        if exc.status == 403:
+            self._refused(exc, now)
+            return
         what = (
             f"Node event {write.event.reason} of {write.event.node} "
             f"{'to be retried' if retry else 'dropped'}: {exc}"
@@ -257,10 +280,18 @@ class EventRecorder:
             log.debug("%s", what)  # no answer: the outage is told once (kube.reachability)
         elif now - self._complained.get(key, -COMPLAINT_EVERY_S) >= COMPLAINT_EVERY_S:
             self._complained[key] = now
-            hint = (
-                " (RBAC: the agent needs create and patch on events.events.k8s.io)"
-                if exc.status == 403 else ""
-            )
-            log.warning("%s%s", what, hint)
+            log.warning("%s", what)
         else:
             log.debug("%s", what)
+
+    def _refused(self, exc: KubeError, now: float) -> None:
+        """RBAC refused a write: say so once, and pause (see the module docstring)."""
+        self._refused_at = now
+        if self.refused is not None:
+            log.debug("Node event refused again: %s", exc)
+            return
+        self.refused = (
+            f"Node events are not recorded: RBAC does not let this agent create and patch "
+            f"events.events.k8s.io in {NAMESPACE} ({exc}); nothing else depends on them"
+        )
+        log.warning("%s; tried again every %gs", self.refused, REFUSED_PAUSE_S)

@@ -17,22 +17,32 @@ served. A kind counts as removed only once two discoveries at least
 :data:`ABSENT_CONFIRM_S` apart both lack it, so one odd answer (a server
 still loading its CRDs after a restart) does not drop a cache.
 
+A kind can be served and still out of reach: RBAC may not let the agent
+list and watch it (Joulie's own chart grants its agent nodetwins and
+nodehardwares only, while the CRDs of the profile API stay installed: Helm
+never deletes CRDs). Before watching a kind, discovery asks the server
+whether it may (a SelfSubjectAccessReview per verb); a kind it may not read
+is left unwatched, as if not served, said once in the log and in
+:attr:`KindDiscovery.note` (``/readyz``'s detail), and asked about again
+every :data:`ACCESS_RECHECK_S`, so a role granted later is picked up.
+
 When the setting cannot work (no desired-state kind served at all, or the
-named API's missing) the agent does not crash-loop: :attr:`KindDiscovery.problem`
-says why on ``/readyz`` and once in the log, and discovery goes on, with
-backoff, until it can.
+named API's missing or out of reach) the agent does not crash-loop:
+:attr:`KindDiscovery.problem` says why on ``/readyz`` and once in the log,
+and discovery goes on, with backoff, until it can.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from agentpool.backoff import Backoff
 from agentpool.config.options import JoulieApi
-from agentpool.errors import KubeError, KubeUnreachableError
+from agentpool.errors import KubeError, KubeTemporaryError, KubeUnreachableError
 from agentpool.kube.api import GROUP, KubeApi, Resource
 from agentpool.proctitle import name_thread
 
@@ -47,6 +57,10 @@ ABSENT_CONFIRM_S = 3.0
 """A kind missing from discovery is dropped once still missing this much later."""
 WAKE_SPACING_S = 1.0
 """The least time between two discoveries, however often informers fail."""
+ACCESS_RECHECK_S = 60.0
+"""A served kind RBAC keeps the agent from reading is asked about again this often."""
+READ_VERBS = ("list", "watch")
+"""What an informer needs."""
 
 JOULIE_KINDS = (
     Resource.NODE_POWER_PROFILES,
@@ -75,22 +89,32 @@ def kinds_for(setting: JoulieApi, served: Iterable[Resource]) -> frozenset[Resou
     return frozenset(KINDS[setting]) & frozenset(served)
 
 
-def problem_for(setting: JoulieApi, served: Iterable[Resource]) -> str | None:
-    """Why ``setting`` cannot work with these kinds served (for ``/readyz``); None if it can."""
+def unreadable(kinds: Iterable[Resource]) -> str:
+    """``a.joulie.io, b.joulie.io``: served, but RBAC does not let the agent read them."""
+    return ", ".join(crd(k) for k in JOULIE_KINDS if k in frozenset(kinds))
+
+
+def problem_for(
+    setting: JoulieApi, served: Iterable[Resource], forbidden: Iterable[Resource] = ()
+) -> str | None:
+    """Why ``setting`` cannot work with these kinds served, ``forbidden`` among them out of
+    RBAC's reach (for ``/readyz``); None if it can."""
     kinds = frozenset(served)
-    twins = Resource.NODE_TWINS in kinds
-    profiles = Resource.NODE_POWER_PROFILES in kinds
-    if setting is JoulieApi.NODETWIN and not twins:
-        return (
-            f"JOULIE_API=nodetwin but {crd(Resource.NODE_TWINS)} is not served "
-            "(CRD not installed?)"
-        )
-    if setting is JoulieApi.PROFILES and not profiles:
-        return (
-            f"JOULIE_API=profiles but {crd(Resource.NODE_POWER_PROFILES)} is not served "
-            "(CRD not installed?)"
-        )
-    if setting is JoulieApi.AUTO and not (twins or profiles):
+    usable = kinds - frozenset(forbidden)
+    rbac = "but RBAC does not let this agent list and watch"
+    for only, kind in ((JoulieApi.NODETWIN, Resource.NODE_TWINS),
+                       (JoulieApi.PROFILES, Resource.NODE_POWER_PROFILES)):
+        if setting is only and kind not in kinds:
+            return f"JOULIE_API={setting.value} but {crd(kind)} is not served (CRD not installed?)"
+        if setting is only and kind not in usable:
+            return f"JOULIE_API={setting.value} {rbac} {crd(kind)}"
+    desired = {Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES}
+    if setting is JoulieApi.AUTO and not desired & usable:
+        if desired & kinds:
+            return (
+                f"neither {crd(Resource.NODE_TWINS)} nor {crd(Resource.NODE_POWER_PROFILES)} "
+                f"can be read: served, {rbac} {unreadable(desired & kinds)}"
+            )
         missing = ", ".join(crd(k) for k in JOULIE_KINDS if k not in kinds)
         return (
             f"neither {crd(Resource.NODE_TWINS)} nor {crd(Resource.NODE_POWER_PROFILES)} "
@@ -133,11 +157,15 @@ class KindDiscovery:
         """The Joulie kinds the last successful discovery listed."""
         self.watched: frozenset[Resource] = frozenset()
         """The kinds ``on_added`` was called for and ``on_removed`` not since."""
+        self.forbidden: frozenset[Resource] = frozenset()
+        """Served kinds of the setting that RBAC does not let this agent list and watch."""
+        self._access_due: dict[Resource, float] = {}
+        """When to ask RBAC again about a served kind (never again once it may be read)."""
         self.problem: str | None = "API discovery has not answered yet"
         """Why the agent cannot work yet (for ``/readyz``); None once it can."""
         self._answered = False
         self._absent_since: dict[Resource, float] = {}
-        self._logged: tuple[frozenset[Resource], str | None] | None = None
+        self._logged: tuple[frozenset[Resource], str | None, frozenset[Resource]] | None = None
         self._thread = threading.Thread(target=self._run, name="api-discovery", daemon=True)
 
     def start(self) -> None:
@@ -169,9 +197,15 @@ class KindDiscovery:
         self._answered = True
         now = self._clock()
         self.served = frozenset(k for k in JOULIE_KINDS if k.value in names)
-        wanted = kinds_for(self.setting, self.served)
+        self._review_access(now)
+        wanted = kinds_for(self.setting, self.served - self.forbidden)
         for kind in wanted:
             self._absent_since.pop(kind, None)
+        for kind in [k for k in JOULIE_KINDS if k in self.watched & self.forbidden]:
+            # RBAC said so: no second discovery needed to confirm it.
+            if self._call(self._on_removed, kind):
+                self.watched -= {kind}
+                self._absent_since.pop(kind, None)
         for kind in [k for k in JOULIE_KINDS if k in self.watched - wanted]:
             since = self._absent_since.setdefault(kind, now)
             if now - since >= self._confirm and self._call(self._on_removed, kind):
@@ -182,8 +216,43 @@ class KindDiscovery:
             if self._call(self._on_added, kind):
                 self.watched |= {kind}
         # Only now: readiness must never see a working setting before its informers exist.
-        self.problem = problem_for(self.setting, self.served)
+        self.problem = problem_for(self.setting, self.served, self.forbidden)
         self._log(self.watched, self.problem)
+
+    @property
+    def note(self) -> str | None:
+        """What the agent goes without although it works (``/readyz``'s detail); None if
+        nothing."""
+        if not self.forbidden:
+            return None
+        return (
+            f"not watched: {unreadable(self.forbidden)} (served, but RBAC does not let "
+            "this agent list and watch them)"
+        )
+
+    def _review_access(self, now: float) -> None:
+        """Ask RBAC about each served kind of the setting not known to be readable yet."""
+        for kind in [k for k in self._access_due if k not in self.served]:
+            del self._access_due[kind]  # installed again later: ask again then
+        self.forbidden &= self.served
+        for kind in [k for k in JOULIE_KINDS if k in self.served and k in KINDS[self.setting]]:
+            if now < self._access_due.get(kind, -math.inf):
+                continue
+            try:
+                answers = [self._api.allowed(verb, kind) for verb in READ_VERBS]
+            except KubeTemporaryError as exc:
+                # Not known yet: treated as readable (its informer's errors then say more)
+                # and asked about again at the next discovery.
+                log.debug("%s: access review failed: %s", crd(kind), exc)
+                continue
+            if False in answers:
+                self.forbidden |= {kind}
+                self._access_due[kind] = now + ACCESS_RECHECK_S
+            else:  # allowed, or a server that does not say: its informer will tell
+                if kind in self.forbidden:
+                    log.info("%s may be listed and watched now", crd(kind))
+                self.forbidden -= {kind}
+                self._access_due[kind] = math.inf
 
     def _call(self, callback: Callable[[Resource], None], kind: Resource) -> bool:
         try:
@@ -195,9 +264,10 @@ class KindDiscovery:
 
     def _log(self, watched: frozenset[Resource], problem: str | None) -> None:
         """Once per distinct state, not every round."""
-        if self._logged == (watched, problem):
+        state = (watched, problem, self.forbidden)
+        if self._logged == state:
             return
-        self._logged = (watched, problem)
+        self._logged = state
         if problem is not None:
             log.error("not ready: %s; retrying until it is", problem)
             return
@@ -206,6 +276,11 @@ class KindDiscovery:
             self.setting.value,
             ", ".join(k.value for k in JOULIE_KINDS if k in watched),
         )
+        if self.forbidden:
+            log.warning(
+                "%s; the agent works without them (asked again every %gs)",
+                self.note, ACCESS_RECHECK_S,
+            )
 
     def _delay(self, retry: float) -> float:
         if self.problem is not None:

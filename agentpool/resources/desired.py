@@ -55,5 +55,7 @@ class PowerPolicy:
 
     @property
     def label(self) -> str:
-        """The ``policy`` label value of ``joulie_policy_cap_watts``."""
-        return self.profile.value
+        """The ``policy`` label value of ``joulie_policy_cap_watts``: the object's name, as
+        Joulie's agent exports it (a profile switch then changes the series' value, which
+        Joulie's "Policy Reassignment Events" panel counts with ``changes()``)."""
+        return self.source

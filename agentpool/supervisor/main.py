@@ -138,16 +138,22 @@ def _informer_factory(
 
 class _Readiness:
     """``/readyz``: the setting works with the kinds served, and every cache of a served kind
-    is listed and confirmed fresh within the bound."""
+    is listed and confirmed fresh within the bound. Ready, its body also says what the agent
+    goes without (kinds or Events RBAC keeps it from), which never makes it unready."""
 
     def __init__(
-        self, watches: Watches, discovery: KindDiscovery, bound_s: float,
+        self,
+        watches: Watches,
+        discovery: KindDiscovery,
+        bound_s: float,
         reachability: Reachability | None = None,
+        recorder: EventRecorder | None = None,
     ) -> None:
         self.watches = watches
         self.discovery = discovery
         self.bound_s = bound_s
         self.reachability = reachability
+        self.recorder = recorder
         self._first_sync_logged = False
         self.final: tuple[bool, str] | None = None
         """The answer from the moment the agent stops its own caches until it exits: they
@@ -206,7 +212,10 @@ class _Readiness:
                     f"{informer.resource}: not confirmed for {age:.0f}s "
                     f"(bound {self.bound_s:.0f}s); last error: {error or informer.last_error}"
                 )
-        return (False, "not ready: " + "; ".join(problems)) if problems else (True, "ok")
+        if problems:
+            return False, "not ready: " + "; ".join(problems)
+        notes = [self.discovery.note, self.recorder.refused if self.recorder else None]
+        return True, "; ".join(["ok", *(n for n in notes if n)])
 
 
 def seconds_since_start() -> float | None:
@@ -361,8 +370,10 @@ def _run(
     make = _informer_factory(settings, api, supervisor, counters, lambda: discovery.wake())
     watches = Watches(make, supervisor.feed, on_watched)
     discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
-    readiness = _Readiness(watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S,
-                           api.reachability)
+    readiness = _Readiness(
+        watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S, api.reachability,
+        recorder,
+    )
     extra = [EventMetrics(recorder.counts)] if recorder is not None else []
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity,
                           serving, elastic, listener, extra)

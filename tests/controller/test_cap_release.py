@@ -56,7 +56,8 @@ def test_a_deleted_host_rapl_cap_is_restored_at_the_second_tick(tmp_path: Path) 
         # The status keeps saying so (one status write, not one per tick), nothing is written.
         assert h.tick(20).message == second.message
         assert snapshot(tree.root) == before
-        assert math.isnan(h.metric("joulie_policy_cap_watts", policy="eco") or 0.0)  # tombstone
+        tombstone = h.metric("joulie_policy_cap_watts", policy="worker-0-eco")
+        assert math.isnan(tombstone or 0.0)
         assert h.backend_mode() == {"none": 1.0, "rapl": 0.0, "dvfs": 0.0}
         # A new cap is enforced, and the note goes away with it.
         h.set(power_profile=npp(100))

@@ -10,24 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.results import Backend
+from tests.joulie_dashboards import AGENT_METRICS
 
-# name -> (type, label names) exactly as the contract's table says.
-CONTRACT = {
-    "joulie_backend_mode": ("gauge", ("node", "mode")),
-    "joulie_policy_cap_watts": ("gauge", ("node", "policy")),
-    "joulie_rapl_energy_uj": ("gauge", ("node", "zone")),
-    "joulie_rapl_estimated_power_watts": ("gauge", ("node", "zone")),
-    "joulie_rapl_package_total_power_watts": ("gauge", ("node",)),
-    "joulie_dvfs_observed_power_watts": ("gauge", ("node",)),
-    "joulie_dvfs_ema_power_watts": ("gauge", ("node",)),
-    "joulie_dvfs_throttle_pct": ("gauge", ("node",)),
-    "joulie_dvfs_above_trip_count": ("gauge", ("node",)),
-    "joulie_dvfs_below_trip_count": ("gauge", ("node",)),
-    "joulie_dvfs_actions_total": ("counter", ("node", "action")),
-    "joulie_dvfs_cpu_cur_freq_khz": ("gauge", ("node", "cpu")),
-    "joulie_dvfs_cpu_max_freq_khz": ("gauge", ("node", "cpu")),
-    "joulie_reconcile_errors_total": ("counter", ("node",)),
-}
+# name -> (type, label names): the contract's table, which is what Joulie's agent exports.
+CONTRACT = AGENT_METRICS
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -58,7 +44,7 @@ def registry() -> CollectorRegistry:
 
 def exercise(m: NodeMetrics) -> None:
     m.set_backend(Backend.DVFS)
-    m.set_cap("eco", 120.0)
+    m.set_cap("worker-0", 120.0)
     m.set_rapl(
         {"intel-rapl:0": 1_000, "intel-rapl:1": 2_000}, {"intel-rapl:0": 60.5, "intel-rapl:1": 59.5}
     )
@@ -66,8 +52,8 @@ def exercise(m: NodeMetrics) -> None:
     m.count_action("throttle_up")
     m.count_action("throttle_up")
     m.count_action("throttle_down")
-    m.set_cpu_freq("cpu0", 1_400_000, 1_500_000)
-    m.set_cpu_freq("cpu4", 1_450_000, 1_500_000)
+    m.set_cpu_freq("0", 1_400_000, 1_500_000)
+    m.set_cpu_freq("4", 1_450_000, 1_500_000)
     m.count_error()
 
 
@@ -83,7 +69,7 @@ def test_exact_samples(registry: CollectorRegistry) -> None:
         ("joulie_backend_mode", (("mode", "dvfs"), n)): 1.0,
         ("joulie_backend_mode", (("mode", "none"), n)): 0.0,
         ("joulie_backend_mode", (("mode", "rapl"), n)): 0.0,
-        ("joulie_policy_cap_watts", (n, ("policy", "eco"))): 120.0,
+        ("joulie_policy_cap_watts", (n, ("policy", "worker-0"))): 120.0,
         ("joulie_rapl_energy_uj", (n, ("zone", "intel-rapl:0"))): 1000.0,
         ("joulie_rapl_energy_uj", (n, ("zone", "intel-rapl:1"))): 2000.0,
         ("joulie_rapl_estimated_power_watts", (n, ("zone", "intel-rapl:0"))): 60.5,
@@ -96,10 +82,10 @@ def test_exact_samples(registry: CollectorRegistry) -> None:
         ("joulie_dvfs_below_trip_count", (n,)): 0.0,
         ("joulie_dvfs_actions_total", (("action", "throttle_down"), n)): 1.0,
         ("joulie_dvfs_actions_total", (("action", "throttle_up"), n)): 2.0,
-        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "cpu0"), n)): 1_400_000.0,
-        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "cpu4"), n)): 1_450_000.0,
-        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "cpu0"), n)): 1_500_000.0,
-        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "cpu4"), n)): 1_500_000.0,
+        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "0"), n)): 1_400_000.0,
+        ("joulie_dvfs_cpu_cur_freq_khz", (("cpu", "4"), n)): 1_450_000.0,
+        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "0"), n)): 1_500_000.0,
+        ("joulie_dvfs_cpu_max_freq_khz", (("cpu", "4"), n)): 1_500_000.0,
         ("joulie_reconcile_errors_total", (n,)): 1.0,
     }
 

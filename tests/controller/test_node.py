@@ -147,7 +147,7 @@ def test_host_rapl_on_intel_then_restore(tmp_path: Path) -> None:
         )
         assert changes(before, snapshot(tree.root)) == {PL1[0]: "60000000\n", PL1[1]: "60000000\n"}
         assert h.backend_mode() == {"none": 0.0, "rapl": 1.0, "dvfs": 0.0}
-        assert h.metric("joulie_policy_cap_watts", policy="eco") == 120.0
+        assert h.metric("joulie_policy_cap_watts", policy="worker-0-eco") == 120.0
 
         # A new cap (float in the JSON) is split again; restore puts back the originals.
         h.set(power_profile=npp(250.5))
@@ -158,6 +158,27 @@ def test_host_rapl_on_intel_then_restore(tmp_path: Path) -> None:
         }
         assert h.controller.restore() == []
         assert snapshot(tree.root) == before
+
+
+def test_the_cap_series_is_named_after_the_object_and_a_profile_switch_changes_its_value(
+    tmp_path: Path,
+) -> None:
+    # Joulie's agent labels the cap with the policy object's name, so that its "Policy
+    # Reassignment Events" panel, changes(joulie_policy_cap_watts[5m]), counts a switch.
+    h = Harness(tmp_path)
+    with intel_2socket(h.root):
+        eco, performance = npp(120), npp(200, profile="performance")
+        performance["metadata"]["name"] = eco["metadata"]["name"] = "operator-chose-this"
+        h.set(power_profile=eco)
+        h.tick()
+        h.set(power_profile=performance)
+        h.tick(20)
+        caps = {
+            s.labels["policy"]: s.value
+            for family in h.registry.collect() if family.name == "joulie_policy_cap_watts"
+            for s in family.samples
+        }
+        assert caps == {"operator-chose-this": 200.0}
 
 
 def test_no_power_profile_means_nothing_to_enforce(tmp_path: Path) -> None:
@@ -257,7 +278,7 @@ def test_malformed_power_profile_after_a_good_one_writes_nothing_more(tmp_path: 
         assert h.tick(20).result is Result.ERROR
         assert snapshot(tree.root) == applied
         # The cap series is tombstoned: no cap is being enforced by this profile any more.
-        value = h.metric("joulie_policy_cap_watts", policy="eco")
+        value = h.metric("joulie_policy_cap_watts", policy="worker-0-eco")
         assert value is not None
         assert value != value  # NaN
 
@@ -620,8 +641,8 @@ def test_host_dvfs_end_to_end_then_rapl_comes_back(tmp_path: Path) -> None:
             assert (tree.root / SMAX.format(i=p)).read_text() == "3500000\n"
         assert h.metric("joulie_dvfs_throttle_pct") == 30.0
         assert h.metric("joulie_dvfs_actions_total", action="throttle_up") == 3.0
-        assert h.metric("joulie_dvfs_cpu_max_freq_khz", cpu="cpu0") == 1_500_000
-        assert h.metric("joulie_dvfs_cpu_max_freq_khz", cpu="cpu6") == 3_500_000
+        assert h.metric("joulie_dvfs_cpu_max_freq_khz", cpu="0") == 1_500_000
+        assert h.metric("joulie_dvfs_cpu_max_freq_khz", cpu="6") == 3_500_000
         # Measured over the last 10 s, when 20 % (one policy of four) was in force:
         # 2 x (25 + 95 x (3 + 1.5/3.5)/4) W.
         assert h.metric("joulie_rapl_package_total_power_watts") == pytest.approx(212.857, abs=1e-3)

@@ -24,7 +24,7 @@ from agentpool.resources.routing import (
     SourceType,
 )
 from agentpool.results import Backend, Result
-from agentpool.sim.objects import node_twin
+from agentpool.sim.objects import node_twin, twin_name
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
@@ -57,7 +57,7 @@ def test_percent_on_host_is_within_a_watt_of_pct_times_max(
         assert f"{pct:g}% of max {tdp * packages:g} W" in result.message
         assert h.metric("joulie_cpu_max_power_watts") == tdp * packages
         assert h.metric("joulie_policy_cap_pct_of_max") == pct
-        assert h.metric("joulie_policy_cap_watts", policy="eco") == pytest.approx(
+        assert h.metric("joulie_policy_cap_watts", policy=twin_name(NODE)) == pytest.approx(
             expected, abs=0.01
         )
 

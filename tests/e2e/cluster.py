@@ -166,10 +166,13 @@ class Cluster:
         return helm_python.Config(kubeconfig_path=str(self.settings.kubeconfig),
                                   namespace=NAMESPACE)
 
-    def install(self, values: dict[str, Any]) -> None:
+    def install(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The release, as Helm describes it (``info.notes`` is the rendered NOTES.txt)."""
         with self.helm() as helm:
-            helm.install(str(CHART_DIR), RELEASE, values, namespace=NAMESPACE,
-                         wait="watcher", timeout=300)
+            release: dict[str, Any] = helm.install(str(CHART_DIR), RELEASE, values,
+                                                   namespace=NAMESPACE, wait="watcher",
+                                                   timeout=300)
+        return release
 
     def upgrade(self, values: dict[str, Any]) -> None:
         with self.helm() as helm:
@@ -343,6 +346,15 @@ class Cluster:
             raise
         cpu: dict[str, Any] = ((tp.get("status") or {}).get("control") or {}).get("cpu") or {}
         return cpu
+
+    def namespace_gone(self, name: str = NAMESPACE) -> bool:
+        try:
+            self.core.read_namespace(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
 
     def crds_present(self) -> set[str]:
         ext = client.ApiextensionsV1Api(self.api)

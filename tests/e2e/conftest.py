@@ -52,7 +52,7 @@ def cluster(e2e_settings: Settings) -> Iterator[Cluster]:
             cluster.delete_fake_nodes()
             cluster.delete_crds(cluster.crds_present() - crds_before)
             cluster.core.delete_namespace(NAMESPACE)
-            wait_until("the suite's namespace to be gone", lambda: _gone(cluster), 180)
+            wait_until("the suite's namespace to be gone", cluster.namespace_gone, 180)
             cluster.close()
 
 
@@ -64,16 +64,6 @@ def _has_default_sa(cluster: Cluster) -> bool:
             return False
         raise
     return True
-
-
-def _gone(cluster: Cluster) -> bool:
-    try:
-        cluster.core.read_namespace(NAMESPACE)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
 
 
 @pytest.fixture(scope="session")

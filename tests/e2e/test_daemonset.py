@@ -90,7 +90,9 @@ def test_the_cap_is_written_to_the_hosts_rapl_limits(
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(page) for s in f.samples}
     assert samples[("joulie_backend_mode", (("mode", "rapl"), ("node", host.node)))] == 1.0
-    assert samples[("joulie_policy_cap_watts", (("node", host.node), ("policy", "eco")))] == CAP_W
+    # Labelled with the NodePowerProfile's name, as Joulie's agent does.
+    cap = ("joulie_policy_cap_watts", (("node", host.node), ("policy", host.node)))
+    assert samples[cap] == CAP_W
 
 
 def test_a_frozen_supervisor_is_restarted_by_the_kubelet(

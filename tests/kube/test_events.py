@@ -9,6 +9,7 @@ ServiceAccount: ``tests/envtest/test_events.py``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from agentpool.kube.api import KubeApi, load_client
-from agentpool.kube.events import NAMESPACE, EventRecorder, event_name
+from agentpool.kube.events import NAMESPACE, REFUSED_PAUSE_S, EventRecorder, event_name
 from agentpool.nodeevents.reasons import NodeEvent, Reason
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.polling import wait_until
@@ -119,3 +120,49 @@ def test_record_never_waits_for_a_hung_server(
     # The 200 calls take about 1 ms (measured, idle machine); the bound leaves far more than 5x.
     assert time.monotonic() - started < 1.0
     api_emulator.clear_faults()
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_refusal_is_said_once_and_pauses_the_writes_until_one_goes_through(
+    api_emulator: ApiEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Joulie's own agent ClusterRole grants no Events: every write would be refused.
+    assert api_emulator.kubeconfig is not None
+    api = KubeApi(load_client(str(api_emulator.kubeconfig)))
+    clock = ManualClock()
+    rec = EventRecorder(api, "pool-0", clock=clock)
+    caplog.set_level(logging.INFO, logger="agentpool.kube.events")
+    api_emulator.inject(verb="create", resource="events", fault="403", times=None)
+    rec.start()
+    try:
+        rec.record(APPLIED)
+        wait_until(lambda: rec.refused is not None, 20)
+        assert rec.refused is not None
+        assert "RBAC does not let this agent create and patch events.events.k8s.io" in rec.refused
+        creates = api_emulator.request_counts()[("create", "events")]
+        for i in range(20):
+            rec.record(NodeEvent(f"n-{i}", Reason.POWER_CAP_APPLIED, "applied"))
+        assert rec.flush(10)
+        # Refused a moment ago: dropped without asking the server again.
+        assert api_emulator.request_counts()[("create", "events")] == creates
+        assert rec.counts()["dropped"] >= 20
+        refusals = [r for r in caplog.records if "Node events are not recorded" in r.message]
+        assert len(refusals) == 1
+        # After the pause the next event is tried; RBAC now allows it: recorded again.
+        api_emulator.clear_faults()
+        clock.now += REFUSED_PAUSE_S
+        rec.record(NodeEvent("n-late", Reason.POWER_CAP_APPLIED, "applied"))
+        wait_until(lambda: rec.refused is None, 20)
+        wait_until(lambda: [e["regarding"]["name"] for e in events(api_emulator)] == ["n-late"],
+                   20)
+        assert any("Node events are recorded again" in r.message for r in caplog.records)
+    finally:
+        rec.stop()
+        api.close()

@@ -87,6 +87,21 @@ def test_what_readyz_is_told_names_what_is_missing() -> None:
     )
 
 
+def test_what_readyz_is_told_when_rbac_keeps_the_agent_from_a_served_kind() -> None:
+    # Joulie's own agent ClusterRole (c38b80d): the profile API's kinds are out of reach.
+    assert problem_for(JoulieApi.AUTO, ALL, {NPP, TP}) is None
+    assert problem_for(JoulieApi.NODETWIN, ALL, {NPP, TP}) is None
+    assert problem_for(JoulieApi.PROFILES, ALL, {NPP, TP}) == (
+        "JOULIE_API=profiles but RBAC does not let this agent list and watch "
+        "nodepowerprofiles.joulie.io"
+    )
+    assert problem_for(JoulieApi.AUTO, ALL, {NPP, NT}) == (
+        "neither nodetwins.joulie.io nor nodepowerprofiles.joulie.io can be read: served, "
+        "but RBAC does not let this agent list and watch nodepowerprofiles.joulie.io, "
+        "nodetwins.joulie.io"
+    )
+
+
 def test_crds_installed_and_removed_while_running(
     api_emulator: ApiEmulator, api: KubeApi
 ) -> None:

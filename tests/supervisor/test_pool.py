@@ -112,7 +112,7 @@ def test_a_profile_change_is_applied_within_two_seconds() -> None:
             for (name, labels), v in series(text).items()
             if name == "joulie_policy_cap_watts"
         }
-        assert caps == {(("node", "a"), ("policy", "performance")): 95.0}
+        assert caps == {(("node", "a"), ("policy", "a")): 95.0}  # the NodePowerProfile's name
         assert agent.terminate() == 0
 
 

@@ -80,6 +80,7 @@ def discover_policies(root: Path) -> list[Policy]:
 @dataclass(frozen=True)
 class FreqReading:
     cpu: str
+    """The CPU's number (``"0"``), the ``cpu`` label Joulie's agent gives it."""
     cur_khz: int | None
     max_khz: int | None
 
@@ -152,5 +153,5 @@ class CpufreqHost:
         for policy in self.policies():
             cur = try_read_int(policy.path / "scaling_cur_freq")
             top = try_read_int(policy.max_file)
-            out.extend(FreqReading(f"cpu{cpu}", cur, top) for cpu in policy.cpus)
+            out.extend(FreqReading(str(cpu), cur, top) for cpu in policy.cpus)
         return out

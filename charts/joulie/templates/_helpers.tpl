@@ -47,7 +47,7 @@ app.kubernetes.io/component: agent
 {{- define "joulie.labels" -}}
 helm.sh/chart: {{ include "joulie.chart" . }}
 {{ include "joulie.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/version: {{ include "joulie.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
 app.kubernetes.io/part-of: joulie
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
@@ -60,8 +60,25 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/*
+A value as the string the agent reads: a whole number as digits, however it came (a values
+file's 1500000 is a float, which toString writes as 1.5e+06; --set gives an integer).
+*/}}
+{{- define "joulie.scalar" -}}
+{{- if and (kindIs "float64" .) (eq . (floor .)) }}{{ int64 . }}{{ else }}{{ toString . }}{{ end }}
+{{- end }}
+
+{{/* The agent image: agent.image.* (the key of Joulie's chart) wins over image.*, field by field. */}}
+{{- define "joulie.imageTag" -}}
+{{- include "joulie.scalar" (dig "image" "tag" "" .Values.agent | default .Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
 {{- define "joulie.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" (dig "image" "repository" "" .Values.agent | default .Values.image.repository) (include "joulie.imageTag" .) }}
+{{- end }}
+
+{{- define "joulie.imagePullPolicy" -}}
+{{- dig "image" "pullPolicy" "" .Values.agent | default .Values.image.pullPolicy }}
 {{- end }}
 
 {{/* The port the agent listens on: the port of METRICS_ADDR (default :8080). */}}
@@ -112,7 +129,11 @@ annotations:
 {{- define "joulie.commonEnv" -}}
 {{- range $name, $value := .Values.agent.env }}
 - name: {{ $name }}
-  value: {{ $value | toString | quote }}
+  value: {{ include "joulie.scalar" $value | quote }}
+{{- end }}
+{{- if .Values.hardwareCatalog.enabled }}
+- name: HARDWARE_CATALOG_PATH
+  value: {{ include "joulie.hardwareCatalogPath" . | quote }}
 {{- end }}
 - name: LOG_FORMAT
   value: {{ .Values.agent.logFormat | quote }}
@@ -152,7 +173,7 @@ annotations:
 {{/* Image, args, port and probes of the agent container. */}}
 {{- define "joulie.containerCommon" -}}
 image: {{ include "joulie.image" . | quote }}
-imagePullPolicy: {{ .Values.image.pullPolicy }}
+imagePullPolicy: {{ include "joulie.imagePullPolicy" . }}
 {{- with .Values.agent.args }}
 args:
   {{- toYaml . | nindent 2 }}
@@ -193,6 +214,11 @@ resources:
   mountPath: {{ include "joulie.stateDir" . }}
 - name: tmp
   mountPath: /tmp
+{{- if .Values.hardwareCatalog.enabled }}
+- name: hardware-catalog
+  mountPath: {{ .Values.hardwareCatalog.mountPath }}
+  readOnly: true
+{{- end }}
 {{- with .Values.agent.httpAuth }}
 {{- if .caSecret }}
 - name: http-ca
@@ -226,6 +252,11 @@ pod and the agent re-reads the token. */}}
   emptyDir: {}
 - name: tmp
   emptyDir: {}
+{{- if .Values.hardwareCatalog.enabled }}
+- name: hardware-catalog
+  configMap:
+    name: {{ .Values.hardwareCatalog.configMapName }}
+{{- end }}
 {{- with .Values.agent.httpAuth }}
 {{- if .caSecret }}
 - name: http-ca
@@ -245,6 +276,26 @@ pod and the agent re-reads the token. */}}
 {{- end }}
 {{- end }}
 
+{{/* Where the catalog file is: Joulie's chart passes the same path. */}}
+{{- define "joulie.hardwareCatalogPath" -}}
+{{- printf "%s/%s" (.Values.hardwareCatalog.mountPath | trimSuffix "/") .Values.hardwareCatalog.key }}
+{{- end }}
+
+{{/*
+The pod's nodeSelector: agent.nodeSelector, with the mode's own key of Joulie's chart
+(agent.daemonset.nodeSelector, agent.pool.podNodeSelector) merged over it.
+*/}}
+{{- define "joulie.podNodeSelector" -}}
+{{- $selector := dict }}
+{{- $_ := mergeOverwrite $selector (.Values.agent.nodeSelector | default dict) }}
+{{- if eq .Values.agent.mode "pool" }}
+{{- $_ = mergeOverwrite $selector (.Values.agent.pool.podNodeSelector | default dict) }}
+{{- else }}
+{{- $_ = mergeOverwrite $selector (dig "nodeSelector" dict (.Values.agent.daemonset | default dict)) }}
+{{- end }}
+{{- toYaml $selector }}
+{{- end }}
+
 {{/* Scheduling and identity of the pod, shared by both modes. */}}
 {{- define "joulie.podScheduling" -}}
 serviceAccountName: {{ include "joulie.serviceAccountName" . }}
@@ -258,7 +309,7 @@ imagePullSecrets:
 {{- with .Values.agent.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
-{{- with .Values.agent.nodeSelector }}
+{{- with include "joulie.podNodeSelector" . | fromYaml }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
