@@ -51,6 +51,7 @@ from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.collector import FastMultiProcessCollector
+from agentpool.supervisor.diskspace import DiskSpace, watched_dirs
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.handles import ForkServerLauncher
@@ -341,7 +342,10 @@ def _run(
     watches = Watches(make, supervisor.feed, on_watched)
     discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
     readiness = _Readiness(watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S)
-    extra = [EventMetrics(recorder.counts)] if recorder is not None else []
+    disk_space = DiskSpace(watched_dirs(metrics_dir, files.state_dir))
+    extra: list[Collector] = [disk_space]
+    if recorder is not None:
+        extra.append(EventMetrics(recorder.counts))
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity,
                           serving, elastic, listener, extra)
     supervisor.install_signal_handlers()
@@ -350,7 +354,7 @@ def _run(
     server.start()
     if listener is None:
         serving.callback(server.stop)
-    services: list[_Service] = [collector, status, twin_status, hardware, discovery]
+    services: list[_Service] = [collector, disk_space, status, twin_status, hardware, discovery]
     if recorder is not None:
         services.append(recorder)  # stopped before the API client: it writes what it can
     if elastic is not None and replicas_watch is not None:

@@ -42,7 +42,8 @@ from agentpool.results import TickResult
 from agentpool.worker import cadence
 from agentpool.worker.faults import faults_for, tick_with_faults
 from agentpool.worker.fence import WorkerFence
-from agentpool.worker.nodefiles import metrics_id, presize_metrics_files
+from agentpool.worker.metricspace import MetricsRoom, room_checked
+from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import (
     DUMP_SIGNAL,
     EXIT_FENCED,
@@ -139,18 +140,34 @@ def _idle() -> None:
         signal.pause()
 
 
-def _use_node_metrics_files(node: str) -> None:
-    # Must run before the first metric value is created in this process.
+def _use_node_metrics_files(node: str) -> MetricsRoom | None:
+    """Values in the node's files, each new one only while they have room (the room,
+    None without a multiprocess directory). Must run before the first metric value is
+    created in this process."""
     from prometheus_client import values
 
     ident = metrics_id(node)
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if directory:
-        presize_metrics_files(directory, node)
     # prometheus_client leaves this factory unannotated.
-    values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
-        process_identifier=lambda: ident
-    )
+    in_files = values.MultiProcessValue(process_identifier=lambda: ident)  # type: ignore[no-untyped-call]
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        values.ValueClass = in_files
+        return None
+    room = MetricsRoom(directory, node)
+    values.ValueClass = room_checked(in_files, room)
+    return room
+
+
+def _settling(room: MetricsRoom | None, tick: Callable[[], TickResult]) -> Callable[[], TickResult]:
+    """``tick``, after writing the series that waited for room in the metrics files."""
+    if room is None:
+        return tick
+
+    def settled_tick() -> TickResult:
+        room.settle()
+        return tick()
+
+    return settled_tick
 
 
 def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
@@ -191,12 +208,12 @@ def set_up(
     metrics files, controller and fence. Also run by the fork server's warm-up."""
     fence = WorkerFence(required=settings.requires_fence)
     setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
-    _use_node_metrics_files(node)
+    room = _use_node_metrics_files(node)
     from agentpool.controller.metrics import NodeMetrics
 
     originals = Originals(Path(journal) if journal else None)
     controller = NodeController(settings.controller, node, NodeMetrics(node), originals)
-    tick = tick_with_faults(node, controller.tick)
+    tick = _settling(room, tick_with_faults(node, controller.tick))
     if inputs is not None:
         controller.update(inputs)
     return controller, tick, fence
