@@ -49,14 +49,17 @@ from agentpool.logs import setup_logging
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
+from agentpool.supervisor import memcgroup
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.collector import FastMultiProcessCollector
+from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.diskspace import DiskSpace, watched_dirs
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
+from agentpool.supervisor.memlimit import MemoryBudget
 from agentpool.supervisor.prelaunch import (
     FDS_PER_NODE,
     RESERVED_FDS,
@@ -300,6 +303,8 @@ def _run(
     hardware = HardwarePublisher(api, hold=hold)
     view = ClusterView(settings)
     desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
+    cgroup = memcgroup.find()
+    memory = MemoryBudget(cgroup.limit_bytes() if cgroup is not None else None)
 
     def spec_confirmed() -> bool:
         # Before a desired-state kind is watched there is no desired state to go stale.
@@ -329,6 +334,8 @@ def _run(
         elastic=elastic,
         node_events=node_events,
         write_hold=hold,
+        memory=memory,
+        deaths=Deaths(cgroup),
     )
     stack.callback(supervisor.close)
 
@@ -363,7 +370,7 @@ def _run(
     for component in services:
         component.start()
         stack.callback(component.stop)
-    _log_start(settings, server.port, capacity)
+    _log_start(settings, server.port, capacity, memory)
     if not fork_server.wait_ready(FORK_SERVER_READY_S):
         raise StartupError(f"the fork server did not get ready within {FORK_SERVER_READY_S:g}s")
     code = supervisor.run()
@@ -441,7 +448,7 @@ def _http_server(
         ) from None
 
 
-def _log_start(settings: Settings, port: int, capacity: int) -> None:
+def _log_start(settings: Settings, port: int, capacity: int, memory: MemoryBudget) -> None:
     if settings.mode is AgentMode.POOL:
         where = (
             f" (shard {settings.pool_shard_id} of {max(1, settings.pool_shards)}, "
@@ -451,12 +458,13 @@ def _log_start(settings: Settings, port: int, capacity: int) -> None:
         where = f" (node {settings.node_name})"
     log.info(
         "agentpool %s mode%s: metrics on http://%s:%d/metrics, reconcile every %gs, "
-        "room for %s nodes%s",
+        "room for %s nodes (descriptors), %s%s",
         settings.mode.value,
         where,
         settings.metrics_host or "0.0.0.0",
         port,
         settings.reconcile_interval_s,
         capacity if capacity < sys.maxsize else "unlimited",
+        memory.describe(),
         ", SIMULATE-ONLY: nothing will be written" if settings.simulate_only else "",
     )

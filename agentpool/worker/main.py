@@ -62,6 +62,11 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 EXIT_CRASH = 70
 """An unexpected exception escaped the controller (EX_SOFTWARE)."""
+OOM_SCORE_ADJ = b"1000"
+"""A worker's ``/proc/self/oom_score_adj``: the kernel's OOM killer, at the pod's memory
+limit, takes a worker (restarted with backoff, its node alone affected) before the
+supervisor or the fork server, which are larger (they hold what every worker shares)
+and whose death stops every node of the pod. Raising it needs no privilege."""
 
 
 def _find_prctl() -> Any:
@@ -78,6 +83,16 @@ _PRCTL = _find_prctl()
 def _die_with_parent() -> None:
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _first_for_the_oom_killer() -> None:
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+    except OSError:
+        return  # no procfs: nothing to say to the OOM killer
+    with contextlib.suppress(OSError):
+        os.write(fd, OOM_SCORE_ADJ)
+    os.close(fd)
 
 
 class StopFlag:
@@ -188,10 +203,11 @@ def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
 
 
 def become_worker(node: str) -> StopFlag:
-    """Make this process the node's worker: it dies with its parent, is titled for the
-    node, stops on SIGTERM (the flag returned), leaves Ctrl-C to the supervisor and
-    dumps its threads on :data:`DUMP_SIGNAL`."""
+    """Make this process the node's worker: it dies with its parent, is the OOM killer's
+    first choice in the pod, is titled for the node, stops on SIGTERM (the flag returned),
+    leaves Ctrl-C to the supervisor and dumps its threads on :data:`DUMP_SIGNAL`."""
     _die_with_parent()
+    _first_for_the_oom_killer()
     set_title(*worker_title(node))  # ps, top: "agentpool: node <name>"
     stop = StopFlag()
     signal.signal(signal.SIGTERM, stop)
