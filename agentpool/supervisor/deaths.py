@@ -4,11 +4,12 @@ A SIGKILL alone does not say who sent it: an operator, the supervisor itself (a 
 worker; the table knows those and does not ask), or the kernel's OOM killer at the
 pod's memory limit. The kernel counts the OOM killer's kills in the memory cgroup
 (``oom_kill`` in ``memory.events``, or ``memory.oom_control`` in cgroup v1), the
-same count the kubelet reads to say ``OOMKilled``. So an unexpected SIGKILL while
-that count went up since the last one explained is an OOM kill, and each kill
-explains one death: two workers killed together are both told, a later kill by
-hand is not. A kill of another process of the pod (the fork server) may be taken
-for the next unexpected SIGKILL of a worker; without a memory cgroup nothing is.
+same count the kubelet reads to say ``OOMKilled``. So a SIGKILL while that count
+went up since the last one explained is an OOM kill, and each kill explains one
+death: two workers killed together are both told, a later kill by hand is not (a
+kill the supervisor sent itself takes its share and is told as the supervisor's).
+A kill of another process of the pod (the fork server) may be taken for the next
+SIGKILL of a worker; without a memory cgroup nothing is.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ class Deaths:
         """How the process ended (``describe_exit``), with :data:`OOM_KILLED` in front when
         the OOM killer did it. ``expected``: the supervisor stopped or killed it itself."""
         how = describe_exit(exitcode)
-        if expected or exitcode != -signal.SIGKILL or not self._oom_kill():
+        # A kill the supervisor expected still takes its share of the count: the OOM
+        # killer may have been first, and the kill must not be put down to another death.
+        if exitcode != -signal.SIGKILL or not self._oom_kill() or expected:
             return how
         assert self.cgroup is not None
         limit = self.cgroup.limit_bytes()

@@ -23,16 +23,18 @@ log = logging.getLogger(__name__)
 
 MIB = 1 << 20
 FIXED_BYTES = 96 * MIB
-"""The supervisor, its fork server and their caches with no worker: 62 MiB measured, peak
-70 MiB at start (BENCHMARKS.md, "Memory for sizing"), with room for the informer caches of
-a large cluster."""
-PER_WORKER_BYTES = 4 * MIB
-"""One worker and the supervisor's share for its node: 1.6 MiB measured after a minute,
-growing towards 3 MiB over ten (a worker's private pages, see memory.py's rounds)."""
+"""The supervisor, its fork server and their caches with no worker: 60 MiB measured, 68 MiB
+at the start-up peak (BENCHMARKS.md, "Memory for sizing"), and room for the caches of a
+larger cluster (about 30 KiB a node of the selector's)."""
+PER_WORKER_BYTES = 3 * MIB
+"""One worker and the supervisor's share for its node: 1.7 to 1.8 MiB measured five
+minutes after start (N = 50 to 500), and workers grow by a few tenths of a MiB over the
+first twenty minutes (BENCHMARKS.md, "floor.py", third round: 1.83 MiB PSS at N = 1,000)."""
 
 
 def mib(value: int) -> str:
-    return f"{value / MIB:.0f} MiB"
+    """``value`` bytes in MiB, to a tenth (``103.5 MiB``, ``1024 MiB``)."""
+    return f"{value / MIB:.1f}".rstrip("0").rstrip(".") + " MiB"
 
 
 @dataclass(frozen=True)

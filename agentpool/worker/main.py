@@ -156,14 +156,16 @@ def _idle() -> None:
 
 
 def _use_node_metrics_files(node: str) -> MetricsRoom | None:
-    """Values in the node's files, each new one only while they have room (the room,
-    None without a multiprocess directory). Must run before the first metric value is
-    created in this process."""
+    """Put this process's metric values in the node's files, a new one only while they
+    have room; the room (None without a multiprocess directory). Must run before the
+    first metric value is created in this process."""
     from prometheus_client import values
 
     ident = metrics_id(node)
     # prometheus_client leaves this factory unannotated.
-    in_files = values.MultiProcessValue(process_identifier=lambda: ident)  # type: ignore[no-untyped-call]
+    in_files = values.MultiProcessValue(  # type: ignore[no-untyped-call]
+        process_identifier=lambda: ident
+    )
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory:
         values.ValueClass = in_files
@@ -173,7 +175,9 @@ def _use_node_metrics_files(node: str) -> MetricsRoom | None:
     return room
 
 
-def _settling(room: MetricsRoom | None, tick: Callable[[], TickResult]) -> Callable[[], TickResult]:
+def _settling(
+    room: MetricsRoom | None, tick: Callable[[], TickResult]
+) -> Callable[[], TickResult]:
     """``tick``, after writing the series that waited for room in the metrics files."""
     if room is None:
         return tick

@@ -82,7 +82,7 @@ def test_a_worker_over_the_memory_limit_is_oom_killed_and_restarted_alone() -> N
 
 def test_a_pod_starts_the_workers_its_memory_limit_holds_and_names_the_figure() -> None:
     holds = 2
-    limit = FIXED_BYTES + holds * PER_WORKER_BYTES + PER_WORKER_BYTES // 2
+    limit = FIXED_BYTES + holds * PER_WORKER_BYTES + PER_WORKER_BYTES // 2  # 103.5 MiB
     with SimCluster() as cluster, MemoryCgroup("agentpool-limit", limit) as cgroup:
         for node in ("n-a", "n-b", "n-c"):
             cluster.add_node(node)
@@ -91,7 +91,7 @@ def test_a_pod_starts_the_workers_its_memory_limit_holds_and_names_the_figure() 
         for node in ("n-a", "n-b"):
             wait_until(lambda n=node: cluster.status(n).get("result") == "applied", 20)
         wait_until(lambda: cluster.status("n-c").get("result") == "error", 20)
-        figure = f"the memory limit of {limit // MIB} MiB holds {holds} workers"
+        figure = f"the memory limit of {limit / MIB:g} MiB holds {holds} workers"
         assert figure in cluster.status("n-c")["message"]
         assert "raise resources.limits.memory or add pool shards" in (
             cluster.status("n-c")["message"])
