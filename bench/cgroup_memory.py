@@ -10,13 +10,14 @@ fixed cost and the cost per worker, which ``agentpool/supervisor/memlimit.py`` a
 the chart's sizing note take, with a margin. Needs root and a writable cgroup
 filesystem; prints a markdown report, asserts nothing.
 
-    .venv-py312/bin/python bench/cgroup_memory.py --nodes 0,50,100,200 --backend http
-    .venv-py312/bin/python bench/cgroup_memory.py --nodes 200 --shards 4   # caches 200, runs ~50
+    .venv-py312/bin/python bench/cgroup_memory.py --nodes 0,50,100,200,200,500 \
+        --shards 1,1,1,1,4,1 --interval 1s,1s,1s,1s,1s,20s --output BENCHMARKS.md
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import platform
 import shutil
@@ -24,8 +25,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from measure import MIB, agent_over_nodes, memory, process_tree
+from report import replace_section
 
 from agentpool.pool.assignment import fnv32a
 from agentpool.sim.cgroups import MemoryCgroup, available
@@ -36,6 +39,7 @@ class Reading:
     workers: int
     nodes: int
     """Nodes the pod caches (the selector's): its own and, in a sharded pool, the others'."""
+    interval: str
     usage: float
     peak: float
     unreclaimable: float
@@ -59,7 +63,7 @@ def measure(nodes: int, backend: str, interval: str, settle_s: float, shards: in
                 agent_over_nodes(nodes, backend, env, wrap=cgroup.wrap(),
                                  workers=workers) as agent:
             time.sleep(settle_s)
-            reading = Reading(workers, nodes, cgroup.usage_bytes(), cgroup.peak_bytes(),
+            reading = Reading(workers, nodes, interval, cgroup.usage_bytes(), cgroup.peak_bytes(),
                               cgroup.unreclaimable_bytes(),
                               sum(memory(process_tree(agent.pid).all()).pss))
             agent.terminate(timeout=120)
@@ -81,23 +85,33 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
-def report(readings: list[Reading], backend: str, interval: str, settle_s: float) -> str:
+def _each(text: str, count: int) -> list[str]:
+    """A comma-separated option, one value per run (the last one repeated)."""
+    values = text.split(",")
+    return values + [values[-1]] * (count - len(values))
+
+
+def report(readings: list[Reading], backend: str, settle_s: float, command: str) -> str:
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     lines = [
-        f"Python {platform.python_version()}, {backend} controls, RECONCILE_INTERVAL={interval}, "
-        f"read {settle_s:g} s after every worker ran; load average at the end {load} "
-        f"({os.cpu_count()} CPUs)",
+        "### Last run",
         "",
-        "| workers | nodes cached | usage (MiB) | peak (MiB) | unreclaimable (MiB) "
+        f"    {command}",
+        "",
+        f"- date: {dt.date.today().isoformat()}; Python {platform.python_version()}; "
+        f"{backend} controls; read {settle_s:g} s after every worker ran; load average at "
+        f"the end {load} ({os.cpu_count()} CPUs)",
+        "",
+        "| workers | nodes cached | interval | usage (MiB) | peak (MiB) | unreclaimable (MiB) "
         "| pod PSS (MiB) |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in readings:
-        lines.append(f"| {r.workers} | {r.nodes} | {r.usage / MIB:.1f} | {r.peak / MIB:.1f} | "
-                     f"{r.unreclaimable / MIB:.1f} | {r.pss / MIB:.1f} |")
+        lines.append(f"| {r.workers} | {r.nodes} | {r.interval} | {r.usage / MIB:.1f} | "
+                     f"{r.peak / MIB:.1f} | {r.unreclaimable / MIB:.1f} | {r.pss / MIB:.1f} |")
     alone = [r for r in readings if r.workers == r.nodes]
     if len(alone) >= 2:
-        lines += ["", "| fit over the unsharded runs | fixed (MiB) | per worker (MiB) |",
+        lines += ["", "| least squares over the unsharded runs | fixed (MiB) | per worker (MiB) |",
                   "|---|---|---|"]
         columns = {"usage": [r.usage for r in alone], "peak": [r.peak for r in alone],
                    "unreclaimable": [r.unreclaimable for r in alone],
@@ -110,24 +124,33 @@ def report(readings: list[Reading], backend: str, interval: str, settle_s: float
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", default="0,25,50,100", help="values of N, comma-separated")
+    parser.add_argument("--nodes", default="0,50,100,200", help="N of each run, comma-separated")
     parser.add_argument("--backend", choices=["http", "host"], default="http")
-    parser.add_argument("--interval", default="1s", help="RECONCILE_INTERVAL")
+    parser.add_argument("--interval", default="1s",
+                        help="RECONCILE_INTERVAL of each run, comma-separated like --nodes")
     parser.add_argument("--shards", default="1",
                         help="POOL_SHARDS of each run, comma-separated like --nodes (the pod is "
                              "shard 0: it caches every node, runs a worker for its own)")
-    parser.add_argument("--settle", type=float, default=60.0,
+    parser.add_argument("--settle", type=float, default=300.0,
                         help="seconds between every worker running and the reading")
+    parser.add_argument("--output", default="-",
+                        help="replace this script's section of this file (BENCHMARKS.md); "
+                             "- (the default): print only")
     args = parser.parse_args(argv)
     if not available():
         print("needs root and a writable memory cgroup", file=sys.stderr)
         return 2
     nodes = [int(n) for n in args.nodes.split(",")]
-    shards = [int(s) for s in args.shards.split(",")]
-    shards += [shards[-1]] * (len(nodes) - len(shards))
-    readings = [measure(n, args.backend, args.interval, args.settle, s)
-                for n, s in zip(nodes, shards, strict=False)]
-    print(report(readings, args.backend, args.interval, args.settle))
+    runs = zip(nodes, _each(args.interval, len(nodes)), _each(args.shards, len(nodes)),
+               strict=True)
+    readings = [measure(n, args.backend, interval, args.settle, int(shards))
+                for n, interval, shards in runs]
+    command = "python bench/cgroup_memory.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    section = report(readings, args.backend, args.settle, command.strip())
+    print(section)
+    if args.output != "-":
+        replace_section(Path(args.output), "cgroup_memory.py", section)
+        print(f"wrote {args.output}")
     return 0
 
 

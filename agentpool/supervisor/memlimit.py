@@ -1,7 +1,7 @@
 """How many workers the pod's memory limit holds, and the owned nodes it leaves without one.
 
 A worker costs the pod a measured amount of memory, and the supervisor, its fork
-server and their caches a fixed amount (BENCHMARKS.md, "Memory for sizing"; the
+server and their caches a fixed amount (BENCHMARKS.md, ``cgroup_memory.py``; the
 chart's ``resources.limits.memory`` note is the same sum). Starting more workers than
 the limit holds ends with the kernel's OOM killer, again and again, in a pod that
 never settles. So the supervisor starts at most that many and tells the others'
@@ -24,12 +24,12 @@ log = logging.getLogger(__name__)
 MIB = 1 << 20
 FIXED_BYTES = 96 * MIB
 """The supervisor, its fork server and their caches with no worker: 60 MiB measured, 68 MiB
-at the start-up peak (BENCHMARKS.md, "Memory for sizing"), and room for the caches of a
+at the start-up peak (BENCHMARKS.md, ``cgroup_memory.py``), and room for the caches of a
 larger cluster (about 30 KiB a node of the selector's)."""
 PER_WORKER_BYTES = 3 * MIB
 """One worker and the supervisor's share for its node: 1.7 to 1.8 MiB measured five
 minutes after start (N = 50 to 500), and workers grow by a few tenths of a MiB over the
-first twenty minutes (BENCHMARKS.md, "floor.py", third round: 1.83 MiB PSS at N = 1,000)."""
+first twenty minutes (BENCHMARKS.md, current results: 1.83 MiB PSS at N = 1,000)."""
 
 
 def mib(value: int) -> str:
