@@ -2,7 +2,8 @@
 
 sysfs attributes are tiny text files written in one ``write()``; the kernel
 parses the whole buffer at once, so there is no partial-write state to guard
-against. Every OSError becomes :class:`SysfsError` naming the path.
+against. Every OSError becomes :class:`SysfsError` naming the path, or
+:class:`JournalError` naming the journal when it is the journal's.
 """
 
 from __future__ import annotations
