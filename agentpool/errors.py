@@ -12,6 +12,8 @@
     │   ├── HttpBackendError   the HTTP simulator/endpoint failed (wraps URLError, bad JSON)
     │   └── GpuUnavailableError     no GPU control library/driver on the host (status ``blocked``)
     ├── FencedError            a write refused: it could land after the worker's fence
+    ├── JournalError           the original host values cannot be recorded (STATE_DIR full):
+    │                          nothing is written to the host
     └── KubeError              the Kubernetes API failed (wraps ApiException)
         └── KubeTemporaryError worth retrying after ``delay`` seconds
             └── KubeUnreachableError    no HTTP answer at all (refused, reset, timed out)
@@ -115,6 +117,22 @@ class FencedError(AgentError):
         )
         super().__init__(f"{what} not sent: it could land {when}, when another pod may own "
                          "the node")
+
+
+class JournalError(AgentError):
+    """The journal of original host values could not be written (a full or read-only
+    ``STATE_DIR``), so the write that needed it was not made.
+
+    Not a :class:`BackendError`: the host is fine, and falling back to another backend
+    would need a journal entry just the same."""
+
+    def __init__(self, journal: str, problem: str) -> None:
+        self.journal = journal
+        self.problem = problem
+        super().__init__(
+            f"cannot record the original host values in the STATE_DIR journal {journal} "
+            f"({problem}): nothing written to the host until it can be"
+        )
 
 
 class KubeError(AgentError):

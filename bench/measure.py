@@ -185,13 +185,16 @@ def wait_for_quiet_api(cluster: SimCluster, nodes: int) -> float:
 
 @contextlib.contextmanager
 def agent_over_nodes(
-    nodes: int, backend: str, env: Mapping[str, str], api: str = "profiles"
+    nodes: int, backend: str, env: Mapping[str, str], api: str = "profiles",
+    wrap: list[str] | None = None, workers: int | None = None,
 ) -> Iterator[AgentProcess]:
     """The real agent (pool mode, one pod) over ``nodes`` simulated nodes, all workers running.
 
     ``backend``: ``http`` (controls at the power simulator; with the NodeTwin
     API the routing is the agent's environment) or ``host`` (per-node sysfs
-    trees under a throwaway directory). Stopped, and its trees removed, on exit.
+    trees under a throwaway directory). ``wrap`` is a command the agent's command line is
+    appended to (``SimCluster.start_agent``); ``workers``: how many to wait for when the
+    agent's shard owns fewer than ``nodes``. Stopped, and its trees removed, on exit.
     """
     with tempfile.TemporaryDirectory(prefix="agentpool-bench-") as tmp, \
             SimCluster(workdir=tmp, api=api) as cluster:
@@ -206,9 +209,10 @@ def agent_over_nodes(
             full_env["SYSFS_ROOT"] = template
         for name in names:
             cluster.add_node(name, http=backend == "http")
-        agent = cluster.start_agent(full_env)
+        agent = cluster.start_agent(full_env, wrap=wrap)
         agent.wait_ready(120)
-        wait_until(lambda: len(process_tree(agent.pid).workers) == nodes, 300, interval=0.5)
+        expected = nodes if workers is None else workers
+        wait_until(lambda: len(process_tree(agent.pid).workers) == expected, 300, interval=0.5)
         try:
             yield agent
         finally:

@@ -53,6 +53,7 @@ from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor import statuses
 from agentpool.supervisor.clusterview import ClusterView
+from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.echoes import Echoes
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import (
@@ -62,6 +63,7 @@ from agentpool.supervisor.handles import (
     WorkerState,
 )
 from agentpool.supervisor.loopio import LoopIO
+from agentpool.supervisor.memlimit import MemoryBudget, Refusals
 from agentpool.supervisor.orphans import reap_orphans
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
 from agentpool.supervisor.statuses import StatusRouter, StatusSink
@@ -103,6 +105,8 @@ class Supervisor:
         elastic: ElasticPool | None = None,
         node_events: NodeEvents | None = None,
         write_hold: WriteHold | None = None,
+        memory: MemoryBudget | None = None,
+        deaths: Deaths | None = None,
     ) -> None:
         self.settings = settings
         self.write_hold = write_hold
@@ -140,9 +144,11 @@ class Supervisor:
         self.io = LoopIO()
         self.table = WorkerTable(
             settings, launch, view, self.statuses, files, self.io, clock, loop_period_s,
-            hardware, elastic, node_events,
+            hardware, elastic, node_events, deaths,
         )
         """Every owned node's worker: starts, reports, deaths, restarts, stops."""
+        self.refusals = Refusals(memory or MemoryBudget(None), self.statuses)
+        """The owned nodes the pod's memory limit leaves without a worker."""
         self._next_check = 0.0
         """When the loop's own checks (not a pass over the workers) are due next."""
         self._inputs_changed: set[str] = set()
@@ -338,7 +344,7 @@ class Supervisor:
                 self.table.stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
         # A node still stopping from an earlier scope loss keeps its handle until the
         # worker is gone; _settle then marks the scope stale and it starts again here.
-        missing = sorted(owned - self.workers.keys())
+        missing = self.refusals.admit(sorted(owned - self.workers.keys()), len(self.workers))
         if len(missing) > MAX_STARTS_PER_TURN:
             self._scope_stale = True  # the rest next turn, so reports keep flowing
         batch = [WorkerHandle(node) for node in missing[:MAX_STARTS_PER_TURN]]
@@ -407,6 +413,9 @@ class Supervisor:
                 shard_id=s.pool_shard_id,
                 shards=max(1, s.pool_shards),
                 synced=synced,
+                memory_limit=self.refusals.budget.limit_bytes,
+                memory_workers=self.refusals.budget.workers(),
+                refused=len(self.refusals.refused),
             )
         )
 

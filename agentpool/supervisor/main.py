@@ -51,13 +51,17 @@ from agentpool.logs import setup_logging
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, set_title
+from agentpool.supervisor import memcgroup
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.collector import FastMultiProcessCollector
+from agentpool.supervisor.deaths import Deaths
+from agentpool.supervisor.diskspace import DiskSpace, watched_dirs
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
+from agentpool.supervisor.memlimit import MemoryBudget
 from agentpool.supervisor.prelaunch import (
     FDS_PER_NODE,
     RESERVED_FDS,
@@ -327,6 +331,8 @@ def _run(
     hardware = HardwarePublisher(api, hold=hold)
     view = ClusterView(settings)
     desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
+    cgroup = memcgroup.find()
+    memory = MemoryBudget(cgroup.limit_bytes() if cgroup is not None else None)
 
     def spec_confirmed_at(now: float) -> float | None:
         # Before a desired-state kind is watched there is no desired state to go stale. A
@@ -358,6 +364,8 @@ def _run(
         elastic=elastic,
         node_events=node_events,
         write_hold=hold,
+        memory=memory,
+        deaths=Deaths(cgroup),
     )
     stack.callback(supervisor.close)
 
@@ -374,7 +382,10 @@ def _run(
         watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S, api.reachability,
         recorder,
     )
-    extra = [EventMetrics(recorder.counts)] if recorder is not None else []
+    disk_space = DiskSpace(watched_dirs(metrics_dir, files.state_dir))
+    extra: list[Collector] = [disk_space]
+    if recorder is not None:
+        extra.append(EventMetrics(recorder.counts))
     server = _http_server(settings, supervisor, collector, readiness, metrics_dir, capacity,
                           serving, elastic, listener, extra)
     supervisor.install_signal_handlers()
@@ -383,7 +394,7 @@ def _run(
     server.start()
     if listener is None:
         serving.callback(server.stop)
-    services: list[_Service] = [collector, status, twin_status, hardware, discovery]
+    services: list[_Service] = [collector, disk_space, status, twin_status, hardware, discovery]
     if recorder is not None:
         services.append(recorder)  # stopped before the API client: it writes what it can
     if elastic is not None and replicas_watch is not None:
@@ -392,7 +403,7 @@ def _run(
     for component in services:
         component.start()
         stack.callback(component.stop)
-    _log_start(settings, server.port, capacity)
+    _log_start(settings, server.port, capacity, memory)
     if not fork_server.wait_ready(FORK_SERVER_READY_S):
         raise StartupError(f"the fork server did not get ready within {FORK_SERVER_READY_S:g}s")
     code = supervisor.run()
@@ -470,7 +481,7 @@ def _http_server(
         ) from None
 
 
-def _log_start(settings: Settings, port: int, capacity: int) -> None:
+def _log_start(settings: Settings, port: int, capacity: int, memory: MemoryBudget) -> None:
     if settings.mode is AgentMode.POOL:
         where = (
             f" (shard {settings.pool_shard_id} of {max(1, settings.pool_shards)}, "
@@ -480,12 +491,13 @@ def _log_start(settings: Settings, port: int, capacity: int) -> None:
         where = f" (node {settings.node_name})"
     log.info(
         "agentpool %s mode%s: metrics on http://%s:%d/metrics, reconcile every %gs, "
-        "room for %s nodes%s",
+        "room for %s nodes (descriptors), %s%s",
         settings.mode.value,
         where,
         settings.metrics_host or "0.0.0.0",
         port,
         settings.reconcile_interval_s,
         capacity if capacity < sys.maxsize else "unlimited",
+        memory.describe(),
         ", SIMULATE-ONLY: nothing will be written" if settings.simulate_only else "",
     )

@@ -49,6 +49,12 @@ class Snapshot:
     shard_id: int = 0
     shards: int = 1
     synced: bool = False
+    memory_limit: int | None = None
+    """The pod's memory limit in bytes (None: none)."""
+    memory_workers: int | None = None
+    """Workers that limit holds (:mod:`agentpool.supervisor.memlimit`)."""
+    refused: int = 0
+    """Owned nodes left without a worker: the limit holds no more."""
 
 
 class ApiCounters:
@@ -223,11 +229,22 @@ def _worker_families(snap: Snapshot) -> list[Metric]:
 
 
 def _pool_families(snap: Snapshot) -> list[Metric]:
-    return [
+    families: list[Metric] = [
         _gauge("agentpool_shard_id", "This pod's shard", snap.shard_id),
         _gauge("agentpool_shards", "Total number of shards", snap.shards),
         _gauge("agentpool_cache_synced", "1 once every informer has listed", int(snap.synced)),
+        _gauge("agentpool_nodes_refused",
+               "Owned nodes without a worker: the pod's memory limit holds no more",
+               snap.refused),
     ]
+    if snap.memory_limit is not None and snap.memory_workers is not None:
+        families += [
+            _gauge("agentpool_memory_limit_bytes", "The pod's memory limit (its cgroup's)",
+                   snap.memory_limit),
+            _gauge("agentpool_memory_limit_workers", "Workers the pod's memory limit holds",
+                   snap.memory_workers),
+        ]
+    return families
 
 
 def _api_families(

@@ -26,6 +26,7 @@ from agentpool.resources.nodeinputs import NodeApi, NodeInputs
 from agentpool.supervisor import fences, statuses
 from agentpool.supervisor.clusterview import ClusterView, heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines, next_check
+from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.forkclient import ForkServerStarting
 from agentpool.supervisor.handles import (
@@ -33,7 +34,6 @@ from agentpool.supervisor.handles import (
     StopReason,
     WorkerHandle,
     WorkerState,
-    describe_exit,
     launch_all,
     pid_running,
 )
@@ -93,6 +93,7 @@ class WorkerTable:
         hardware: HardwarePublisher | None = None,
         elastic: ElasticPool | None = None,
         node_events: NodeEvents | None = None,
+        deaths: Deaths | None = None,
     ) -> None:
         self.settings = settings
         self.launch = launch
@@ -106,6 +107,8 @@ class WorkerTable:
         self.elastic = elastic
         self.node_events = node_events
         """Kubernetes Events on the Nodes (docs/metrics.md: Node events); None with EVENTS=false."""
+        self.deaths = deaths or Deaths(None)
+        """Says how a worker's process ended (an OOM kill, from the pod's cgroup)."""
         self.workers: dict[str, WorkerHandle] = {}
         self.changed = True
         """A worker started, stopped, died or began running: publish a fresh snapshot."""
@@ -246,7 +249,8 @@ class WorkerTable:
                 continue
             self._read_from(handle, now)  # a Stopped message may still be in the pipe
             handle.exit_code = process.exitcode
-            handle.exit_how = describe_exit(process.exitcode)
+            handle.exit_how = self.deaths.describe(process.exitcode,
+                                                   expected=handle.stop_reason is not None)
             pid = process.pid
             self.io.unregister(process.sentinel)
             process.close()

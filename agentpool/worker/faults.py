@@ -4,14 +4,15 @@
 are rejected loudly. Kinds: ``crash-at-start`` (the worker raises before its
 first tick), ``raise-in-tick`` (every tick raises an unexpected exception),
 ``hang-in-tick`` (every tick blocks forever, as a wedged driver call would),
-``idle`` (the worker only sleeps from its first line on, until SIGTERM or its
-parent's death: ``bench/floor.py``'s memory floor, a process forked from the
-same fork server that does nothing of its own). They stand in for bugs and
-kernel hangs that cannot be produced on demand here. The variable is a test
-hook, deliberately not one of the agent's settings (``agentpool --help``
-does not list it), and it is read once, when a worker starts: a worker
-without faults ticks its controller directly, so production pays nothing per
-tick.
+``leak-in-tick`` (every tick keeps :data:`LEAK_BYTES` more memory, written, as a
+leak would, until the OOM killer ends it), ``idle`` (the worker only sleeps from
+its first line on, until SIGTERM or its parent's death: ``bench/floor.py``'s
+memory floor, a process forked from the same fork server that does nothing of
+its own). They stand in for bugs and kernel hangs that cannot be produced on
+demand here. The variable is a test hook, deliberately not one of the agent's
+settings (``agentpool --help`` does not list it), and it is read once, when a
+worker starts: a worker without faults ticks its controller directly, so
+production pays nothing per tick.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-KINDS = ("crash-at-start", "raise-in-tick", "hang-in-tick", "idle")
+KINDS = ("crash-at-start", "raise-in-tick", "hang-in-tick", "leak-in-tick", "idle")
 ENV = "AGENTPOOL_FAULTS"
+LEAK_BYTES = 8 << 20
 
 T = TypeVar("T")
 
@@ -55,7 +57,11 @@ def tick_with_faults(node: str, tick: Callable[[], T], raw: str | None = None) -
     if "crash-at-start" in kinds:
         raise InjectedFault("injected fault: crash-at-start")
 
+    leaked: list[bytes] = []
+
     def faulty_tick() -> T:
+        if "leak-in-tick" in kinds:
+            leaked.append(b"\1" * LEAK_BYTES)  # every page written: charged to the worker
         if "raise-in-tick" in kinds:
             raise InjectedFault("injected fault: raise-in-tick")
         if "hang-in-tick" in kinds:

@@ -42,7 +42,8 @@ from agentpool.results import TickResult
 from agentpool.worker import cadence
 from agentpool.worker.faults import faults_for, tick_with_faults
 from agentpool.worker.fence import WorkerFence
-from agentpool.worker.nodefiles import metrics_id, presize_metrics_files
+from agentpool.worker.metricspace import MetricsRoom, room_checked
+from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import (
     DUMP_SIGNAL,
     EXIT_FENCED,
@@ -61,6 +62,11 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 EXIT_CRASH = 70
 """An unexpected exception escaped the controller (EX_SOFTWARE)."""
+OOM_SCORE_ADJ = b"1000"
+"""A worker's ``/proc/self/oom_score_adj``: the kernel's OOM killer, at the pod's memory
+limit, takes a worker (restarted with backoff, its node alone affected) before the
+supervisor or the fork server, which are larger (they hold what every worker shares)
+and whose death stops every node of the pod. Raising it needs no privilege."""
 
 
 def _find_prctl() -> Any:
@@ -77,6 +83,16 @@ _PRCTL = _find_prctl()
 def _die_with_parent() -> None:
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _first_for_the_oom_killer() -> None:
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+    except OSError:
+        return  # no procfs: nothing to say to the OOM killer
+    with contextlib.suppress(OSError):
+        os.write(fd, OOM_SCORE_ADJ)
+    os.close(fd)
 
 
 class StopFlag:
@@ -139,18 +155,38 @@ def _idle() -> None:
         signal.pause()
 
 
-def _use_node_metrics_files(node: str) -> None:
-    # Must run before the first metric value is created in this process.
+def _use_node_metrics_files(node: str) -> MetricsRoom | None:
+    """Put this process's metric values in the node's files, a new one only while they
+    have room; the room (None without a multiprocess directory). Must run before the
+    first metric value is created in this process."""
     from prometheus_client import values
 
     ident = metrics_id(node)
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if directory:
-        presize_metrics_files(directory, node)
     # prometheus_client leaves this factory unannotated.
-    values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
+    in_files = values.MultiProcessValue(  # type: ignore[no-untyped-call]
         process_identifier=lambda: ident
     )
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        values.ValueClass = in_files
+        return None
+    room = MetricsRoom(directory, node)
+    values.ValueClass = room_checked(in_files, room)
+    return room
+
+
+def _settling(
+    room: MetricsRoom | None, tick: Callable[[], TickResult]
+) -> Callable[[], TickResult]:
+    """``tick``, after writing the series that waited for room in the metrics files."""
+    if room is None:
+        return tick
+
+    def settled_tick() -> TickResult:
+        room.settle()
+        return tick()
+
+    return settled_tick
 
 
 def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
@@ -171,10 +207,11 @@ def crash_reason(exc: BaseException, inputs: NodeInputs | None) -> str:
 
 
 def become_worker(node: str) -> StopFlag:
-    """Make this process the node's worker: it dies with its parent, is titled for the
-    node, stops on SIGTERM (the flag returned), leaves Ctrl-C to the supervisor and
-    dumps its threads on :data:`DUMP_SIGNAL`."""
+    """Make this process the node's worker: it dies with its parent, is the OOM killer's
+    first choice in the pod, is titled for the node, stops on SIGTERM (the flag returned),
+    leaves Ctrl-C to the supervisor and dumps its threads on :data:`DUMP_SIGNAL`."""
     _die_with_parent()
+    _first_for_the_oom_killer()
     set_title(*worker_title(node))  # ps, top: "agentpool: node <name>"
     stop = StopFlag()
     signal.signal(signal.SIGTERM, stop)
@@ -191,12 +228,12 @@ def set_up(
     metrics files, controller and fence. Also run by the fork server's warm-up."""
     fence = WorkerFence(required=settings.requires_fence)
     setup_logging(settings.log_format, settings.log_level, role=f"worker:{node}", node=node)
-    _use_node_metrics_files(node)
+    room = _use_node_metrics_files(node)
     from agentpool.controller.metrics import NodeMetrics
 
     originals = Originals(Path(journal) if journal else None)
     controller = NodeController(settings.controller, node, NodeMetrics(node), originals)
-    tick = tick_with_faults(node, controller.tick)
+    tick = _settling(room, tick_with_faults(node, controller.tick))
     if inputs is not None:
         controller.update(inputs)
     return controller, tick, fence

@@ -41,14 +41,16 @@ def metrics_id(node: str) -> str:
 
 def presize_metrics_files(metrics_dir: str, node: str) -> None:
     """Create the node's metrics files at :data:`METRICS_FILE_BYTES` unless they exist
-    (a restarted worker keeps its predecessor's, whatever their size)."""
+    (a restarted worker keeps its predecessor's, whatever their size), their pages
+    allocated: a full filesystem fails this with ENOSPC (an ``OSError``), where a page
+    left to be found at the first write through the mapping would be a SIGBUS
+    (:mod:`agentpool.worker.metricspace`)."""
     ident = metrics_id(node)
     for kind in METRICS_FILE_KINDS:
         fd = os.open(os.path.join(metrics_dir, f"{kind}_{ident}.db"), os.O_RDWR | os.O_CREAT,
                      0o644)
         try:
-            if os.fstat(fd).st_size == 0:
-                os.ftruncate(fd, METRICS_FILE_BYTES)
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size or METRICS_FILE_BYTES)
         finally:
             os.close(fd)
 

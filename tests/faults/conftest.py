@@ -1,4 +1,7 @@
-"""The fault suite's shared fixture: a real control plane that faults may crash and restart."""
+"""The fault suite (issue 43): the surroundings fail under the real agent's processes.
+
+Shared here: a real control plane that faults may crash and restart.
+"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentpool.backends.sysfs.files import HostApply, Originals, read_int, read_text, try_read_int
-from agentpool.errors import SysfsError
+from agentpool.errors import JournalError, SysfsError
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,9 @@ class CpufreqHost:
     def apply(self, throttle_pct: int) -> dict[str, int]:
         """The first ceil(count*pct/100) policies get the throttled max, the rest their original.
 
-        A failed write puts back what this call already changed and raises
-        SysfsError, so a policy set is never left half-throttled.
+        A failed write (or an original that cannot be journaled) puts back what this
+        call already changed and raises SysfsError (JournalError), so a policy set is
+        never left half-throttled.
         """
         policies = self.policies()
         count = math.ceil(len(policies) * throttle_pct / 100)
@@ -135,7 +136,7 @@ class CpufreqHost:
                     if got != want:
                         raise SysfsError(str(policy.max_file), f"wrote {want}, read back {got}")
                 result[policy.path.name] = want
-        except SysfsError:
+        except (SysfsError, JournalError):
             host.undo()
             raise
         return result

@@ -2,11 +2,13 @@
 
 sysfs attributes are tiny text files written in one ``write()``; the kernel
 parses the whole buffer at once, so there is no partial-write state to guard
-against. Every OSError becomes :class:`SysfsError` naming the path.
+against. Every OSError becomes :class:`SysfsError` naming the path, or
+:class:`JournalError` naming the journal when it is the journal's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -14,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from agentpool.backends import fencing
-from agentpool.errors import SysfsError
+from agentpool.errors import JournalError, SysfsError
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,12 @@ class Originals:
 
     Each entry records its owner (the backend that wrote the file), so a
     backend restores exactly its own files.
+
+    A journal that cannot be written (``STATE_DIR`` full) refuses the new entry
+    (:class:`JournalError`), and so the write that needed it: a host value is never
+    changed without a record that outlives the worker. Dropping an entry needs no
+    room: the file keeps it until the next rewrite, and an entry whose value is back
+    in place only says what is already true.
     """
 
     def __init__(self, journal: Path | None = None) -> None:
@@ -98,7 +106,12 @@ class Originals:
         if key in self._values:
             return False
         self._values[key] = (owner, current)
-        self._save()
+        try:
+            self._save()
+        except OSError as exc:
+            del self._values[key]  # unrecorded: the caller must not write the file
+            assert self._journal is not None
+            raise JournalError(str(self._journal), exc.strerror or str(exc)) from exc
         return True
 
     def get(self, path: Path) -> int | None:
@@ -115,7 +128,12 @@ class Originals:
 
     def forget(self, path: Path) -> None:
         if self._values.pop(str(path), None) is not None:
-            self._save()
+            try:
+                self._save()
+            except OSError as exc:  # the file keeps the entry: harmless, see the class
+                log.warning("journal %s not rewritten (%s): it keeps the entry of %s, "
+                            "whose original value is back in place", self._journal,
+                            exc.strerror or exc, path)
 
     def restore(self, owner: str) -> list[str]:
         """Write back the originals of ``owner``'s files; returns the problems, if any.
@@ -142,9 +160,16 @@ class Originals:
             return
         self._journal.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self._journal.parent, prefix=".originals-")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(self._values, handle)
-        os.replace(tmp, self._journal)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(self._values, handle)
+            os.replace(tmp, self._journal)
+        except BaseException:
+            # A full disk fails the write or the close: no torn temp file stays behind in
+            # a directory that is never wiped.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 class HostApply:

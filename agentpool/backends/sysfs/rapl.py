@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentpool.backends.sysfs.files import HostApply, Originals, read_int, read_text, try_read_int
-from agentpool.errors import RaplUnavailableError, SysfsError
+from agentpool.errors import JournalError, RaplUnavailableError, SysfsError
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,9 @@ class RaplHost:
         """Enforce ``cap_watts`` over all packages; returns microwatts set per zone.
 
         Raises RaplUnavailableError when no package zone has a writable PL1 or a
-        write fails or does not stick; zones already written in this call are
-        put back first, so the host is never left with half a cap.
+        write fails or does not stick, and JournalError when an original cannot be
+        recorded; zones already written in this call are put back first, so the host
+        is never left with half a cap.
         """
         zones = [z for z in self.zones() if z.limit_file is not None]
         if not zones:
@@ -209,12 +210,12 @@ class RaplHost:
                             "(limit locked or read-only)"
                         )
                 applied[zone.label] = want
-        except (SysfsError, RaplUnavailableError) as exc:
+        except (SysfsError, RaplUnavailableError, JournalError) as exc:
             host.undo()
             if not all(zone.path.is_dir() for zone in zones):
                 self._zones.forget()  # a zone went away: look again next time
-            if isinstance(exc, RaplUnavailableError):
-                raise
+            if isinstance(exc, (RaplUnavailableError, JournalError)):
+                raise  # no journal is no reason to fall back: DVFS would need one too
             raise RaplUnavailableError(str(exc)) from exc
         return applied
 

@@ -18,7 +18,7 @@ from agentpool.backends.sysfs.rapl import (
     discover_package_zones,
     stuck,
 )
-from agentpool.errors import RaplUnavailableError
+from agentpool.errors import JournalError, RaplUnavailableError
 from agentpool.sim.sysfs.dynamics import LiveModel, LiveSysfs
 from agentpool.sim.sysfs.trees import (
     LockMode,
@@ -232,6 +232,43 @@ def test_journal_lets_a_new_host_restore_the_true_originals_after_a_crash(
     assert successor.restore() == []
     assert snapshot(intel.root) == before
     assert json.loads(journal.read_text()) == {}
+
+
+def _journal_that_cannot_be_written(journal: Path) -> None:
+    """Its name taken by a directory: every rewrite (temp file, then rename) fails, as on a
+    full STATE_DIR (tests/faults/test_disk.py has the real ENOSPC)."""
+    journal.unlink(missing_ok=True)
+    (journal / "in-the-way").mkdir(parents=True)
+
+
+def test_an_original_that_cannot_be_journaled_is_not_written(
+    intel: SysfsTree, tmp_path: Path
+) -> None:
+    journal = tmp_path / "state" / "originals.json"
+    _journal_that_cannot_be_written(journal)
+    before = snapshot(intel.root)
+    originals = Originals(journal)
+    host = RaplHost(intel.root, originals)
+    # Not RAPL's failure (no fallback to DVFS, which would need a journal just the same).
+    with pytest.raises(JournalError, match="nothing written to the host"):
+        host.apply(200)
+    assert snapshot(intel.root) == before
+    assert originals.items() == []
+    assert [p.name for p in journal.parent.iterdir()] == ["originals.json"]  # no temp file
+    shutil.rmtree(journal)  # space freed: the next tick caps
+    host.apply(200)
+    pl1 = [str(z.path / "constraint_0_power_limit_uw") for z in intel.packages]
+    assert json.loads(journal.read_text()) == {key: ["rapl", TDP_UW] for key in pl1}
+
+
+def test_a_restore_needs_no_room_in_the_journal(intel: SysfsTree, tmp_path: Path) -> None:
+    journal = tmp_path / "state" / "originals.json"
+    before = snapshot(intel.root)
+    host = RaplHost(intel.root, Originals(journal))
+    host.apply(200)
+    _journal_that_cannot_be_written(journal)
+    assert host.restore() == []
+    assert snapshot(intel.root) == before
 
 
 def test_torn_journal_is_ignored(tmp_path: Path) -> None:
