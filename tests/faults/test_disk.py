@@ -62,7 +62,8 @@ def test_a_full_disk_holds_new_series_and_new_caps_back_until_space_is_freed() -
         # The capped node goes on being enforced, and its series on being written.
         cluster.set_cap("old", 80)
         wait_until(lambda: all_read(old_files, 40_000_000), 20)
-        cap = ("joulie_policy_cap_watts", (("node", "old"), ("policy", "eco")))
+        # The policy label is the NodePowerProfile's name, as Joulie's agent sets it.
+        cap = ("joulie_policy_cap_watts", (("node", "old"), ("policy", "old")))
         wait_until(lambda: series(agent.metrics()).get(cap) == 80.0, 10)
         # A node that arrives now: no journal, so no cap; no files, so no series.
         cluster.add_node("new", cap=100, http=False)
