@@ -67,12 +67,13 @@ def _plan(root: Path, host: HostFacts, cap: float | None, pct: float | None) -> 
         return lines
     writable = [z for z in host.zones if z.writable]
     if writable:
-        share = cap / len(writable)
         parts = []
         for z in writable:
-            want = share if z.max_w is None else min(share, z.max_w)
+            want = cap if z.max_w is None else min(cap, z.max_w)
             parts.append(f"{z.label} {want:g} W")
-        lines.append(f"cap {cap:g} W: RAPL PL1 " + ", ".join(parts) + " (read back to check)")
+        lines.append(
+            f"cap {cap:g} W per package: RAPL PL1 " + ", ".join(parts) + " (read back to check)"
+        )
         lines.append("  if a limit does not stick (BIOS lock), DVFS on cpufreq instead")
     elif host.policies:
         lines.append(

@@ -29,8 +29,9 @@ def test_two_sockets_with_a_percent_cap(tmp_path: Path) -> None:
         assert snapshot(tmp_path) == before
     assert "  intel-rapl:0: PL1 165 W (min 40 W, max 165 W), writable" in out
     assert "cpufreq policies: 4 (driver intel_pstate)" in out
-    assert "60% of max 330 W (PL1 max of intel-rapl:0, intel-rapl:1) = 198.0 W" in out
-    assert "cap 198 W: RAPL PL1 intel-rapl:0 99 W, intel-rapl:1 99 W" in out
+    # A percent of one package's maximum, written to every package.
+    assert "60% of max 165 W (per-package PL1 max of intel-rapl:0, intel-rapl:1) = 99.0 W" in out
+    assert "cap 99 W per package: RAPL PL1 intel-rapl:0 99 W, intel-rapl:1 99 W" in out
     assert out.endswith("(inspect only reads; nothing was written)\n")
 
 
@@ -41,7 +42,7 @@ def test_locked_limits_are_only_announced(tmp_path: Path) -> None:
         out = inspect(tmp_path, "--cap", "500", "--pct", "10")
         assert snapshot(tmp_path) == before
     assert "10% of max not planned: watts win over percent" in out
-    assert "cap 500 W: RAPL PL1 intel-rapl:0 165 W, intel-rapl:1 165 W" in out
+    assert "cap 500 W per package: RAPL PL1 intel-rapl:0 165 W, intel-rapl:1 165 W" in out
     assert "if a limit does not stick (BIOS lock), DVFS on cpufreq instead" in out
 
 

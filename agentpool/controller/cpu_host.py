@@ -26,6 +26,19 @@ log = logging.getLogger(__name__)
 NO_BACKEND = "RAPL unavailable, no cpufreq host control, and no HTTP control backend"
 
 
+def clamped(cap: float, applied: dict[str, int]) -> str:
+    """What the zones' PL1 range made of ``cap`` ('' where every zone took it as asked)."""
+    watts = {zone: uw / 1_000_000 for zone, uw in applied.items()}
+    off = {zone: w for zone, w in watts.items() if abs(w - cap) > 0.005 * cap}
+    if not off:
+        return ""
+    if len(off) == len(watts) and len(set(off.values())) == 1:
+        return f", clamped to {next(iter(off.values())):g} W by the zones' PL1 range"
+    return ", clamped by the zones' PL1 range: " + ", ".join(
+        f"{zone} {w:g} W" for zone, w in off.items()
+    )
+
+
 class HostCpu:
     """RAPL first, cpufreq throttling as the fallback, on one node's sysfs tree."""
 
@@ -66,14 +79,22 @@ class HostCpu:
                 observed["raplLimitsUw"] = applied
                 self.metrics.set_rapl_limits(applied)
                 zones = ", ".join(applied)
-                message = f"RAPL PL1 {cap:g} W over {len(applied)} package zone(s) ({zones})"
-                total_w = sum(applied.values()) / 1_000_000
-                if abs(total_w - cap) > 0.005 * cap:  # beyond the zones' range, or below it
-                    message += f", clamped to {total_w:g} W by the zones' PL1 range"
+                message = (
+                    f"RAPL PL1 {cap:g} W per package on {len(applied)} package zone(s) "
+                    f"({zones}){clamped(cap, applied)}"
+                )
                 return TickResult(Backend.RAPL, Result.APPLIED, message, observed)
         if not self.cpufreq.available():
             return TickResult(Backend.NONE, Result.BLOCKED, NO_BACKEND, observed)
         return reason
+
+    def dvfs_budget(self, cap: float) -> tuple[float, str]:
+        """The node's package power DVFS holds under: the cap is per package, and the host's
+        reading is the sum over its packages."""
+        packages = len(self.rapl.zones())
+        if packages <= 1:
+            return cap, f"{cap:g} W"
+        return cap * packages, f"{cap * packages:g} W ({cap:g} W per package x {packages})"
 
     def _release(self, throttled: bool) -> None:
         """RAPL took over: give cpufreq its values back if DVFS had throttled it."""

@@ -73,6 +73,10 @@ class HttpCpu:
             return TickResult(Backend.RAPL, answer.result, answer.message, observed)
         return f"RAPL {answer.result.value}: {answer.message}"
 
+    def dvfs_budget(self, cap: float) -> tuple[float, str]:
+        """The cap as posted: the endpoint's reading and its cap are the same quantity."""
+        return cap, f"{cap:g} W"
+
     def dvfs_levels(self) -> int | None:
         """An endpoint takes any percentage."""
         return None

@@ -67,8 +67,10 @@ class DvfsFallback:
         control: Throttler,
         observed: dict[str, Any],
         reason: str,
+        shown: str | None = None,
     ) -> TickResult:
-        """One step toward ``cap``; ``reason`` says why DVFS and not RAPL."""
+        """One step toward ``cap``; ``reason`` says why DVFS and not RAPL, ``shown`` how the
+        messages write the cap (default ``cap`` W)."""
         self.metrics.set_backend(Backend.DVFS)
         try:
             power = read_power()
@@ -99,12 +101,12 @@ class DvfsFallback:
                 "emaPowerWatts": None if state.ema is None else round(state.ema, 3),
             }
         )
-        summary = self._summary(cap, before, reason)
+        summary = self._summary(cap, before, reason, shown or f"{cap:g} W")
         if message and result is not Result.APPLIED:
             summary = f"{message}; {summary}"
         return TickResult(Backend.DVFS, result, summary, observed)
 
-    def _summary(self, cap: float, before: int, reason: str) -> str:
+    def _summary(self, cap: float, before: int, reason: str, shown: str) -> str:
         """The status message: honest about a cap not held, stable while nothing changes.
 
         Inside the controller's band the message names no power (that goes in
@@ -123,13 +125,13 @@ class DvfsFallback:
             key = (cap, s.throttle_pct, reason)
             if held and self._over_message is not None and self._over_message[0] == key:
                 return self._over_message[1]
-            message = f"throttling: {s.ema:.0f} W > cap {cap:g} W, {move}; {reason}"
+            message = f"throttling: {s.ema:.0f} W > cap {shown}, {move}; {reason}"
             self._over_message = (key, message) if held else None
             return message
         self._over_message = None
         if s.ema is not None and s.ema < low and not held:
-            return f"releasing: {s.ema:.0f} W, under cap {cap:g} W, {move}; {reason}"
-        return f"DVFS throttle {s.throttle_pct}% for cap {cap:g} W; {reason}"
+            return f"releasing: {s.ema:.0f} W, under cap {shown}, {move}; {reason}"
+        return f"DVFS throttle {s.throttle_pct}% for cap {shown}; {reason}"
 
     def _export(self, cap: float) -> None:
         s = self.controller.state

@@ -72,6 +72,10 @@ class CpuControl(Protocol):
         """RAPL: the tick's result, or why DVFS takes over (``throttled``: DVFS holds one)."""
         ...
 
+    def dvfs_budget(self, cap: float) -> tuple[float, str]:
+        """The power DVFS holds the node's reading under for ``cap``, and how to say it."""
+        ...
+
     def dvfs_levels(self) -> int | None:
         """How many throttle levels there are (None: any percentage)."""
         ...
@@ -101,6 +105,9 @@ class NoCpuControl:
         self, cap: float, hardware: Hardware, throttled: bool, observed: dict[str, Any]
     ) -> TickResult | str:
         return TickResult(Backend.NONE, Result.BLOCKED, self.why, observed)
+
+    def dvfs_budget(self, cap: float) -> tuple[float, str]:
+        return cap, f"{cap:g} W"
 
     def dvfs_levels(self) -> int | None:
         return None
@@ -382,8 +389,9 @@ class NodeController:
             return outcome
         # Pass this tick's host energy sample on: sampling the meter a second time at the
         # same instant yields no power reading.
+        budget, shown = self._cpu.dvfs_budget(cap)
         return self.dvfs.tick(
-            cap, lambda: self._read_power(routing, sample), self._cpu, observed, outcome
+            budget, lambda: self._read_power(routing, sample), self._cpu, observed, outcome, shown
         )
 
     # -- percent of the hardware maximum -------------------------------------------------------

@@ -1,13 +1,15 @@
 """Caps given as a percent of the hardware maximum: find the maximum, or say it is unknown.
 
 Joulie's current operator writes ``cpu.packagePowerCapPctOfMax`` by default.
-The maximum it means is the node's CPU package maximum:
+The maximum it means is a CPU package's maximum, as the watts cap is a
+package's limit:
 
 - host control: the package zones' long-term (PL1) constraint
-  ``constraint_N_max_power_uw``, summed over the zones the cap is split
-  over; each zone's share is clamped up to ``constraint_N_min_power_uw``
-  where that file exists (a limit below it would not be honoured), and no
-  cap resolves below :data:`MIN_CAP_W`;
+  ``constraint_N_max_power_uw``, the smallest over the zones (every zone
+  gets the cap, so it must take it; Joulie's agent takes the same minimum);
+  a cap is raised to the largest ``constraint_N_min_power_uw`` where such
+  files exist (a limit below it would not be honoured), and no cap
+  resolves below :data:`MIN_CAP_W`;
 - HTTP control: the maximum the node's NodeHardware reports
   (``maxWattsPerSocket x sockets``), else what its telemetry reports
   (``cpu.packagePowerMaxWatts``).
@@ -43,7 +45,7 @@ class Maximum:
     source: str
     """Where it came from, or why it is unknown, for status messages."""
     floor_watts: float = 0.0
-    """Sum of the zones' minimum limits (0 when none is known)."""
+    """The largest of the zones' minimum limits (0 when none is known)."""
 
     def resolve(self, pct: float) -> float | None:
         """``pct`` of the maximum, raised to the floor; None when the maximum is unknown."""
@@ -53,20 +55,21 @@ class Maximum:
 
 
 def host_maximum(zones: list[PackageZone]) -> Maximum:
-    """From the package zones' PL1 constraint max (and min) files."""
+    """One package's maximum, from the package zones' PL1 constraint max (and min) files."""
     writable = [z for z in zones if z.limit_file is not None]
     if not writable:
         return Maximum(None, "no RAPL package zone with a PL1 limit")
-    total = 0
+    ceilings = []
     floor = 0
     for zone in writable:
         minimum, ceiling = stated_limits(zone)
         if ceiling is None:
             return Maximum(None, f"{zone.label} has no readable PL1 max_power_uw")
-        total += ceiling
-        floor += minimum or 0
+        ceilings.append(ceiling)
+        floor = max(floor, minimum or 0)
     labels = ", ".join(z.label for z in writable)
-    return Maximum(total / 1_000_000, f"PL1 max of {labels}", floor / 1_000_000)
+    source = f"per-package PL1 max of {labels}"
+    return Maximum(min(ceilings) / 1_000_000, source, floor / 1_000_000)
 
 
 def http_maximum(hardware_w: float | None, telemetry_w: float | None) -> Maximum:

@@ -71,7 +71,7 @@ def test_a_cap_field_dropped_releases_a_host_dvfs_throttle(tmp_path: Path) -> No
     with read_only_rapl(h.root) as tree:
         live = LiveSysfs(tree, LiveModel(demand_watts=120.0, idle_watts=25.0))
         before = settings_of(tree.root)
-        h.set(power_profile=npp(150))  # 240 W drawn: the DVFS fallback throttles
+        h.set(power_profile=npp(75))  # 240 W drawn, 150 W for both packages: DVFS throttles
         for i in range(4):
             h.tick(10 if i else 0, live)
         assert (tree.root / SMAX.format(i=0)).read_text() == "1500000\n"
@@ -146,7 +146,7 @@ def test_moving_from_the_profile_to_the_twin_and_back_releases_nothing(tmp_path:
     with intel_2socket(h.root) as tree:
         pl1 = tree.root / "devices/virtual/powercap/intel-rapl/intel-rapl:0"
         limit = pl1 / "constraint_0_power_limit_uw"
-        h.set(power_profile=npp(120), api=NodeApi.PROFILES)
+        h.set(power_profile=npp(60), api=NodeApi.PROFILES)
         h.tick()
         assert limit.read_text() == "60000000\n"
         # The NodeTwin's ADDED and the NodePowerProfile's DELETED in either order: one tick
@@ -156,18 +156,18 @@ def test_moving_from_the_profile_to_the_twin_and_back_releases_nothing(tmp_path:
             f"nothing to enforce: no NodeTwin or NodePowerProfile targets this node; {HELD}"
         )
         assert limit.read_text() == "60000000\n"
-        h.set(node_twin=twin(cap=130), api=NodeApi.NODETWIN)
+        h.set(node_twin=twin(cap=65), api=NodeApi.NODETWIN)
         result = h.tick(0)
-        assert (result.result, result.message.split(" over ")[0]) == (
-            Result.APPLIED, "RAPL PL1 130 W"
+        assert (result.result, result.message.split(" per package")[0]) == (
+            Result.APPLIED, "RAPL PL1 65 W"
         )
         assert limit.read_text() == "65000000\n"
         # Back: the twin goes, the profile is there already; and one more tick in between.
-        h.set(power_profile=npp(110), api=NodeApi.PROFILES)
+        h.set(power_profile=npp(55), api=NodeApi.PROFILES)
         assert h.tick(20).result is Result.APPLIED
         h.set(api=NodeApi.NONE)
         h.tick(20)
-        h.set(power_profile=npp(110), api=NodeApi.PROFILES)
+        h.set(power_profile=npp(55), api=NodeApi.PROFILES)
         assert h.tick(20).result is Result.APPLIED
         assert limit.read_text() == "55000000\n"
 

@@ -135,22 +135,25 @@ def test_host_rapl_on_intel_then_restore(tmp_path: Path) -> None:
         before = snapshot(tree.root)
         h.set(power_profile=npp(120))
         result = h.tick()
+        # The cap is each package's limit (Joulie's agent writes it to every package zone).
         assert result == TickResult(
             Backend.RAPL,
             Result.APPLIED,
-            "RAPL PL1 120 W over 2 package zone(s) (intel-rapl:0, intel-rapl:1)",
+            "RAPL PL1 120 W per package on 2 package zone(s) (intel-rapl:0, intel-rapl:1)",
             {
                 "capWatts": 120.0,
                 "profile": "eco",
-                "raplLimitsUw": {"intel-rapl:0": 60_000_000, "intel-rapl:1": 60_000_000},
+                "raplLimitsUw": {"intel-rapl:0": 120_000_000, "intel-rapl:1": 120_000_000},
             },
         )
-        assert changes(before, snapshot(tree.root)) == {PL1[0]: "60000000\n", PL1[1]: "60000000\n"}
+        assert changes(before, snapshot(tree.root)) == {
+            PL1[0]: "120000000\n", PL1[1]: "120000000\n"
+        }
         assert h.backend_mode() == {"none": 0.0, "rapl": 1.0, "dvfs": 0.0}
         assert h.metric("joulie_policy_cap_watts", policy="worker-0-eco") == 120.0
 
-        # A new cap (float in the JSON) is split again; restore puts back the originals.
-        h.set(power_profile=npp(250.5))
+        # A new cap (float in the JSON) on each again; restore puts back the originals.
+        h.set(power_profile=npp(125.25))
         assert h.tick(20).result is Result.APPLIED
         assert changes(before, snapshot(tree.root)) == {
             PL1[0]: "125250000\n",
@@ -207,7 +210,10 @@ def test_read_only_rapl_falls_back_to_dvfs_without_writing_rapl(tmp_path: Path) 
         h.set(power_profile=npp(120))
         result = h.tick()
         assert (result.backend, result.result) == (Backend.DVFS, Result.APPLIED)
-        assert result.message.startswith("DVFS throttle 0% for cap 120 W; RAPL unavailable: ")
+        # DVFS holds the sum of the packages' power under the cap times the packages.
+        assert result.message.startswith(
+            "DVFS throttle 0% for cap 240 W (120 W per package x 2); RAPL unavailable: "
+        )
         assert "constraint_0_power_limit_uw" in result.message
         # First tick: the energy meter only primes, DVFS holds at 0, nothing is written.
         assert result.observed["throttlePct"] == 0
@@ -223,7 +229,9 @@ def test_node_known_to_have_no_rapl_skips_it(tmp_path: Path) -> None:
         h.set(labels={VENDOR: "ARM"}, power_profile=npp(120))
         result = h.tick()
         assert result.backend is Backend.DVFS
-        assert result.message == "DVFS throttle 0% for cap 120 W; CPU vendor ARM has no RAPL"
+        assert result.message == (
+            "DVFS throttle 0% for cap 240 W (120 W per package x 2); CPU vendor ARM has no RAPL"
+        )
         assert snapshot(tree.root) == before  # the writable RAPL files were not touched
 
 
@@ -609,7 +617,8 @@ def test_host_dvfs_end_to_end_then_rapl_comes_back(tmp_path: Path) -> None:
     with read_only_rapl(h.root) as tree:
         live = LiveSysfs(tree, LiveModel(demand_watts=120.0, idle_watts=25.0))
         before = settings_of(tree.root)
-        h.set(power_profile=npp(150))  # 240 W drawn vs 150 W cap: upper 160, lower 135
+        # 240 W drawn vs 75 W per package, 150 W for both: upper 160, lower 135.
+        h.set(power_profile=npp(75))
         trajectory = []
         for i in range(9):
             result = h.tick(10 if i else 0, live)
@@ -664,14 +673,15 @@ def test_host_dvfs_end_to_end_then_rapl_comes_back(tmp_path: Path) -> None:
 
 
 def host_dvfs_trajectory(tmp_path: Path, cap: float, ticks: int) -> list[tuple[int, float]]:
-    """Adaptive DVFS on a 4-policy host (RAPL locked): (throttle, watts measured) per tick."""
+    """Adaptive DVFS on a 4-policy host of two packages (RAPL locked), ``cap`` the node's
+    budget (twice the per-package cap): (throttle, watts measured) per tick."""
     h = Harness(tmp_path, dvfs=DvfsSettings())  # the default controller: adaptive
     out = []
     with read_only_rapl(h.root) as tree:
         # 2 x (25 + 95 x ratio) W, ratio the mean of scaling_max / max over 4 policies:
         # 240, 212.9, 185.7, 158.6 or 131.4 W with 0..4 policies at 1.5 of 3.5 GHz.
         live = LiveSysfs(tree, LiveModel(demand_watts=120.0, idle_watts=25.0))
-        h.set(power_profile=npp(cap))
+        h.set(power_profile=npp(cap / 2))
         for i in range(ticks):
             result = h.tick(10 if i else 0, live)
             assert (result.backend, result.result) == (Backend.DVFS, Result.APPLIED)
@@ -771,10 +781,25 @@ def test_sysfs_root_template_gives_each_node_its_own_tree(tmp_path: Path) -> Non
     ):
         untouched = snapshot(other.root)
         h = Harness(tmp_path)
-        h.set(power_profile=npp(100))
+        h.set(power_profile=npp(50))
         assert h.tick().backend is Backend.RAPL
         assert (mine.root / PL1[0]).read_text() == "50000000\n"
         assert snapshot(other.root) == untouched
+
+
+def test_packages_of_different_ranges_each_take_what_they_can(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    with intel_2socket(h.root) as tree:
+        (tree.packages[1].path / "constraint_0_max_power_uw").write_text("150000000\n")
+        h.set(power_profile=npp(160))
+        result = h.tick()
+        assert result.message == (
+            "RAPL PL1 160 W per package on 2 package zone(s) (intel-rapl:0, intel-rapl:1), "
+            "clamped by the zones' PL1 range: intel-rapl:1 150 W"
+        )
+        assert result.observed["raplLimitsUw"] == {
+            "intel-rapl:0": 160_000_000, "intel-rapl:1": 150_000_000
+        }
 
 
 # -- absurd but legal caps (docs/resources.md): clamped to the hardware, the same way
@@ -794,8 +819,8 @@ def test_a_cap_of_1e308_w_is_clamped_to_the_zones_and_said_so(tmp_path: Path, ap
         assert result.backend is Backend.RAPL
         assert result.result is Result.APPLIED
         assert result.message == (
-            "RAPL PL1 1e+308 W over 2 package zone(s) (intel-rapl:0, intel-rapl:1), "
-            "clamped to 330 W by the zones' PL1 range"
+            "RAPL PL1 1e+308 W per package on 2 package zone(s) (intel-rapl:0, intel-rapl:1), "
+            "clamped to 165 W by the zones' PL1 range"
         )
         assert result.observed["raplLimitsUw"] == {
             "intel-rapl:0": 165_000_000, "intel-rapl:1": 165_000_000

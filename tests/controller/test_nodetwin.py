@@ -51,11 +51,12 @@ def test_percent_on_host_is_within_a_watt_of_pct_times_max(
         h.set(node_twin=twin(pct=pct), api=NodeApi.NODETWIN)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
-        expected = pct / 100 * tdp * packages
-        total = sum(pl1_watts(h.root, PL1[:packages]))
-        assert abs(total - expected) <= 1.0, (total, expected)
-        assert f"{pct:g}% of max {tdp * packages:g} W" in result.message
-        assert h.metric("joulie_cpu_max_power_watts") == tdp * packages
+        # A percent of one package's maximum, written to every package (as Joulie's agent).
+        expected = pct / 100 * tdp
+        for watts in pl1_watts(h.root, PL1[:packages]):
+            assert abs(watts - expected) <= 1.0, (watts, expected)
+        assert f"{pct:g}% of max {tdp:g} W" in result.message
+        assert h.metric("joulie_cpu_max_power_watts") == tdp
         assert h.metric("joulie_policy_cap_pct_of_max") == pct
         assert h.metric("joulie_policy_cap_watts", policy=twin_name(NODE)) == pytest.approx(
             expected, abs=0.01
@@ -65,7 +66,7 @@ def test_percent_on_host_is_within_a_watt_of_pct_times_max(
 def test_watts_win_over_percent(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with intel_2socket(h.root):
-        h.set(node_twin=twin(cap=150, pct=10), api=NodeApi.NODETWIN)
+        h.set(node_twin=twin(cap=75, pct=10), api=NodeApi.NODETWIN)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
         assert pl1_watts(h.root, PL1) == [75.0, 75.0]
@@ -112,7 +113,7 @@ def test_malformed_twin_is_an_error_naming_the_field(
 def test_percent_is_raised_to_the_zones_minimum(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with intel_2socket(h.root, tdp_watts=165.0, min_watts=60.0):
-        h.set(node_twin=twin(pct=20), api=NodeApi.NODETWIN)  # 20% of 330 W = 66 W < 2 x 60 W
+        h.set(node_twin=twin(pct=20), api=NodeApi.NODETWIN)  # 20% of 165 W = 33 W < 60 W
         result = h.tick()
         assert result.result is Result.APPLIED
         assert pl1_watts(h.root, PL1) == [60.0, 60.0]
@@ -147,8 +148,8 @@ def test_locked_rapl_with_known_max_falls_back_to_dvfs_with_the_resolved_cap(
         h.set(node_twin=twin(pct=50), api=NodeApi.NODETWIN)
         result = h.tick()
         assert result.backend is Backend.DVFS
-        assert "50% of max 330 W" in result.message
-        assert "DVFS throttle 0% for cap 165 W" in result.message
+        assert "50% of max 165 W" in result.message
+        assert "DVFS throttle 0% for cap 165 W (82.5 W per package x 2)" in result.message
 
 
 @pytest.fixture
@@ -211,10 +212,10 @@ def test_stale_desired_state_relaxes_then_recovers(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     with intel_2socket(h.root):
         before = settings_of(h.root)
-        h.set(node_twin=twin(cap=120), api=NodeApi.NODETWIN)
+        h.set(node_twin=twin(cap=60), api=NodeApi.NODETWIN)
         assert h.tick().result is Result.APPLIED
         assert pl1_watts(h.root, PL1) == [60.0, 60.0]
-        h.set(node_twin=twin(cap=120), api=NodeApi.NODETWIN, spec_stale=True)
+        h.set(node_twin=twin(cap=60), api=NodeApi.NODETWIN, spec_stale=True)
         result = h.tick()
         assert (result.backend, result.result) == (Backend.NONE, Result.NONE)
         assert result.message == (
@@ -222,7 +223,7 @@ def test_stale_desired_state_relaxes_then_recovers(tmp_path: Path) -> None:
             "SPEC_STALE_ACTION=relax: host limits restored, throttle released"
         )
         assert changes(before, settings_of(h.root)) == {}
-        h.set(node_twin=twin(cap=120), api=NodeApi.NODETWIN)
+        h.set(node_twin=twin(cap=60), api=NodeApi.NODETWIN)
         result = h.tick()
         assert result.result is Result.APPLIED
         assert result.message.startswith("desired state confirmed again after a stale period: ")
@@ -235,10 +236,10 @@ def test_stale_desired_state_kept_when_asked(tmp_path: Path) -> None:
 
     h = Harness(tmp_path, spec_stale_action=StaleAction.KEEP)
     with intel_2socket(h.root):
-        h.set(node_twin=twin(cap=100), api=NodeApi.NODETWIN, spec_stale=True)
+        h.set(node_twin=twin(cap=50), api=NodeApi.NODETWIN, spec_stale=True)
         result = h.tick()
         assert result.result is Result.APPLIED
-        assert "SPEC_STALE_ACTION=keep: RAPL PL1 100 W" in result.message
+        assert "SPEC_STALE_ACTION=keep: RAPL PL1 50 W" in result.message
         assert pl1_watts(h.root, PL1) == [50.0, 50.0]
 
 
@@ -252,5 +253,5 @@ def test_an_absurdly_small_percent_resolves_to_1_w_not_0_w(tmp_path: Path, pct: 
         assert result.result is Result.APPLIED
         assert result.observed["capWatts"] == 1.0
         assert result.observed["raplLimitsUw"] == {
-            "intel-rapl:0": 500_000, "intel-rapl:1": 500_000
+            "intel-rapl:0": 1_000_000, "intel-rapl:1": 1_000_000
         }

@@ -12,16 +12,29 @@ from agentpool.resources.routing import HttpEndpoint
 from agentpool.sim.sysfs.trees import intel_2socket, no_rapl, read_int
 
 
-def test_host_maximum_sums_the_pl1_maxima(tmp_path: Path) -> None:
+def test_host_maximum_is_one_packages_pl1_maximum(tmp_path: Path) -> None:
+    # The cap is each package's limit, so a percent means a percent of one package's
+    # maximum (Joulie's agent: the smallest constraint_0_max_power_uw), not of their sum.
     with intel_2socket(tmp_path) as tree:
         zones = discover_package_zones(tree.root)
         maximum = percent.host_maximum(zones)
         maxima = [read_int(z.max_file) for z in zones if z.max_file is not None]
-        assert len(maxima) == 2
-        assert maximum.watts == sum(maxima) / 1e6
-        assert maximum.source == "PL1 max of intel-rapl:0, intel-rapl:1"
-        assert maximum.resolve(100) == maximum.watts
-        assert maximum.resolve(50) == maximum.watts / 2  # no min_power_uw here: no floor
+        assert maxima == [165_000_000, 165_000_000]
+        assert maximum.watts == 165.0
+        assert maximum.source == "per-package PL1 max of intel-rapl:0, intel-rapl:1"
+        assert maximum.resolve(100) == 165.0
+        assert maximum.resolve(50) == 82.5  # no min_power_uw here: no floor
+
+
+def test_packages_of_different_maxima_resolve_against_the_smallest(tmp_path: Path) -> None:
+    with intel_2socket(tmp_path, min_watts=30.0) as tree:
+        zones = discover_package_zones(tree.root)
+        (zones[1].path / "constraint_0_max_power_uw").write_text("150000000\n")
+        (zones[1].path / "constraint_0_min_power_uw").write_text("40000000\n")
+        maximum = percent.host_maximum(zones)
+        assert (maximum.watts, maximum.floor_watts) == (150.0, 40.0)
+        assert maximum.resolve(60) == 90.0
+        assert maximum.resolve(10) == 40.0  # every package takes it: the largest minimum
 
 
 def test_no_writable_zone_means_no_maximum(tmp_path: Path) -> None:

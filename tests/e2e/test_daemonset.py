@@ -39,7 +39,7 @@ class Host:
 
 def capped(helper: NodeHelper, host: Host) -> bool:
     limits = helper.read(host.tree, list(host.originals))
-    return set(limits.values()) == {int(CAP_W / PACKAGES * 1_000_000)}
+    return set(limits.values()) == {int(CAP_W * 1_000_000)}
 
 
 def agent_pod(cluster: Cluster) -> client.V1Pod | None:
@@ -51,7 +51,7 @@ def agent_pod(cluster: Cluster) -> client.V1Pod | None:
 def host(cluster: Cluster, helper: NodeHelper) -> Iterator[Host]:
     tree, originals = helper.make_tree("sys")
     assert len(originals) == PACKAGES
-    assert len(set(originals.values()) | {int(CAP_W / PACKAGES * 1_000_000)}) > 1
+    assert len(set(originals.values()) | {int(CAP_W * 1_000_000)}) > 1
     chosen = Host(helper.node, tree, originals, helper.free_port())
     npp = {
         "apiVersion": "joulie.io/v1alpha1", "kind": "NodePowerProfile",

@@ -77,7 +77,7 @@ def seed(api: Any) -> None:
     for name in ("w-0", "w-2", "w-3"):
         api.create("telemetryprofiles", telemetry_profile(name, None))
     statuses = {
-        "w-0": cpu_status("applied", "rapl", "RAPL PL1 120 W over 2 package zone(s)", 42,
+        "w-0": cpu_status("applied", "rapl", "RAPL PL1 120 W per package on 2 package zone(s)", 42,
                           {"packagePowerWatts": 118.4}),
         "w-2": cpu_status("applied", "dvfs", "DVFS throttle 30% for cap 200 W", 7200,
                           {"observedPowerWatts": 196.0}),

@@ -20,13 +20,13 @@ def reasons(events: list[NodeEvent]) -> list[Reason]:
 
 def test_a_steady_node_produces_one_event_then_none() -> None:
     tracker = NodeEventTracker()
-    first = tracker.tick("n", applied(120, message="RAPL PL1 120 W over 2 package zone(s)"))
+    message = "RAPL PL1 120 W per package on 2 package zone(s)"
+    first = tracker.tick("n", applied(120, message=message))
     assert reasons(first) == [Reason.POWER_CAP_APPLIED]
     assert first[0].note.startswith("CPU power cap 120 W via rapl applied: RAPL PL1 120 W")
     assert first[0].type is EventType.NORMAL
     for _ in range(100):
-        assert tracker.tick("n", applied(120, message="RAPL PL1 120 W over 2 package zone(s)")) \
-            == []
+        assert tracker.tick("n", applied(120, message=message)) == []
 
 
 def test_dvfs_steps_are_not_news_but_a_cap_change_and_a_backend_change_are() -> None:

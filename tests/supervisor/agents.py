@@ -63,7 +63,7 @@ def host_cluster(
     cluster: SimCluster,
     nodes: list[str],
     builder: Callable[..., SysfsTree] = intel_2socket,
-    cap: float = 100,
+    cap: float = 50,
 ) -> tuple[str, dict[str, SysfsTree]]:
     """Nodes with host controls over their own sysfs tree; returns (SYSFS_ROOT, trees).
 

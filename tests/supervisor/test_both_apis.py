@@ -142,7 +142,7 @@ def test_mixed_cluster_then_a_migration_to_the_twin_and_back_without_a_gap() -> 
 
 def test_removed_caps_are_released_and_the_status_says_so() -> None:
     with SimCluster() as cluster:
-        template, trees = host_cluster(cluster, ["h-0"], cap=100)  # host RAPL, sysfs tree
+        template, trees = host_cluster(cluster, ["h-0"], cap=50)  # host RAPL, sysfs tree
         files = pl1_files(trees)
         originals = {f: read_int(f) for f in files}
         cluster.add_node("d-0", cap=120)  # HTTP control, RAPL at the simulator

@@ -166,7 +166,7 @@ def test_named_api_not_served_is_not_ready() -> None:
 
 def test_stale_desired_state_is_relaxed_while_the_api_is_away_then_enforced_again() -> None:
     with SimCluster(api="nodetwin") as cluster:
-        template, trees = host_cluster(cluster, ["a", "b"], cap=100)
+        template, trees = host_cluster(cluster, ["a", "b"], cap=50)
         files = pl1_files(trees)
         originals = {f: f.read_text() for f in files}
         env = {"SYSFS_ROOT": template, "SPEC_READ_TIMEOUT": "3s", "WATCH_TIMEOUT": "1s"}

@@ -56,7 +56,7 @@ class Worker:
         ours, theirs = Pipe(duplex=True)
         try:
             self.process: ForkedWorker = server.spawn(
-                NODE, settings(root, lease), None, inputs(120), theirs.fileno())
+                NODE, settings(root, lease), None, inputs(60), theirs.fileno())
         finally:
             theirs.close()
         self.conn: Connection = ours
@@ -124,7 +124,7 @@ def test_a_lease_worker_does_nothing_before_its_first_fence(make: Any) -> None:
     worker.fence(stop_in_s=30.0, write_for_s=10.0)
     worker.drain(DEADLINE_S)
     assert worker.ticks() >= 1
-    assert worker.read() == 60_000_000  # 120 W over two packages
+    assert worker.read() == 60_000_000  # 60 W on each package
     worker.conn.send(StopWorker())
     assert worker.wait_exit() == 0
     assert worker.read() == worker.original  # a graceful stop restores

@@ -10,13 +10,14 @@ Zone selection is where real machines bite, so it is deliberate:
 - ``class/powercap/intel-rapl:0`` and ``devices/virtual/powercap/intel-rapl/
   intel-rapl:0`` are one zone: paths are resolved before de-duplication.
 
-The cap is the node's whole CPU package budget, split evenly over packages,
-written to the ``long_term`` (PL1) constraint, clamped into the range its
-``min``/``max`` files state (:func:`limit_range`), and read back; a value
-that does not stick (BIOS lock, AMD's read-only powercap) makes RAPL
-unavailable, and nothing is left half-applied. Any cap the parser accepts
-(>= 1 W, up to 1e308 W) becomes a limit inside that range: a cap beyond the
-hardware means "as much as the zone allows", never an error.
+The cap is the limit of each CPU package, as Joulie's own agent applies it
+(``packagePowerCapWatts``, "absolute package cap"): every package zone gets
+the same value, written to the ``long_term`` (PL1) constraint, clamped into
+the range its ``min``/``max`` files state (:func:`limit_range`), and read
+back; a value that does not stick (BIOS lock, AMD's read-only powercap)
+makes RAPL unavailable, and nothing is left half-applied. Any cap the parser
+accepts (>= 1 W, up to 1e308 W) becomes a limit inside that range: a cap
+beyond the hardware means "as much as the zone allows", never an error.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class RaplHost:
         return self._zones.get()
 
     def apply(self, cap_watts: float) -> dict[str, int]:
-        """Enforce ``cap_watts`` over all packages; returns microwatts set per zone.
+        """Enforce ``cap_watts`` on every package; returns microwatts set per zone.
 
         Raises RaplUnavailableError when no package zone has a writable PL1 or a
         write fails or does not stick, and JournalError when an original cannot be
@@ -193,14 +194,14 @@ class RaplHost:
         if not zones:
             raise RaplUnavailableError("no RAPL package zone with a PL1 limit")
         # A float until clamped: 1e308 W is infinite microwatts, which int() refuses.
-        share_uw = cap_watts / len(zones) * 1_000_000
+        cap_uw = cap_watts * 1_000_000
         host = HostApply(self._originals, OWNER)
         applied: dict[str, int] = {}
         try:
             for zone in zones:
                 assert zone.limit_file is not None
                 low, high = limit_range(zone)
-                want = int(min(max(share_uw, low), high))
+                want = int(min(max(cap_uw, low), high))
                 current = read_int(zone.limit_file)
                 if not stuck(want, current):
                     got = host.write(zone.limit_file, current, want)

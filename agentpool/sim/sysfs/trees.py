@@ -65,7 +65,7 @@ class LockMode(enum.Enum):
 
 class ZoneKind(enum.Enum):
     PACKAGE = "package"
-    # intel-rapl:N named package-N: the zones the cap is split over
+    # intel-rapl:N named package-N: the zones the cap is written to
     SUBZONE = "subzone"
     # intel-rapl:N:M (core, uncore, dram): inside the package's budget
     MMIO = "mmio"

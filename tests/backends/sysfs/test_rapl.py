@@ -56,16 +56,18 @@ def test_discovery_on_intel_2socket(intel: SysfsTree) -> None:
         assert zone.max_file == zone.path / "constraint_0_max_power_uw"
 
 
-def test_cap_split_over_two_packages_exact_files_and_restore(intel: SysfsTree) -> None:
+def test_the_cap_is_written_to_every_package_exact_files_and_restore(intel: SysfsTree) -> None:
+    # packagePowerCapWatts is each package's limit, as Joulie's agent writes it: on two
+    # sockets 100 W is 100 W on each package zone (not 50 W each).
     root = intel.root
     before = snapshot(root)
     host = RaplHost(root, Originals())
-    assert host.apply(200) == {"intel-rapl:0": 100_000_000, "intel-rapl:1": 100_000_000}
+    assert host.apply(100) == {"intel-rapl:0": 100_000_000, "intel-rapl:1": 100_000_000}
     after = snapshot(root)
     # Only PL1 of the two packages: short_term, subzones, mmio and psys untouched.
     assert changes(before, after) == {PL1_0: "100000000\n", PL1_1: "100000000\n"}
 
-    assert host.apply(150.5) == {"intel-rapl:0": 75_250_000, "intel-rapl:1": 75_250_000}
+    assert host.apply(75.25) == {"intel-rapl:0": 75_250_000, "intel-rapl:1": 75_250_000}
     assert changes(before, snapshot(root)) == {PL1_0: "75250000\n", PL1_1: "75250000\n"}
 
     assert host.restore() == []
@@ -76,7 +78,7 @@ def test_cap_is_clamped_to_max_power(intel: SysfsTree) -> None:
     before = snapshot(intel.root)
     host = RaplHost(intel.root, Originals())
     host.apply(100)
-    # 500 W over two packages is 250 W each, above the 165 W constraint_0_max_power_uw.
+    # 500 W per package is above the 165 W constraint_0_max_power_uw.
     assert host.apply(500) == {"intel-rapl:0": TDP_UW, "intel-rapl:1": TDP_UW}
     assert changes(before, snapshot(intel.root)) == {}  # 165 W was the original PL1 too
     host.restore()
@@ -86,7 +88,7 @@ def test_cap_is_clamped_to_max_power(intel: SysfsTree) -> None:
 def test_four_packages(tmp_path: Path) -> None:
     with intel_2socket(tmp_path, packages=4) as tree:
         before = snapshot(tree.root)
-        applied = RaplHost(tree.root, Originals()).apply(300)
+        applied = RaplHost(tree.root, Originals()).apply(75)
         assert applied == {f"intel-rapl:{n}": 75_000_000 for n in range(4)}
         assert changes(before, snapshot(tree.root)) == {
             f"{POWERCAP}/intel-rapl:{n}/constraint_0_power_limit_uw": "75000000\n" for n in range(4)
@@ -97,7 +99,7 @@ def test_disabled_zone_does_not_count(tmp_path: Path) -> None:
     with intel_2socket(tmp_path, disabled=frozenset({1})) as tree:
         before = snapshot(tree.root)
         assert [z.label for z in discover_package_zones(tree.root)] == ["intel-rapl:0"]
-        # The whole budget goes to the one enabled package; package 1 is left alone.
+        # The cap goes to the one enabled package; package 1 is left alone.
         assert RaplHost(tree.root, Originals()).apply(120) == {"intel-rapl:0": 120_000_000}
         assert changes(before, snapshot(tree.root)) == {PL1_0: "120000000\n"}
 
@@ -106,7 +108,7 @@ def test_unnamed_constraints_fall_back_to_constraint_0(tmp_path: Path) -> None:
     with intel_2socket(tmp_path, named_constraints=False) as tree:
         assert not list(tree.root.glob(f"{PKG0}/constraint_*_name"))
         before = snapshot(tree.root)
-        RaplHost(tree.root, Originals()).apply(90)
+        RaplHost(tree.root, Originals()).apply(45)
         assert changes(before, snapshot(tree.root)) == {PL1_0: "45000000\n", PL1_1: "45000000\n"}
 
 
@@ -116,7 +118,7 @@ def test_pl1_is_found_by_name_not_by_index(intel: SysfsTree) -> None:
         write_value(zone.path / "constraint_0_name", "short_term")
         write_value(zone.path / "constraint_1_name", "long_term")
     before = snapshot(intel.root)
-    RaplHost(intel.root, Originals()).apply(200)
+    RaplHost(intel.root, Originals()).apply(100)
     assert changes(before, snapshot(intel.root)) == {
         f"{PKG0}/constraint_1_power_limit_uw": "100000000\n",
         f"{PKG1}/constraint_1_power_limit_uw": "100000000\n",
@@ -138,7 +140,7 @@ def test_read_only_rapl_is_unavailable_and_nothing_is_written(tmp_path: Path) ->
         originals = Originals()
         host = RaplHost(tree.root, originals)
         with pytest.raises(RaplUnavailableError, match="write of 100000000 failed"):
-            host.apply(200)
+            host.apply(100)
         assert snapshot(tree.root) == before
         # Nothing changed, so nothing is owed at exit: restore must not trip on the locked file.
         assert originals.items() == []
@@ -151,7 +153,7 @@ def test_second_package_locked_rolls_back_the_first(intel: SysfsTree) -> None:
     originals = Originals()
     host = RaplHost(intel.root, originals)
     with pytest.raises(RaplUnavailableError, match=r"intel-rapl:1/constraint_0_power_limit_uw"):
-        host.apply(200)
+        host.apply(100)
     # Package 0 had been written before package 1 refused: it is back at 165 W.
     assert snapshot(intel.root) == before
     assert (intel.root / PL1_0).read_text() == f"{TDP_UW}\n"
@@ -163,10 +165,10 @@ def test_failed_apply_keeps_the_originals_of_an_earlier_cap(intel: SysfsTree) ->
     originals = Originals()
     host = RaplHost(intel.root, originals)
     before = snapshot(intel.root)
-    host.apply(200)
+    host.apply(100)
     lock(intel, intel.root / PL1_1)  # package 1 locks at 100 W after the first cap
     with pytest.raises(RaplUnavailableError):
-        host.apply(150)
+        host.apply(75)
     # Rolled back to the earlier cap, and still owed the values found at start.
     assert changes(before, snapshot(intel.root)) == {PL1_0: "100000000\n", PL1_1: "100000000\n"}
     assert [v for _, v in originals.items()] == [TDP_UW, TDP_UW]
@@ -195,7 +197,7 @@ def test_no_powercap_at_all(tmp_path: Path) -> None:
 
 def test_unchanged_limit_is_not_rewritten_or_journalled(intel: SysfsTree) -> None:
     originals = Originals()
-    RaplHost(intel.root, originals).apply(330)  # 165 W each: what is already there
+    RaplHost(intel.root, originals).apply(165)  # what each package has already
     assert originals.items() == []
 
 
@@ -220,13 +222,13 @@ def test_journal_lets_a_new_host_restore_the_true_originals_after_a_crash(
 ) -> None:
     journal = tmp_path / "state" / "originals.json"
     before = snapshot(intel.root)
-    RaplHost(intel.root, Originals(journal)).apply(200)
+    RaplHost(intel.root, Originals(journal)).apply(100)
     pl1 = [str(z.path / "constraint_0_power_limit_uw") for z in intel.packages]
     # The journal is on disk before the write, holding the values found at start.
     assert json.loads(journal.read_text()) == {key: ["rapl", TDP_UW] for key in pl1}
     # "Crash": the first host is gone without restoring; a successor starts from the journal.
     successor = RaplHost(intel.root, Originals(journal))
-    successor.apply(120)
+    successor.apply(60)
     assert changes(before, snapshot(intel.root)) == {PL1_0: "60000000\n", PL1_1: "60000000\n"}
     assert json.loads(journal.read_text()) == {key: ["rapl", TDP_UW] for key in pl1}  # not 100 W
     assert successor.restore() == []
@@ -364,11 +366,11 @@ def test_revert_lock_mode_is_read_back_on_the_next_apply(tmp_path: Path) -> None
     # the next apply notices the limit moved and writes it again.
     with read_only_rapl(tmp_path, lock=LockMode.REVERT) as tree:
         host = RaplHost(tree.root, Originals())
-        host.apply(200)
+        host.apply(100)
         assert (tree.root / PL1_0).read_text() == "100000000\n"
         assert tree.revert_locked() == 2
         assert (tree.root / PL1_0).read_text() == f"{TDP_UW}\n"
-        host.apply(200)
+        host.apply(100)
         assert (tree.root / PL1_0).read_text() == "100000000\n"
         host.restore()
         assert (tree.root / PL1_0).read_text() == f"{TDP_UW}\n"
@@ -431,7 +433,7 @@ def test_a_cap_of_1e308_w_without_a_max_file_is_the_largest_attribute_value(
 
 def test_a_cap_below_the_zone_min_is_raised_to_it(tmp_path: Path) -> None:
     with intel_2socket(tmp_path, min_watts=10.0) as tree:
-        # 1 W over two packages is 0.5 W each, below their 10 W constraint_0_min_power_uw.
+        # 1 W is below the packages' 10 W constraint_0_min_power_uw.
         applied = RaplHost(tree.root, Originals()).apply(1)
         assert applied == {"intel-rapl:0": 10_000_000, "intel-rapl:1": 10_000_000}
 
@@ -440,7 +442,7 @@ def test_a_cap_below_the_zone_min_is_raised_to_it(tmp_path: Path) -> None:
 def test_a_junk_max_file_is_no_ceiling(intel: SysfsTree, junk: str) -> None:
     # A negative max was taken as the ceiling and written as the limit.
     (intel.root / PKG0 / "constraint_0_max_power_uw").write_text(junk + "\n")
-    applied = RaplHost(intel.root, Originals()).apply(100)
+    applied = RaplHost(intel.root, Originals()).apply(50)
     assert applied == {"intel-rapl:0": 50_000_000, "intel-rapl:1": 50_000_000}
 
 
