@@ -23,7 +23,8 @@ from agentpool.results import Backend, Result, TickResult
 
 
 class HttpCpu:
-    """RAPL over HTTP first, unless the endpoint's mode is ``dvfs``; DVFS throttles after."""
+    """RAPL over HTTP first, unless the endpoint's mode is ``dvfs``; DVFS throttles after
+    (in mode ``rapl`` too, as Joulie's agent does: it reads only ``dvfs``)."""
 
     def __init__(self, node: str, user_agent: str) -> None:
         self.node = node
@@ -69,8 +70,6 @@ class HttpCpu:
             self._held_cap, self._held_endpoint = cap, self.endpoint
             self._release_throttle(cap)
             return TickResult(Backend.RAPL, Result.APPLIED, answer.message, observed)
-        if self.mode is ControlMode.RAPL:
-            return TickResult(Backend.RAPL, answer.result, answer.message, observed)
         return f"RAPL {answer.result.value}: {answer.message}"
 
     def dvfs_budget(self, cap: float) -> tuple[float, str]:

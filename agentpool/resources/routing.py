@@ -31,7 +31,8 @@ class ControlMode(enum.StrEnum):
     AUTO = "auto"
     """RAPL first, DVFS when RAPL is unavailable."""
     RAPL = "rapl"
-    """RAPL only; no DVFS fallback."""
+    """As ``auto``: Joulie's agent gives it no meaning of its own, and its experiments set
+    it where they mean "cap with RAPL", which DVFS still backs up when RAPL fails."""
     DVFS = "dvfs"
     """Skip RAPL, go straight to the DVFS controller."""
 

@@ -553,17 +553,29 @@ def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
     assert math.isnan(error)
 
 
-def test_http_mode_rapl_reports_the_block_without_dvfs(tmp_path: Path, sim: PowerSim) -> None:
+def test_http_mode_rapl_falls_back_to_dvfs_as_joulies_agent_does(
+    tmp_path: Path, sim: PowerSim
+) -> None:
+    # Joulie's agent reads only mode dvfs; its experiments set mode rapl where they mean
+    # "cap with RAPL", and a RAPL refusal is then backed up by the DVFS throttle.
     sim.set_behaviour(NODE, "blocked", "locked", action=RAPL_ACTION)
     h = Harness(tmp_path)
-    h.set(power_profile=npp(120), telemetry_profile=tp(control=sim.control_endpoint, mode="rapl"))
-    result = h.tick()
-    assert (result.backend, result.result, result.message) == (
-        Backend.RAPL,
-        Result.BLOCKED,
-        "locked",
+    h.set(
+        power_profile=npp(120),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode="rapl", telemetry=sim.telemetry_endpoint
+        ),
     )
-    assert control_bodies(sim) == [(RAPL_ACTION, 120.0, -1)]
+    first, second = h.tick(), h.tick(20)
+    assert (first.backend, first.result) == (Backend.DVFS, Result.APPLIED)
+    assert first.message.endswith("; RAPL blocked: locked")
+    assert second.observed["throttlePct"] == 10
+    assert control_bodies(sim) == [
+        (RAPL_ACTION, 120.0, -1),
+        (DVFS_ACTION, 120.0, 0),
+        (RAPL_ACTION, 120.0, -1),
+        (DVFS_ACTION, 120.0, 10),
+    ]
 
 
 def test_http_control_failure_is_a_tick_error(tmp_path: Path, sim: PowerSim) -> None:
