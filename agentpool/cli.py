@@ -7,10 +7,12 @@ entrypoint); ``agentpool status`` is the ``kubectl agentpool status`` plugin
 with its environment variable; flags win. Configuration errors exit 2.
 
 The settings' variables are read here rather than through click's
-``envvar=``: click treats an empty variable as unset and reinterprets the
-variable of a flag option as a boolean, while every value a user sets
-(``AGENT_MODE=""``, ``SIMULATE_ONLY=maybe``) must reach the table's parser
-and fail naming the variable. The subcommands' own flags use click's types.
+``envvar=``: click reinterprets the variable of a flag option as a boolean,
+while every value a user sets (``SIMULATE_ONLY=maybe``) must reach the
+table's parser, to fail naming the variable or to be read as Joulie's agent
+reads it (:mod:`agentpool.config.joulie`). The variables Joulie's examples
+set and no agent reads are passed on too, to be said so once. The
+subcommands' own flags use click's types.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, NoReturn
 import click
 
 from agentpool import __version__
+from agentpool.config.joulie import UNREAD
 from agentpool.config.options import OPTIONS, option
 from agentpool.config.parsers import duration
 from agentpool.config.settings import Settings, load_settings
@@ -62,7 +65,7 @@ def _settings_options(func: Any) -> Any:
 
 def settings_from(flags: dict[str, str | None]) -> Settings:
     """Merge flags over the environment and validate; exits 2 on a bad value."""
-    raw: dict[str, str | None] = {}
+    raw: dict[str, str | None] = {env: os.environ.get(env) for env in UNREAD}
     for opt in OPTIONS:
         flag = flags.get(opt.env)
         raw[opt.env] = flag if flag is not None else os.environ.get(opt.env)

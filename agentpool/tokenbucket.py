@@ -2,12 +2,16 @@
 
 Used where this agent bounds its own API traffic rather than rely on the API
 server's priority and fairness to push back: Kubernetes Events (client-go's
-correlator budgets) and NodeHardware publishing. Time is whatever monotonic
-clock the caller passes, so simulated minutes take no time in tests.
+correlator budgets), NodeHardware publishing, and every request of a pod
+where ``KUBE_CLIENT_QPS`` asks for it (:class:`RateLimiter`). Time is whatever
+monotonic clock the caller passes, so simulated minutes take no time in tests.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -54,3 +58,36 @@ class TokenBucket:
         if self.tokens >= 1.0 - _EPSILON:
             return now
         return now + (1.0 - self.tokens) * self.budget.refill_s
+
+
+class RateLimiter:
+    """A token bucket that callers on any thread wait on: client-go's token-bucket rate
+    limiter (``flowcontrol.NewTokenBucketRateLimiter``), ``qps`` a second, ``burst`` at once.
+
+    :meth:`wait` reserves the next token under the lock and sleeps outside it until the
+    token is due, so waiters are served in the order they came and none holds the lock
+    while it sleeps.
+    """
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._bucket = TokenBucket(Budget(max(1, burst), 1.0 / qps), clock())
+
+    def wait(self) -> float:
+        """Block until this caller may send; the seconds it waited."""
+        with self._lock:
+            now = self._clock()
+            due = self._bucket.next_token(now)
+            self._bucket.take()
+        delay = due - now
+        if delay > 0:
+            self._sleep(delay)
+        return max(0.0, delay)

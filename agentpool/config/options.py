@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from agentpool.config import joulie
+from agentpool.config.joulie import Fallback
 from agentpool.config.parsers import (
     Parser,
     boolean,
@@ -24,6 +26,7 @@ from agentpool.config.parsers import (
     one_of,
     optional,
     path,
+    rate,
     selector,
 )
 from agentpool.pool.assignment import Assignment
@@ -89,14 +92,18 @@ class Option:
     parser's tuple over several fields; :data:`ROUTING`, composed from several options."""
     flag_value: bool = False
     """A boolean that may also be given as a bare flag (``--simulate-only``)."""
+    joulie: Fallback | None = None
+    """A variable Joulie's agent reads too: what is parsed instead of a value that agent
+    runs with and :attr:`parse` refuses (:mod:`agentpool.config.joulie`)."""
 
     @property
     def flag(self) -> str:
         return "--" + self.env.lower().replace("_", "-")
 
     def value(self, raw: str | None) -> Any:
-        """The parsed value of ``raw`` (None or missing: the default)."""
-        given = self.default if raw is None else raw
+        """The parsed value of ``raw`` (None, missing or blank: the default, as Joulie's agent
+        and a Helm value rendered empty both mean it)."""
+        given = self.default if raw is None or not raw.strip() else raw
         return None if given is None else self.parse(self.env, given)
 
 
@@ -118,17 +125,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("NODE_NAME", None, "the node this pod runs on; required in daemonset mode",
            optional(), "node_name"),
     Option("RECONCILE_INTERVAL", "20s", "period of each node's reconcile tick (Go duration)",
-           duration(positive=True), "reconcile_interval_s"),
+           duration(positive=True), "reconcile_interval_s", joulie=joulie.reconcile_interval),
     Option("SIMULATE_ONLY", "false", "log intended actions, write nothing",
-           boolean, "simulate_only", flag_value=True),
+           boolean, "simulate_only", flag_value=True, joulie=joulie.simulate_only),
     Option("METRICS_ADDR", ":8080", "listen address of /metrics, /healthz and /readyz",
-           metrics_addr, ("metrics_host", "metrics_port")),
+           metrics_addr, ("metrics_host", "metrics_port"), joulie=joulie.metrics_addr),
     Option("POOL_NODE_SELECTOR", "joulie.io/managed=true", "pool mode node label selector",
            selector, "pool_node_selector"),
     Option("POOL_SHARDS", "1", "total number of pool shards (StatefulSet replicas)",
            integer(minimum=0), "pool_shards"),
     Option("POOL_SHARD_ID", None, "this pod's shard; default: trailing integer of POD_NAME",
-           optional(integer(minimum=0)), "pool_shard_id"),
+           optional(integer(minimum=0)), "pool_shard_id", joulie=joulie.pool_shard_id),
     Option("POD_NAME", None, "StatefulSet pod name (shard id fallback)",
            optional(), "pod_name"),
     Option("POOL_MEMBERSHIP", "static",
@@ -163,19 +170,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("DVFS_MAX_STEP_PCT", "50", "DVFS adaptive: largest throttle change per tick",
            integer(minimum=1, maximum=100), "dvfs.max_step_pct"),
     Option("DVFS_EMA_ALPHA", "0.30", "DVFS: EMA smoothing factor, 0 < alpha <= 1",
-           number(lambda v: 0 < v <= 1, "0 < alpha <= 1"), "dvfs.ema_alpha"),
+           number(lambda v: 0 < v <= 1, "0 < alpha <= 1"), "dvfs.ema_alpha",
+           joulie=joulie.number),
     Option("DVFS_HIGH_MARGIN_W", "10", "DVFS: watts above the cap before counting 'above'",
-           number(lambda v: v >= 0, "watts >= 0"), "dvfs.high_margin_w"),
+           number(lambda v: v >= 0, "watts >= 0"), "dvfs.high_margin_w", joulie=joulie.number),
     Option("DVFS_LOW_MARGIN_W", "15", "DVFS: watts below the cap before counting 'below'",
-           number(lambda v: v >= 0, "watts >= 0"), "dvfs.low_margin_w"),
+           number(lambda v: v >= 0, "watts >= 0"), "dvfs.low_margin_w", joulie=joulie.number),
     Option("DVFS_TRIP_COUNT", "2", "DVFS: consecutive samples before acting",
-           integer(minimum=1), "dvfs.trip_count"),
+           integer(minimum=1), "dvfs.trip_count", joulie=joulie.integer),
     Option("DVFS_COOLDOWN", "20s", "DVFS: hold time after an action (Go duration)",
-           duration(positive=False), "dvfs.cooldown_s"),
+           duration(positive=False), "dvfs.cooldown_s",
+           joulie=joulie.not_negative("no cooldown after an action")),
     Option("DVFS_STEP_PCT", "10", "DVFS: throttle step in percent",
-           integer(minimum=1, maximum=100), "dvfs.step_pct"),
+           integer(minimum=1, maximum=100), "dvfs.step_pct", joulie=joulie.integer),
     Option("DVFS_MIN_FREQ_KHZ", "1500000", "DVFS: scaling_max_freq given to throttled policies",
-           integer(minimum=1), "dvfs.min_freq_khz"),
+           integer(minimum=1), "dvfs.min_freq_khz", joulie=joulie.min_freq_khz),
     Option("RESTORE_ON_EXIT", "true", "restore the host values found at start on graceful stop",
            boolean, "restore_on_exit"),
     Option("SHUTDOWN_TIMEOUT", "20s", "supervisor: deadline for workers to stop before SIGKILL",
@@ -214,7 +223,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("TELEMETRY_HTTP_TIMEOUT_SECONDS", None, "timeout of those HTTP endpoints; default 2",
            optional(), ROUTING),
     Option("SPEC_READ_TIMEOUT", "5m", "act on SPEC_STALE_ACTION when desired state is unconfirmed",
-           duration(positive=True), "spec_read_timeout_s"),
+           duration(positive=False), "spec_read_timeout_s",
+           joulie=joulie.not_negative("caps are relaxed at the first failed read")),
     Option("SPEC_STALE_ACTION", "relax", "relax (restore host values) or keep",
            one_of(StaleAction), "spec_stale_action"),
     Option("HTTP_CA_BUNDLE", None, "PEM CAs of https endpoints; default: the system store",
@@ -227,6 +237,12 @@ OPTIONS: tuple[Option, ...] = (
            optional(), "http_auth.client_key"),
     Option("EVENTS", "true", "record Kubernetes Events on the Node objects (aggregated)",
            boolean, "events"),
+    Option("KUBE_CLIENT_QPS", None,
+           "client-side limit of this pod's API requests per second; unset: none",
+           optional(rate), "kube_qps", joulie=joulie.kube_qps),
+    Option("KUBE_CLIENT_BURST", None,
+           "API requests at once above KUBE_CLIENT_QPS; default 100 where a limit is set",
+           optional(integer(minimum=0)), "kube_burst", joulie=joulie.kube_burst),
 )  # fmt: skip
 
 

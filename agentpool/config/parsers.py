@@ -62,6 +62,18 @@ def number(check: Callable[[float], bool], accepted: str) -> Parser:
     return parse
 
 
+def rate(env: str, raw: str) -> float:
+    """Requests per second: any number but NaN (what 0, negative values and ``inf`` mean is
+    client-go's: :func:`agentpool.config.joulie.client_limit`)."""
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(env, raw, "expected a number of requests per second") from None
+    if math.isnan(value):
+        raise ConfigError(env, raw, "expected a number of requests per second")
+    return value
+
+
 def duration(positive: bool) -> Parser:
     """Seconds in a Go duration; ``positive`` refuses 0 as well as negative values."""
 

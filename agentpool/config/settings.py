@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentpool.config.env_routing import routing_from_env
+from agentpool.config.env_routing import read_routing
+from agentpool.config.joulie import UNREAD, client_limit
 from agentpool.config.options import (
     OPTIONS,
     ROUTING,
@@ -31,6 +32,7 @@ from agentpool.config.options import (
     JoulieApi,
     LogFormat,
     Membership,
+    Option,
     StaleAction,
     option,
 )
@@ -258,6 +260,18 @@ class Settings:
     """Pool membership (static by default) and the elastic pool's lease settings."""
     events: bool = _TOP["events"]
     """Record Kubernetes Events on the Node objects (docs/metrics.md: Node events)."""
+    kube_qps: float | None = _TOP["kube_qps"]
+    """KUBE_CLIENT_QPS as given (what it means: :attr:`api_limit`)."""
+    kube_burst: int | None = _TOP["kube_burst"]
+    """KUBE_CLIENT_BURST as given."""
+    notes: tuple[str, ...] = ()
+    """Values Joulie's agent accepts that are not taken as given, and what is done instead:
+    logged once at start (:mod:`agentpool.config.joulie`)."""
+
+    @property
+    def api_limit(self) -> tuple[float, int] | None:
+        """(requests per second, burst) of this pod's own API requests; None: no limit."""
+        return client_limit(self.kube_qps, self.kube_burst)
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
@@ -291,11 +305,15 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     """Validate raw string values (by variable name) into :class:`Settings`.
 
     ``raw`` holds what the user gave, flags already merged over the
-    environment; a missing or None entry takes the option's default.
+    environment; a missing, None or blank entry takes the option's default.
     Options are parsed in table order, then the rules that join several
-    options run.
+    options run. A value Joulie's agent runs with is replaced where the
+    option says so (:mod:`agentpool.config.joulie`), each replacement a line of
+    :attr:`Settings.notes`; so is each variable of :data:`~agentpool.config.joulie.UNREAD`
+    that is set.
     """
-    values = {opt.env: opt.value(raw.get(opt.env)) for opt in OPTIONS}
+    notes: list[str] = []
+    values = {opt.env: _parse(opt, raw.get(opt.env), notes) for opt in OPTIONS}
     mode: AgentMode = values["AGENT_MODE"]
     if mode is AgentMode.DAEMONSET and values["NODE_NAME"] is None:
         raise ConfigError(
@@ -313,13 +331,32 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
     fields = _fields(values)
     http_auth = HttpAuthSettings(**fields["http_auth"])
     _check_http_auth(http_auth)
+    routing, routing_notes = read_routing(values, pool=mode is AgentMode.POOL)
+    notes.extend(routing_notes)
+    notes.extend(f"{env} is not read: {why}" for env, why in UNREAD.items() if raw.get(env))
     return Settings(
         **fields[""],
         dvfs=DvfsSettings(**fields["dvfs"]),
-        routing=routing_from_env(values),
+        routing=routing,
         http_auth=http_auth,
         elastic=_elastic(ElasticSettings(**fields["elastic"]), values, raw, mode),
+        notes=tuple(notes),
     )
+
+
+def _parse(opt: Option, raw: str | None, notes: list[str]) -> Any:
+    """The option's value; where its parser refuses a value Joulie's agent runs with, the
+    value its fallback gives instead, said in ``notes``."""
+    try:
+        return opt.value(raw)
+    except ConfigError as exc:
+        if opt.joulie is None or raw is None:
+            raise
+        instead = opt.joulie(raw, exc)
+        value = opt.value(instead.raw)
+        shown = instead.raw or (f"the default {opt.default}" if opt.default else None)
+        notes.append(f"{opt.env}={raw!r}: {instead.says}" + (f"; using {shown}" if shown else ""))
+        return value
 
 
 def _check_http_auth(auth: HttpAuthSettings) -> None:

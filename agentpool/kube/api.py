@@ -50,6 +50,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from agentpool.errors import KubeError, KubeTemporaryError, KubeUnreachableError
 from agentpool.kube.reachability import Reachability
+from agentpool.tokenbucket import RateLimiter
 
 GROUP = "joulie.io"
 VERSION = "v1alpha1"
@@ -218,6 +219,7 @@ class KubeApi:
         api_client: client.ApiClient,
         on_request: RequestHook | None = None,
         namespace: str | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self._client = api_client
         self._custom = client.CustomObjectsApi(api_client)
@@ -226,6 +228,9 @@ class KubeApi:
         self._on_request = on_request or (lambda verb, resource, code: None)
         self.reachability = Reachability(str(api_client.configuration.host))
         """Whether the server answers: the outage in progress, told once in the log."""
+        self._limiter = limiter
+        """``KUBE_CLIENT_QPS``: every request waits for it before it is sent, as client-go's
+        requests wait for its rate limiter (watches and their restarts included)."""
 
     @functools.cached_property
     def coordination(self) -> Any:
@@ -277,6 +282,8 @@ class KubeApi:
         return self._call(verb, resource, fn)
 
     def _call(self, verb: str, resource: AnyResource, fn: Callable[[], Any]) -> Any:
+        if self._limiter is not None:
+            self._limiter.wait()
         try:
             response = fn()
         except ApiException as exc:
@@ -474,6 +481,8 @@ class KubeApi:
         empty set, not an error. Subresources (``nodetwins/status``) are listed too.
         """
         path = f"/apis/{GROUP}/{VERSION}"
+        if self._limiter is not None:
+            self._limiter.wait()
         try:
             response = self._custom.get_api_resources(
                 GROUP,

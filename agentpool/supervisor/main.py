@@ -71,6 +71,7 @@ from agentpool.supervisor.prelaunch import (
 )
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.supervisor.watches import Watches
+from agentpool.tokenbucket import RateLimiter
 from agentpool.worker.nodefiles import NodeFiles
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,8 @@ def run(
     this module's imports (the command line does); without it, it is done here.
     """
     setup_logging(settings.log_format, settings.log_level)
+    for note in settings.notes:
+        log.warning("configuration: %s", note)
     try:
         with contextlib.ExitStack() as stack:
             return _run(settings, stack, listener, early)
@@ -303,9 +306,11 @@ def _run(
 
     counters = ApiCounters()
     try:
+        limit = settings.api_limit
         api = KubeApi(
             load_client(settings.kubeconfig), on_request=counters.on_request,
             namespace=settings.elastic.namespace,
+            limiter=RateLimiter(*limit) if limit is not None else None,
         )
     except KubeError as exc:
         if settings.kubeconfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -151,16 +152,8 @@ def test_none_values_take_the_default() -> None:
 # Every configuration error: (raw values, variable named, bad value named).
 ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({"AGENT_MODE": "bogus"}, "AGENT_MODE", "bogus"),
-    ({"AGENT_MODE": ""}, "AGENT_MODE", ""),
     ({}, "NODE_NAME", ""),
     ({"NODE_NAME": "  "}, "NODE_NAME", "  "),
-    ({**POOL, "RECONCILE_INTERVAL": "soon"}, "RECONCILE_INTERVAL", "soon"),
-    ({**POOL, "RECONCILE_INTERVAL": "20"}, "RECONCILE_INTERVAL", "20"),
-    ({**POOL, "RECONCILE_INTERVAL": "-5s"}, "RECONCILE_INTERVAL", "-5s"),
-    ({**POOL, "RECONCILE_INTERVAL": "0s"}, "RECONCILE_INTERVAL", "0s"),
-    ({**POOL, "SIMULATE_ONLY": "maybe"}, "SIMULATE_ONLY", "maybe"),
-    ({**POOL, "METRICS_ADDR": "8080"}, "METRICS_ADDR", "8080"),
-    ({**POOL, "METRICS_ADDR": ":http"}, "METRICS_ADDR", ":http"),
     ({**POOL, "METRICS_ADDR": ":70000"}, "METRICS_ADDR", ":70000"),
     ({**POOL, "METRICS_ADDR": ":-1"}, "METRICS_ADDR", ":-1"),
     ({**POOL, "POOL_NODE_SELECTOR": "tier in (a,b"}, "POOL_NODE_SELECTOR", "tier in (a,b"),
@@ -169,7 +162,6 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "POOL_SHARDS": "-1"}, "POOL_SHARDS", "-1"),
     ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "5"}, "POOL_SHARD_ID", "5"),
     ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "2"}, "POOL_SHARD_ID", "2"),
-    ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "x"}, "POOL_SHARD_ID", "x"),
     ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "-1"}, "POOL_SHARD_ID", "-1"),
     ({**POOL, "POOL_SHARDS": "1", "POOL_SHARD_ID": "1"}, "POOL_SHARD_ID", "1"),
     # No shard id at all with several shards: naming POOL_SHARD_ID says what to set.
@@ -180,7 +172,6 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
         "POD_NAME",
         "joulie-agent-pool-7",
     ),
-    ({**POOL, "SYSFS_ROOT": " "}, "SYSFS_ROOT", ""),
     ({**POOL, "DVFS_CONTROLLER": "pid"}, "DVFS_CONTROLLER", "pid"),
     ({**POOL, "DVFS_TARGET_PCT": "49"}, "DVFS_TARGET_PCT", "49"),
     ({**POOL, "DVFS_TARGET_PCT": "101"}, "DVFS_TARGET_PCT", "101"),
@@ -194,20 +185,12 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "DVFS_EMA_ALPHA": "0"}, "DVFS_EMA_ALPHA", "0"),
     ({**POOL, "DVFS_EMA_ALPHA": "1.5"}, "DVFS_EMA_ALPHA", "1.5"),
     ({**POOL, "DVFS_EMA_ALPHA": "nan"}, "DVFS_EMA_ALPHA", "nan"),
-    ({**POOL, "DVFS_EMA_ALPHA": "high"}, "DVFS_EMA_ALPHA", "high"),
     ({**POOL, "DVFS_HIGH_MARGIN_W": "-1"}, "DVFS_HIGH_MARGIN_W", "-1"),
-    ({**POOL, "DVFS_HIGH_MARGIN_W": "10W"}, "DVFS_HIGH_MARGIN_W", "10W"),
     ({**POOL, "DVFS_LOW_MARGIN_W": "-0.5"}, "DVFS_LOW_MARGIN_W", "-0.5"),
     ({**POOL, "DVFS_LOW_MARGIN_W": "inf"}, "DVFS_LOW_MARGIN_W", "inf"),
     ({**POOL, "DVFS_TRIP_COUNT": "0"}, "DVFS_TRIP_COUNT", "0"),
-    ({**POOL, "DVFS_TRIP_COUNT": "1.5"}, "DVFS_TRIP_COUNT", "1.5"),
-    ({**POOL, "DVFS_COOLDOWN": "-1s"}, "DVFS_COOLDOWN", "-1s"),
-    ({**POOL, "DVFS_COOLDOWN": "20"}, "DVFS_COOLDOWN", "20"),
     ({**POOL, "DVFS_STEP_PCT": "0"}, "DVFS_STEP_PCT", "0"),
     ({**POOL, "DVFS_STEP_PCT": "101"}, "DVFS_STEP_PCT", "101"),
-    ({**POOL, "DVFS_STEP_PCT": "ten"}, "DVFS_STEP_PCT", "ten"),
-    ({**POOL, "DVFS_MIN_FREQ_KHZ": "0"}, "DVFS_MIN_FREQ_KHZ", "0"),
-    ({**POOL, "DVFS_MIN_FREQ_KHZ": "1.5GHz"}, "DVFS_MIN_FREQ_KHZ", "1.5GHz"),
     ({**POOL, "RESTORE_ON_EXIT": "perhaps"}, "RESTORE_ON_EXIT", "perhaps"),
     ({**POOL, "SHUTDOWN_TIMEOUT": "0s"}, "SHUTDOWN_TIMEOUT", "0s"),
     ({**POOL, "SHUTDOWN_TIMEOUT": "long"}, "SHUTDOWN_TIMEOUT", "long"),
@@ -230,8 +213,18 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "LOG_LEVEL": "verbose"}, "LOG_LEVEL", "verbose"),
     ({**POOL, "JOULIE_API": "v2"}, "JOULIE_API", "v2"),
     ({**POOL, "EVENTS": "sometimes"}, "EVENTS", "sometimes"),
-    ({**POOL, "TELEMETRY_CPU_SOURCE": "prometheus"}, "TELEMETRY_CPU_SOURCE", "prometheus"),
-    ({**POOL, "TELEMETRY_CPU_SOURCE": "http"}, "TELEMETRY_CPU_HTTP_ENDPOINT", ""),
+    # Joulie's agent runs with these too (docs/joulie-compatibility.md says why they stop
+    # here, with POOL_SHARDS=two and the DVFS tunables out of range above): two pods would
+    # control the same nodes, or a controller could not hold a cap.
+    ({**POOL, "DVFS_TRIP_COUNT": "-1"}, "DVFS_TRIP_COUNT", "-1"),
+    ({**POOL, "DVFS_EMA_ALPHA": "NaN"}, "DVFS_EMA_ALPHA", "NaN"),
+    # A pool pod's CPU control without its endpoint or with a word of no meaning: there is
+    # no host of its nodes to control instead, as Joulie's agent would (its own).
+    ({**POOL, "TELEMETRY_CPU_CONTROL": "htpp"}, "TELEMETRY_CPU_CONTROL", "htpp"),
+    ({**POOL, "METRICS_ADDR": ":no-such-service"}, "METRICS_ADDR", ":no-such-service"),
+    ({**POOL, "KUBE_CLIENT_QPS": "nan"}, "KUBE_CLIENT_QPS", "nan"),
+    # client-go's token bucket refuses every request with a negative burst.
+    ({**POOL, "KUBE_CLIENT_BURST": "-1"}, "KUBE_CLIENT_BURST", "-1"),
     (
         {**POOL, "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": "sim:80/t"},
         "TELEMETRY_CPU_HTTP_ENDPOINT",
@@ -248,13 +241,13 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
         "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT",
         "ftp://sim/{node}",
     ),
-    ({**POOL, "TELEMETRY_CPU_CONTROL_MODE": "msr"}, "TELEMETRY_CPU_CONTROL_MODE", "msr"),
-    ({**POOL, "TELEMETRY_GPU_CONTROL": "nvml"}, "TELEMETRY_GPU_CONTROL", "nvml"),
-    ({**POOL, "TELEMETRY_GPU_CONTROL": "http"}, "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT", ""),
-    ({**POOL, "TELEMETRY_HTTP_TIMEOUT_SECONDS": "2.5"}, "TELEMETRY_HTTP_TIMEOUT_SECONDS", "2.5"),
-    ({**POOL, "TELEMETRY_HTTP_TIMEOUT_SECONDS": "0"}, "TELEMETRY_HTTP_TIMEOUT_SECONDS", "0"),
-    ({**POOL, "SPEC_READ_TIMEOUT": "5"}, "SPEC_READ_TIMEOUT", "5"),
     ({**POOL, "SPEC_STALE_ACTION": "panic"}, "SPEC_STALE_ACTION", "panic"),
+    (
+        {**POOL, "TELEMETRY_GPU_CONTROL": "http",
+         "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "s/{node}"},
+        "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
+        "s/{node}",
+    ),
     ({**POOL, "HTTP_CA_BUNDLE": "/nonexistent/ca.crt"}, "HTTP_CA_BUNDLE", "/nonexistent/ca.crt"),
     ({**POOL, "HTTP_TOKEN_FILE": "/nonexistent/token"}, "HTTP_TOKEN_FILE", "/nonexistent/token"),
     ({**POOL, "HTTP_CLIENT_KEY": "/tls.key"}, "HTTP_CLIENT_CERT", ""),
@@ -278,10 +271,159 @@ def test_every_configuration_error_names_variable_and_value(
     assert err.accepted
 
 
+SIM = "http://sim:18080"
+"""An endpoint, for the values that need one beside them."""
+
+# Values Joulie's agent runs with that agentpool's parsers refuse: each runs here, read as
+# that agent reads it or as docs/joulie-compatibility.md says, and one note (logged once at
+# start) names the variable and its value. (raw values, variable, what is read, expected)
+JOULIE: list[tuple[dict[str, str], str, Callable[[Settings], object], object]] = [
+    ({**POOL, "RECONCILE_INTERVAL": "0"}, "RECONCILE_INTERVAL",
+     lambda s: s.reconcile_interval_s, 20.0),
+    ({**POOL, "RECONCILE_INTERVAL": "-5s"}, "RECONCILE_INTERVAL",
+     lambda s: s.reconcile_interval_s, 20.0),
+    ({**POOL, "RECONCILE_INTERVAL": "20"}, "RECONCILE_INTERVAL",
+     lambda s: s.reconcile_interval_s, 20.0),
+    ({**POOL, "RECONCILE_INTERVAL": "soon"}, "RECONCILE_INTERVAL",
+     lambda s: s.reconcile_interval_s, 20.0),
+    ({**POOL, "SIMULATE_ONLY": "maybe"}, "SIMULATE_ONLY", lambda s: s.simulate_only, False),
+    ({**POOL, "METRICS_ADDR": "9090"}, "METRICS_ADDR",
+     lambda s: (s.metrics_host, s.metrics_port), ("", 9090)),
+    ({**POOL, "METRICS_ADDR": "127.0.0.1"}, "METRICS_ADDR",
+     lambda s: (s.metrics_host, s.metrics_port), ("127.0.0.1", 8080)),
+    ({**POOL, "METRICS_ADDR": ":http"}, "METRICS_ADDR",
+     lambda s: (s.metrics_host, s.metrics_port), ("", 80)),
+    ({**POOL, "POOL_SHARDS": "2", "POOL_SHARD_ID": "x", "POD_NAME": "agent-pool-1"},
+     "POOL_SHARD_ID", lambda s: s.pool_shard_id, 1),
+    ({**POOL, "DVFS_EMA_ALPHA": "high"}, "DVFS_EMA_ALPHA", lambda s: s.dvfs.ema_alpha, 0.3),
+    ({**POOL, "DVFS_HIGH_MARGIN_W": "10W"}, "DVFS_HIGH_MARGIN_W",
+     lambda s: s.dvfs.high_margin_w, 10.0),
+    ({**POOL, "DVFS_LOW_MARGIN_W": "a lot"}, "DVFS_LOW_MARGIN_W",
+     lambda s: s.dvfs.low_margin_w, 15.0),
+    ({**POOL, "DVFS_TRIP_COUNT": "1.5"}, "DVFS_TRIP_COUNT", lambda s: s.dvfs.trip_count, 2),
+    ({**POOL, "DVFS_COOLDOWN": "-1s"}, "DVFS_COOLDOWN", lambda s: s.dvfs.cooldown_s, 0.0),
+    ({**POOL, "DVFS_COOLDOWN": "20"}, "DVFS_COOLDOWN", lambda s: s.dvfs.cooldown_s, 20.0),
+    ({**POOL, "DVFS_STEP_PCT": "ten"}, "DVFS_STEP_PCT", lambda s: s.dvfs.step_pct, 10),
+    ({**POOL, "DVFS_MIN_FREQ_KHZ": "0"}, "DVFS_MIN_FREQ_KHZ", lambda s: s.dvfs.min_freq_khz, 1),
+    ({**POOL, "DVFS_MIN_FREQ_KHZ": "1.5GHz"}, "DVFS_MIN_FREQ_KHZ",
+     lambda s: s.dvfs.min_freq_khz, 1_500_000),
+    ({**POOL, "SPEC_READ_TIMEOUT": "5"}, "SPEC_READ_TIMEOUT",
+     lambda s: s.spec_read_timeout_s, 300.0),
+    ({**POOL, "SPEC_READ_TIMEOUT": "-1m"}, "SPEC_READ_TIMEOUT",
+     lambda s: s.spec_read_timeout_s, 0.0),
+    ({**POOL, "TELEMETRY_CPU_SOURCE": "prometheus"}, "TELEMETRY_CPU_SOURCE",
+     lambda s: s.routing.cpu.source, SourceType.HOST),
+    ({**POOL, "TELEMETRY_CPU_SOURCE": "http"}, "TELEMETRY_CPU_SOURCE",
+     lambda s: (s.routing.cpu.source, s.routing.cpu.source_http), (SourceType.HOST, None)),
+    ({**DAEMON, "TELEMETRY_CPU_CONTROL": "http"}, "TELEMETRY_CPU_CONTROL",
+     lambda s: s.routing.cpu.control, ControlType.HOST),
+    ({**DAEMON, "TELEMETRY_CPU_CONTROL": "bmc"}, "TELEMETRY_CPU_CONTROL",
+     lambda s: s.routing.cpu.control, ControlType.HOST),
+    ({**POOL, "TELEMETRY_CPU_CONTROL_MODE": "msr"}, "TELEMETRY_CPU_CONTROL_MODE",
+     lambda s: s.routing.cpu.mode, ControlMode.AUTO),
+    ({**POOL, "TELEMETRY_GPU_CONTROL": "nvml"}, "TELEMETRY_GPU_CONTROL",
+     lambda s: s.routing.gpu.control, ControlType.HOST),
+    ({**POOL, "TELEMETRY_GPU_CONTROL": "http"}, "TELEMETRY_GPU_CONTROL",
+     lambda s: s.routing.gpu.control, ControlType.HOST),
+    *(({**POOL, "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": SIM,
+        "TELEMETRY_HTTP_TIMEOUT_SECONDS": value}, "TELEMETRY_HTTP_TIMEOUT_SECONDS",
+       lambda s: s.routing.cpu.source_http.timeout_s, seconds)  # type: ignore[union-attr]
+      for value, seconds in (("0", 2.0), ("2.5", 2.0), ("-3", 2.0), ("600", 300.0))),
+    ({**POOL, "KUBE_CLIENT_QPS": "fast"}, "KUBE_CLIENT_QPS", lambda s: s.api_limit, (50.0, 100)),
+    ({**POOL, "KUBE_CLIENT_BURST": "lots"}, "KUBE_CLIENT_BURST",
+     lambda s: s.api_limit, (50.0, 100)),
+    # Set by Joulie's examples and experiments, read by neither agent.
+    ({**POOL, "TELEMETRY_GPU_CONTROL_MODE": "rapl"}, "TELEMETRY_GPU_CONTROL_MODE",
+     lambda s: s.routing.gpu, NodeRouting().gpu),
+    ({**POOL, "JOULIE_CONTROL_MODE": "dvfs"}, "JOULIE_CONTROL_MODE",
+     lambda s: s.routing, NodeRouting()),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "variable", "read", "expected"), JOULIE,
+    ids=[f"{e[1]}={e[0].get(e[1])}" for e in JOULIE],
+)
+def test_values_joulies_agent_runs_with_run_here_and_are_said_once(
+    raw: dict[str, str], variable: str, read: Callable[[Settings], object], expected: object
+) -> None:
+    settings = load_settings(raw)
+    assert read(settings) == expected
+    assert len(settings.notes) == 1, settings.notes
+    (note,) = settings.notes
+    assert note.startswith(f"{variable}={raw[variable]!r}: ") or note.startswith(
+        f"{variable} is not read: "
+    ), note
+    assert "Joulie's agent" in note
+
+
+def test_blank_is_unset_for_every_option() -> None:
+    # Joulie's agent trims every value and takes a blank one as unset; so does a Helm value
+    # rendered empty. Nothing is noted: it is the default.
+    raw: dict[str, str | None] = {opt.env: " " for opt in OPTIONS}
+    raw["NODE_NAME"] = "n"
+    assert load_settings(raw) == Settings(node_name="n")
+
+
+def test_the_values_joulies_experiments_pass_run_here() -> None:
+    # The agent environment of Joulie's CPU-only and heterogeneous benchmark scripts and of
+    # its integration runner (our own copy of the values they set).
+    experiment = {
+        **POOL,
+        "RECONCILE_INTERVAL": "20s", "METRICS_ADDR": ":8080", "SIMULATE_ONLY": "false",
+        "KUBE_CLIENT_QPS": "200", "KUBE_CLIENT_BURST": "400",
+        "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": SIM + "/telemetry/{node}",
+        "TELEMETRY_CPU_CONTROL": "http",
+        "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": SIM + "/control/{node}",
+        "TELEMETRY_CPU_CONTROL_MODE": "rapl", "TELEMETRY_GPU_CONTROL": "http",
+        "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": SIM + "/control/{node}",
+        "TELEMETRY_GPU_CONTROL_MODE": "rapl", "TELEMETRY_HTTP_TIMEOUT_SECONDS": "3",
+        "JOULIE_TELEMETRY_SOURCE_TYPE": "http", "JOULIE_CONTROL_TYPE": "http",
+        "JOULIE_CONTROL_MODE": "rapl",
+    }
+    settings = load_settings(experiment)
+    assert settings.api_limit == (200.0, 400)
+    assert settings.routing.cpu == Routing(
+        source=SourceType.HTTP,
+        source_http=HttpEndpoint(SIM + "/telemetry/{node}", 3.0),
+        control=ControlType.HTTP,
+        control_http=HttpEndpoint(SIM + "/control/{node}", 3.0),
+        mode=ControlMode.RAPL,
+    )
+    assert settings.routing.gpu.control is ControlType.HTTP
+    assert [n.split(" ")[0] for n in settings.notes] == [
+        "TELEMETRY_GPU_CONTROL_MODE", "JOULIE_TELEMETRY_SOURCE_TYPE", "JOULIE_CONTROL_TYPE",
+        "JOULIE_CONTROL_MODE",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("qps", "burst", "limit"),
+    [
+        (None, None, None),  # agentpool's default: no client-side limit
+        ("200", "400", (200.0, 400)),
+        ("20", None, (20.0, 100)),  # one set: the other is Joulie's default
+        (None, "30", (50.0, 30)),
+        ("0", "0", (5.0, 10)),  # client-go's defaults, as rest.Config reads 0
+        ("-1", "10", None),  # client-go: a negative QPS disables the limit
+        ("inf", "10", None),
+        ("0.5", "1", (0.5, 1)),
+    ],
+)
+def test_kube_client_qps_and_burst_mean_what_client_go_makes_of_them(
+    qps: str | None, burst: str | None, limit: tuple[float, int] | None
+) -> None:
+    settings = load_settings({**POOL, "KUBE_CLIENT_QPS": qps, "KUBE_CLIENT_BURST": burst})
+    assert settings.api_limit == limit
+    assert settings.notes == ()
+
+
 def test_error_table_covers_every_validated_variable() -> None:
-    # Variables that are free text by nature (a path, a name) cannot be malformed.
-    free_text = {"KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR", "STATE_DIR"}
-    assert {o.env for o in OPTIONS} - free_text == {variable for _, variable, _ in ERRORS}
+    # Variables that are free text by nature (a path, a name) cannot be malformed; those
+    # whose every value runs (as Joulie's agent runs them) are in JOULIE instead.
+    free_text = {"KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR", "STATE_DIR", "SYSFS_ROOT"}
+    covered = {variable for _, variable, _ in ERRORS} | {variable for _, variable, _, _ in JOULIE}
+    assert {o.env for o in OPTIONS} - free_text <= covered
 
 
 def test_env_routing_defaults_to_host_and_reads_every_variable() -> None:
