@@ -76,9 +76,13 @@ def _plan(root: Path, host: HostFacts, cap: float | None, pct: float | None) -> 
         )
         lines.append("  if a limit does not stick (BIOS lock), DVFS on cpufreq instead")
     elif host.policies:
+        packages = len(host.zones)
+        budget = "it"
+        if packages > 1:
+            budget = f"{cap * packages:g} W ({cap:g} W per package x {packages})"
         lines.append(
             f"cap {cap:g} W: no writable RAPL limit; DVFS would throttle the "
-            f"{host.policies} cpufreq policies step by step to keep package power under it"
+            f"{host.policies} cpufreq policies step by step to keep package power under {budget}"
         )
     else:
         lines.append(f"cap {cap:g} W: blocked, no RAPL limit and no cpufreq to control")

@@ -56,6 +56,14 @@ def test_amd_without_limits_plans_dvfs(tmp_path: Path) -> None:
     assert "cap 150 W: no writable RAPL limit; DVFS would throttle the 8 cpufreq policies" in out
 
 
+def test_two_packages_without_limits_plan_dvfs_for_both(tmp_path: Path) -> None:
+    # The cap is each package's: DVFS holds the packages' summed power under it times two.
+    with amd_no_writable_limits(tmp_path, packages=2):
+        out = inspect(tmp_path, "--cap", "100")
+    assert "RAPL package zones: 2" in out
+    assert "keep package power under 200 W (100 W per package x 2)" in out
+
+
 def test_no_rapl_and_an_unknown_maximum(tmp_path: Path) -> None:
     with no_rapl(tmp_path):
         out = inspect(tmp_path, "--pct", "70")

@@ -46,7 +46,7 @@ def test_a_full_disk_holds_new_series_and_new_caps_back_until_space_is_freed() -
         originals = {p: read_int(p) for p in pl1_files(trees)}
         old_files, new_files = pl1_files({"old": trees["old"]}), pl1_files({"new": trees["new"]})
         metrics_dir, state_dir = cluster.workdir / "metrics", cluster.workdir / "state"
-        cluster.add_node("old", cap=100, http=False)
+        cluster.add_node("old", cap=50, http=False)
         agent = cluster.start_agent(
             {"SYSFS_ROOT": template, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
              "STATE_DIR": str(state_dir)},
@@ -60,13 +60,13 @@ def test_a_full_disk_holds_new_series_and_new_caps_back_until_space_is_freed() -
         for variable in ("PROMETHEUS_MULTIPROC_DIR", "STATE_DIR"):
             wait_until(lambda v=variable: _dir_full(agent.metrics(), v) == 1.0, 15)
         # The capped node goes on being enforced, and its series on being written.
-        cluster.set_cap("old", 80)
+        cluster.set_cap("old", 40)
         wait_until(lambda: all_read(old_files, 40_000_000), 20)
         # The policy label is the NodePowerProfile's name, as Joulie's agent sets it.
         cap = ("joulie_policy_cap_watts", (("node", "old"), ("policy", "old")))
-        wait_until(lambda: series(agent.metrics()).get(cap) == 80.0, 10)
+        wait_until(lambda: series(agent.metrics()).get(cap) == 40.0, 10)
         # A node that arrives now: no journal, so no cap; no files, so no series.
-        cluster.add_node("new", cap=100, http=False)
+        cluster.add_node("new", cap=50, http=False)
         wait_until(lambda: cluster.status("new").get("result") == "error", 20)
         message = cluster.status("new")["message"]
         assert "STATE_DIR" in message, message

@@ -253,12 +253,12 @@ def test_an_original_that_cannot_be_journaled_is_not_written(
     host = RaplHost(intel.root, originals)
     # Not RAPL's failure (no fallback to DVFS, which would need a journal just the same).
     with pytest.raises(JournalError, match="nothing written to the host"):
-        host.apply(200)
+        host.apply(100)
     assert snapshot(intel.root) == before
     assert originals.items() == []
     assert [p.name for p in journal.parent.iterdir()] == ["originals.json"]  # no temp file
     shutil.rmtree(journal)  # space freed: the next tick caps
-    host.apply(200)
+    host.apply(100)
     pl1 = [str(z.path / "constraint_0_power_limit_uw") for z in intel.packages]
     assert json.loads(journal.read_text()) == {key: ["rapl", TDP_UW] for key in pl1}
 
@@ -267,7 +267,7 @@ def test_a_restore_needs_no_room_in_the_journal(intel: SysfsTree, tmp_path: Path
     journal = tmp_path / "state" / "originals.json"
     before = snapshot(intel.root)
     host = RaplHost(intel.root, Originals(journal))
-    host.apply(200)
+    host.apply(100)
     _journal_that_cannot_be_written(journal)
     assert host.restore() == []
     assert snapshot(intel.root) == before
