@@ -518,14 +518,19 @@ def test_every_http_request_of_a_node_names_the_pod_and_shard(
     assert agents == {(RequestKind.TELEMETRY, expected), (RequestKind.CONTROL, expected)}
 
 
+@pytest.mark.parametrize("mode", ["auto", "rapl"])
 def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
-    tmp_path: Path, sim: PowerSim
+    tmp_path: Path, sim: PowerSim, mode: str
 ) -> None:
+    # Mode rapl too, as Joulie's agent (it reads only mode dvfs): its experiments set rapl
+    # where they mean "cap with RAPL", and a refusal is then backed up by the throttle.
     sim.set_behaviour(NODE, "blocked", "RAPL locked by BIOS", action=RAPL_ACTION)
     h = Harness(tmp_path)
     h.set(
         power_profile=npp(120),
-        telemetry_profile=tp(control=sim.control_endpoint, telemetry=sim.telemetry_endpoint),
+        telemetry_profile=tp(
+            control=sim.control_endpoint, mode=mode, telemetry=sim.telemetry_endpoint
+        ),
     )
     first, second = h.tick(), h.tick(20)
     assert (first.backend, first.result) == (Backend.DVFS, Result.APPLIED)
@@ -551,31 +556,6 @@ def test_blocked_rapl_answer_falls_back_to_dvfs_and_recovery_releases_it(
     error = h.metric("joulie_dvfs_cap_error_watts")  # no stale DVFS error once RAPL holds
     assert error is not None
     assert math.isnan(error)
-
-
-def test_http_mode_rapl_falls_back_to_dvfs_as_joulies_agent_does(
-    tmp_path: Path, sim: PowerSim
-) -> None:
-    # Joulie's agent reads only mode dvfs; its experiments set mode rapl where they mean
-    # "cap with RAPL", and a RAPL refusal is then backed up by the DVFS throttle.
-    sim.set_behaviour(NODE, "blocked", "locked", action=RAPL_ACTION)
-    h = Harness(tmp_path)
-    h.set(
-        power_profile=npp(120),
-        telemetry_profile=tp(
-            control=sim.control_endpoint, mode="rapl", telemetry=sim.telemetry_endpoint
-        ),
-    )
-    first, second = h.tick(), h.tick(20)
-    assert (first.backend, first.result) == (Backend.DVFS, Result.APPLIED)
-    assert first.message.endswith("; RAPL blocked: locked")
-    assert second.observed["throttlePct"] == 10
-    assert control_bodies(sim) == [
-        (RAPL_ACTION, 120.0, -1),
-        (DVFS_ACTION, 120.0, 0),
-        (RAPL_ACTION, 120.0, -1),
-        (DVFS_ACTION, 120.0, 10),
-    ]
 
 
 def test_http_control_failure_is_a_tick_error(tmp_path: Path, sim: PowerSim) -> None:
