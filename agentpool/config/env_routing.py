@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar
 
+from agentpool.config.joulie import GO_INT
 from agentpool.errors import ConfigError
 from agentpool.resources.parse import MAX_TIMEOUT_S
 from agentpool.resources.routing import (
@@ -89,10 +90,7 @@ class _Reader:
         if not text:
             return DEFAULT_HTTP_TIMEOUT_S
         given = self.values.get(TIMEOUT)
-        try:
-            seconds = int(text) if text.lstrip("+-").isdigit() else None
-        except ValueError:
-            seconds = None
+        seconds = int(text) if GO_INT.match(text) else None
         if seconds is None or seconds <= 0:
             self.notes.append(
                 f"{TIMEOUT}={given!r}: not a timeout of whole seconds; Joulie's agent then "

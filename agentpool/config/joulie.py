@@ -54,12 +54,12 @@ start, so that a user who relies on one learns it is not read."""
 
 IGNORED = "Joulie's agent ignores a value its parser refuses and takes its default"
 
-_GO_INT = re.compile(r"^[+-]?\d+$")
+GO_INT = re.compile(r"^[+-]?\d+$")
+"""What Go's ``strconv.Atoi`` reads: an optional sign and decimal digits."""
 
 
 def _go_int(text: str) -> int:
-    """Go's ``strconv.Atoi``: an optional sign and decimal digits, nothing else."""
-    if not _GO_INT.match(text):
+    if not GO_INT.match(text):
         raise ValueError(text)
     return int(text)
 
@@ -71,16 +71,16 @@ def _go_float(text: str) -> float:
     return float(text)
 
 
-def _when_unparsed(read: Callable[[str], object], joulies: str | None = None) -> Fallback:
-    """The default (or ``joulies``, Joulie's where ours is unset) where Joulie's parser
-    (``read``) refuses the text too; what it reads but ours refuses (out of range) stays an
-    error."""
+def _when_unparsed(read: Callable[[str], object], default: str | None = None) -> Fallback:
+    """The option's default (or ``default``: Joulie's, where ours is unset) where Joulie's
+    parser (``read``) refuses the text too; what it reads but ours refuses (out of range)
+    stays an error."""
 
     def fallback(raw: str, error: ConfigError) -> Instead:
         try:
             read(raw.strip())
         except ValueError:
-            return Instead(joulies, IGNORED)
+            return Instead(default, IGNORED)
         raise error
 
     return fallback
@@ -164,11 +164,12 @@ def metrics_addr(raw: str, error: ConfigError) -> Instead:
 JOULIE_QPS = 50.0
 JOULIE_BURST = 100
 """Joulie's agent's defaults for ``KUBE_CLIENT_QPS`` and ``KUBE_CLIENT_BURST``."""
-kube_qps = _when_unparsed(_go_float, f"{JOULIE_QPS:g}")
-kube_burst = _when_unparsed(_go_int, str(JOULIE_BURST))
 CLIENT_GO_QPS = 5.0
 CLIENT_GO_BURST = 10
 """client-go's ``rest.DefaultQPS`` and ``DefaultBurst``: what 0 means to it."""
+
+kube_qps = _when_unparsed(_go_float, f"{JOULIE_QPS:g}")
+kube_burst = _when_unparsed(_go_int, str(JOULIE_BURST))
 
 
 def client_limit(qps: float | None, burst: int | None) -> tuple[float, int] | None:
