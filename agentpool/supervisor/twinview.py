@@ -18,17 +18,20 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import ProfileError
 from agentpool.jsonnumbers import json_number
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
-from agentpool.resources.parse import cpu_routing, oldest_claim, spec_node_name
+from agentpool.resources.parse import cpu_routing, gpu_routing, oldest_claim, spec_node_name
 from agentpool.resources.routing import ControlType, SourceType
+from agentpool.results import GpuSeen
 from agentpool.supervisor.echoes import kept
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
+POOL_HOST_GPUS = "a pool pod controls nodes remotely: host GPU control works only in daemonset mode"
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -170,13 +173,21 @@ def hardware_inputs(
     node: str,
     node_object: dict[str, Any] | None,
     telemetry_profile: dict[str, Any] | None,
+    gpu_seen: GpuSeen | None = None,
 ) -> HardwareInputs:
-    """What a node's NodeHardware depends on; sysfs is read only under host control."""
+    """What a node's NodeHardware depends on; sysfs is read only under host control, the
+    GPU libraries only under host GPU control by a daemonset pod (its own node)."""
     try:
         routing = cpu_routing(telemetry_profile, settings.routing)
     except ProfileError:
         routing = settings.routing.cpu  # its worker reports the error; publish what labels say
+    try:
+        gpu = gpu_routing(telemetry_profile, settings.routing)
+    except ProfileError:
+        gpu = settings.routing.gpu
     host = routing.control is ControlType.HOST
+    gpu_host = gpu.control is ControlType.HOST
+    remote = settings.mode is AgentMode.POOL
     obj = node_object or {}
     return HardwareInputs(
         node=node,
@@ -186,4 +197,9 @@ def hardware_inputs(
         sysfs_root=settings.sysfs_root_for(node) if host else None,
         http_control=routing.control is ControlType.HTTP,
         http_telemetry=routing.source is SourceType.HTTP,
+        gpu_control=gpu.control.value,
+        gpu_telemetry=gpu.telemetry_http is not None,
+        gpu_host=gpu_host and not remote,
+        gpu_problem=POOL_HOST_GPUS if gpu_host and remote else None,
+        gpu_seen=gpu_seen,
     )

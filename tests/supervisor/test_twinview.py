@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentpool.config.env_routing import routing_from_env
+from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
-from agentpool.supervisor.twinview import TwinView, hardware_inputs, hardware_max_w
+from agentpool.supervisor.twinview import (
+    POOL_HOST_GPUS,
+    TwinView,
+    hardware_inputs,
+    hardware_max_w,
+)
 
 
 def twin(name: str, node: str, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
@@ -122,3 +129,18 @@ def test_hardware_inputs_read_sysfs_only_under_host_control() -> None:
     # A malformed TelemetryProfile is its worker's to report: publish what the env says.
     broken = hardware_inputs(settings, "n", None, {"spec": {"controls": {"cpu": {"type": "x"}}}})
     assert broken.sysfs_root == "/sys-n"
+
+
+def test_gpu_inputs_follow_the_routing_and_the_mode() -> None:
+    node = {"labels": {}, "capacity": {}, "allocatable": {"nvidia.com/gpu": "2"}}
+    daemonset = hardware_inputs(Settings(mode=AgentMode.DAEMONSET), "n", node, None)
+    assert (daemonset.gpu_control, daemonset.gpu_host, daemonset.gpu_problem) == (
+        "host", True, None)
+    pool = hardware_inputs(Settings(mode=AgentMode.POOL), "n", node, None)
+    assert (pool.gpu_host, pool.gpu_problem) == (False, POOL_HOST_GPUS)
+    routed = Settings(mode=AgentMode.POOL, routing=routing_from_env({
+        "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": "http://s/t/{node}",
+        "TELEMETRY_GPU_CONTROL": "http", "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "http://s/c",
+    }))
+    http = hardware_inputs(routed, "n", node, None)
+    assert (http.gpu_control, http.gpu_telemetry, http.gpu_host) == ("http", True, False)
