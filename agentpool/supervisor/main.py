@@ -299,7 +299,7 @@ def _run(
     )
     catalog = _catalog(settings)
     hardware = HardwarePublisher(api, hold=hold, catalog=catalog)
-    view = ClusterView(settings)
+    view = ClusterView(settings, catalog)
     desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
 
     def spec_confirmed() -> bool:

@@ -5,7 +5,7 @@ A node's twin is the NodeTwin whose ``spec.nodeName`` is the node (the
 operator names it after the node, sanitised, but the spec is what counts);
 when several claim one node the oldest wins and the choice is reported.
 NodeHardwares are kept only for what the workers need from them: the node's
-CPU package maximum, for percent caps over HTTP control.
+CPU package maximum and per-GPU range, for percent caps over HTTP control.
 
 Like the rest of the view, objects are trimmed to what is read (metadata and
 spec of twins), so the agent's own status writes, which come back as
@@ -25,6 +25,7 @@ from agentpool.jsonnumbers import json_number
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
+from agentpool.resources.nodeinputs import GpuRange
 from agentpool.resources.parse import cpu_routing, gpu_routing, oldest_claim, spec_node_name
 from agentpool.resources.routing import ControlType, SourceType
 from agentpool.results import GpuSeen
@@ -63,6 +64,21 @@ def hardware_max_w(obj: dict[str, Any]) -> float | None:
     return per_socket * sockets
 
 
+def hardware_gpu_range(obj: dict[str, Any]) -> GpuRange | None:
+    """The per-GPU range of a NodeHardware's ``status.gpu.capRangePerGpu``: its maximum,
+    and its minimum where that is a number of watts below it; None without a maximum."""
+    status = obj.get("status")
+    gpu = status.get("gpu") if isinstance(status, dict) else None
+    cap_range = gpu.get("capRangePerGpu") if isinstance(gpu, dict) else None
+    if not isinstance(cap_range, dict):
+        return None
+    high = _number(cap_range.get("maxWatts"))
+    if high is None:
+        return None
+    low = json_number(cap_range.get("minWatts"))
+    return GpuRange(high, low if low is not None and 0 <= low <= high else None, "NodeHardware")
+
+
 class TwinView:
     """NodeTwins indexed by ``spec.nodeName``, NodeHardware maxima by node. Not thread safe."""
 
@@ -71,6 +87,8 @@ class TwinView:
         self._by_node: dict[str, set[str]] = defaultdict(set)
         self.hardware_max: dict[str, float | None] = {}
         """By ``spec.nodeName`` of the NodeHardware."""
+        self.hardware_gpu: dict[str, GpuRange | None] = {}
+        """The same NodeHardwares' per-GPU ranges."""
         self._hardware_node: dict[str, str] = {}
         """NodeHardware name -> its node."""
 
@@ -90,6 +108,7 @@ class TwinView:
             return affected | set(self._by_node)
         affected = set(self.hardware_max)
         self.hardware_max.clear()
+        self.hardware_gpu.clear()
         self._hardware_node.clear()
         for obj in items:
             self._put_hardware(obj)
@@ -105,7 +124,7 @@ class TwinView:
         if change.kind == "DELETED" or self._hardware_node.get(name) != spec_node_name(change.obj):
             affected = self._drop_hardware(name)
         else:
-            affected = set()  # the same node: only a new maximum changes its inputs
+            affected = set()  # the same node: only new maxima change its inputs
         if change.kind != "DELETED":
             affected |= self._put_hardware(change.obj)
         return affected
@@ -134,18 +153,19 @@ class TwinView:
         if node is None:
             return set()
         self._hardware_node[_name(obj)] = node
-        before = self.hardware_max.get(node)
+        before = (self.hardware_max.get(node), self.hardware_gpu.get(node))
         self.hardware_max[node] = hardware_max_w(obj)
-        # The agent's own NodeHardware writes come back here; only a new maximum matters.
-        return {node} if self.hardware_max[node] != before else set()
+        self.hardware_gpu[node] = hardware_gpu_range(obj)
+        # The agent's own NodeHardware writes come back here; only new maxima matter.
+        after = (self.hardware_max[node], self.hardware_gpu[node])
+        return {node} if after != before else set()
 
     def _drop_hardware(self, name: str) -> set[str]:
         node = self._hardware_node.pop(name, None)
         if node is None:
             return set()
-        if self.hardware_max.pop(node, None) is None:
-            return set()
-        return {node}
+        cpu, gpu = self.hardware_max.pop(node, None), self.hardware_gpu.pop(node, None)
+        return set() if cpu is None and gpu is None else {node}
 
     # -- questions -----------------------------------------------------------------------------
 
