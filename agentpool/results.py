@@ -41,6 +41,24 @@ class GpuBackend(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class GpuSeen:
+    """What a GPU backend showed of a node's GPUs, for its NodeHardware (watts per GPU,
+    of the first device where they differ; None: not shown)."""
+
+    vendor: str | None = None
+    """``nvidia`` or ``amd``."""
+    count: int | None = None
+    model: str | None = None
+    min_watts: float | None = None
+    max_watts: float | None = None
+    default_watts: float | None = None
+    cap_watts: float | None = None
+    """The power limit in force."""
+    control: bool = False
+    """Caps can be set through this backend (its limits make a range)."""
+
+
+@dataclass(frozen=True)
 class GpuTickResult:
     """What one reconcile concluded about a node's GPUs; becomes ``control.gpu``."""
 
@@ -48,6 +66,8 @@ class GpuTickResult:
     result: Result
     message: str
     observed: dict[str, Any] = field(default_factory=dict)
+    seen: GpuSeen | None = None
+    """The GPUs as the backend showed them (never written to the status: NodeHardware's)."""
 
     def status_key(self) -> tuple[str, str, str]:
         return (self.backend.value, self.result.value, self.message)

@@ -225,6 +225,8 @@ class Settings:
     """Host sysfs mount; may contain '{node}'."""
     kubeconfig: str | None = _TOP["kubeconfig"]
     """Kubeconfig path; None means in-cluster configuration."""
+    hardware_catalog_path: str | None = _TOP["hardware_catalog_path"]
+    """Joulie's hardware catalog file; None: no catalog (NodeHardware has no model keys)."""
     dvfs: DvfsSettings = field(default_factory=DvfsSettings)
     """DVFS fallback tunables."""
     restore_on_exit: bool = _TOP["restore_on_exit"]

@@ -8,7 +8,13 @@ whose desired state has no GPU cap reports nothing (``None``: no
 ``none``. The desired cap is the same :class:`GpuCap` whichever API it came
 from: the NodePowerProfile (profile API) or the NodeTwin (current API); the
 node controller parses it, and the routing, once per input
-(:class:`GpuDesired`).
+(:class:`GpuDesired`). As in Joulie's agent, a node whose Node object has no
+allocatable GPU resource is ``blocked`` before any backend is asked. A
+percent cap over HTTP resolves against the telemetry's per-GPU maximum, else
+the node's NodeHardware ``capRangePerGpu``, else the hardware catalog's board
+power (the supervisor sends the last two in the inputs). Each tick's result
+carries what the backend showed of the GPUs (:class:`~agentpool.results.GpuSeen`)
+for the node's NodeHardware.
 
 Originals (the cap found before the first write) go into the node's journal
 and are put back by :meth:`GpuController.restore` on graceful stop, also by
@@ -28,6 +34,7 @@ from agentpool.backends import gpu_http
 from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.gpu.host import (
     JOURNAL_PREFIX,
+    DeviceInfo,
     DeviceOutcome,
     HostGpus,
     journal_key,
@@ -40,16 +47,21 @@ from agentpool.backends.sysfs.files import Originals
 from agentpool.controller.gpu_metrics import ALL_DEVICES, GpuMetrics
 from agentpool.controller.release import CapRelease, Released
 from agentpool.errors import GpuUnavailableError, HttpBackendError, ProfileError
-from agentpool.hardware.labels import GpuFacts, Hardware, discover_gpus
+from agentpool.hardware.gpu_host import seen_devices
+from agentpool.hardware.labels import GpuFacts, Hardware, allocatable_gpus, discover_gpus
 from agentpool.jsonnumbers import json_number
 from agentpool.resources.desired import GpuCap
-from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.resources.nodeinputs import GpuRange, NodeInputs
 from agentpool.resources.routing import ControlType, GpuControlMode, GpuRouting, HttpEndpoint
-from agentpool.results import GpuBackend, GpuTickResult, Result
+from agentpool.results import GpuBackend, GpuSeen, GpuTickResult, Result
 
 log = logging.getLogger(__name__)
 
 HTTP_JOURNAL = "http"
+NO_GPU = (
+    "node has no allocatable GPU resources (no */gpu or gpu.intel.com/i915 in its "
+    "status.allocatable): nothing to cap"
+)
 POOL_HOST = (
     "host GPU control (NVML / AMD SMI) works only in daemonset mode, on the node itself; "
     "this pool pod controls the node remotely: set controls.gpu to http"
@@ -153,11 +165,15 @@ class GpuController:
                 f"simulate-only: would cap GPUs at {cap.describe()} via {how}; nothing written"
             )
             return self._export(GpuTickResult(GpuBackend.NONE, Result.APPLIED, message), {})
+        if not allocatable_gpus(inputs.gpu_allocatable)[0]:
+            # As Joulie's agent: the scheduler places no GPU work here, whatever a library
+            # or an endpoint would accept (a KWOK node's simulator caps GPUs it has not got).
+            return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, NO_GPU), {})
         if routing.control is ControlType.NONE:
             message = "controls.gpu.type is none in the TelemetryProfile: no GPU control backend"
             return self._export(GpuTickResult(GpuBackend.NONE, Result.BLOCKED, message), {})
         if routing.control is ControlType.HTTP:
-            return self._http(cap, routing, observed)
+            return self._http(cap, routing, observed, inputs.gpu_range)
         if self.settings.remote:
             # The GPUs NVML would see are this pod's own host's, not the node's: a pool
             # worker must never cap them (sysfs has SYSFS_ROOT per node; NVML has nothing like it).
@@ -187,7 +203,9 @@ class GpuController:
 
     # -- HTTP ----------------------------------------------------------------------------------
 
-    def _http(self, cap: GpuCap, routing: GpuRouting, observed: dict[str, Any]) -> GpuTickResult:
+    def _http(
+        self, cap: GpuCap, routing: GpuRouting, observed: dict[str, Any], known: GpuRange | None
+    ) -> GpuTickResult:
         endpoint = routing.control_http
         assert endpoint is not None
         if routing.mode is GpuControlMode.CLOCKS:
@@ -207,10 +225,15 @@ class GpuController:
         limits = None
         if telemetry is not None and telemetry.min_cap is not None and telemetry.max_cap:
             limits = DeviceLimits(telemetry.min_cap, telemetry.max_cap, telemetry.default_cap)
+        elif cap.watts_per_gpu is None and known is not None:
+            # Joulie's simulator sends no per-GPU maximum: NodeHardware's, else the catalog's.
+            limits = DeviceLimits(known.min_watts or 0.0, known.max_watts)
+            observed["maxCapWattsPerGpuFrom"] = known.source
         if limits is None and cap.watts_per_gpu is None:
             message = (
-                "capPctOfMax needs each GPU's maximum, and the GPU telemetry gives no "
-                "gpu.maxCapWattsPerGpu"
+                "capPctOfMax needs each GPU's maximum, and neither the GPU telemetry "
+                "(gpu.maxCapWattsPerGpu), the node's NodeHardware (capRangePerGpu) nor the "
+                "hardware catalog gives one"
             )
             return self._export(GpuTickResult(GpuBackend.HTTP, Result.BLOCKED, message), {})
         if limits is not None:
@@ -242,7 +265,19 @@ class GpuController:
         if cap_now is None and answer.result is Result.APPLIED:
             cap_now = watts
         power = telemetry.power_watts_total if telemetry is not None else None
-        result = GpuTickResult(GpuBackend.HTTP, answer.result, answer.message, observed)
+        seen = None
+        if telemetry is not None:
+            vendor = (telemetry.vendor or "").lower()
+            seen = GpuSeen(
+                vendor=vendor if vendor in ("nvidia", "amd") else None,
+                count=telemetry.count,
+                min_watts=telemetry.min_cap,
+                max_watts=telemetry.max_cap,
+                default_watts=telemetry.default_cap,
+                cap_watts=cap_now,
+                control=True,
+            )
+        result = GpuTickResult(GpuBackend.HTTP, answer.result, answer.message, observed, seen)
         return self._export(result, {ALL_DEVICES: (cap_now, power)})
 
     # -- host ----------------------------------------------------------------------------------
@@ -285,13 +320,17 @@ class GpuController:
         observed: dict[str, Any],
     ) -> GpuTickResult:
         observed["devices"] = [o.as_json() for o in outcomes]
+        first = outcomes[0]
+        seen = seen_devices(kind, len(outcomes), DeviceInfo(
+            first.index, first.ident, first.name, first.limits, first.applied_watts, None))
         readings = {str(o.index): (o.applied_watts, o.power_watts) for o in outcomes}
         applied = [o for o in outcomes if o.result is Result.APPLIED]
         capped = ", ".join(f"GPU {o.index} {o.applied_watts:g} W" for o in applied)
         refused = [o for o in outcomes if o.result is not Result.APPLIED]
         if not refused:
             message = f"{len(applied)} GPU(s) capped at {cap.describe()}: {capped}"
-            return self._export(GpuTickResult(kind, Result.APPLIED, message, observed), readings)
+            result = GpuTickResult(kind, Result.APPLIED, message, observed, seen)
+            return self._export(result, readings)
         worst = max((o.result for o in refused), key=_SEVERITY.__getitem__)
         parts = [f"GPU {o.index} ({o.ident}) {o.result.value}: {o.reason}" for o in refused]
         message = "; ".join(parts)
@@ -300,7 +339,7 @@ class GpuController:
         if message != self._last_refusal:  # once per change, not every tick
             log.warning("node %s: GPUs not all capped: %s", self.node, message)
             self._last_refusal = message
-        return self._export(GpuTickResult(kind, worst, message, observed), readings)
+        return self._export(GpuTickResult(kind, worst, message, observed, seen), readings)
 
     # -- giving the GPUs back: a removed cap, a graceful stop -----------------------------------
 

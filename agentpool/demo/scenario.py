@@ -130,6 +130,7 @@ def seed_cluster(cluster: SimCluster, plans: list[NodePlan]) -> None:
             cap=None if cluster.nodetwin else plan.cap,
             pct=plan.profile.pct if cluster.nodetwin else None,
             profile=plan.profile.value,
+            gpus=plan.gpus,
             labels={
                 "type": "kwok",
                 "kubernetes.io/hostname": plan.name,

@@ -3,11 +3,14 @@
 Node Feature Discovery labels give the CPU vendor (``cpu-vendor``, else
 ``cpu-model.vendor_id``) and the GPU vendors (PCI ``pci-<v>.present``
 labels); NVIDIA's GPU Feature Discovery and AMD's node labeller give GPU
-products and counts; the device plugins' allocatable ``nvidia.com/gpu`` /
-``amd.com/gpu`` give counts. They are only hints: on the host, sysfs and
-NVML / AMD SMI are the truth (:mod:`agentpool.hardware.host`). A node known
-to be neither Intel nor AMD skips RAPL; an unknown vendor tries it. GPU facts
-are for reports (status, logs, NodeHardware); they never decide a cap.
+products and counts; the device plugins' allocatable GPU resources give
+counts (counted as Joulie counts them: any ``<domain>/gpu``, and
+``gpu.intel.com/i915``). They are only hints: on the host, sysfs and NVML /
+AMD SMI are the truth (:mod:`agentpool.hardware.host`). A node known to be
+neither Intel nor AMD skips RAPL; an unknown vendor tries it. Of the GPU
+facts only the allocatable count decides anything (no GPU allocatable: a GPU
+cap is ``blocked``, as in Joulie); the rest is for reports (status, logs,
+NodeHardware).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ _GPU_VENDORS = {"10de": "NVIDIA", "1002": "AMD", "8086": "Intel"}
 _GPU_LABEL_FORMS = ("pci-{v}.present", "pci-0300_{v}.present", "pci-0302_{v}.present")
 SOCKET_LABELS = (NFD + "cpu-sockets", "joulie.io/hw.cpu-sockets")
 """The CPU socket count, NFD's or Joulie's."""
-GPU_RESOURCES = {"nvidia.com/gpu": "NVIDIA", "amd.com/gpu": "AMD"}
-"""Extended resources of the device plugins, and the vendor each means."""
+GPU_RESOURCES = {"nvidia.com/gpu": "NVIDIA", "amd.com/gpu": "AMD", "gpu.intel.com/i915": "Intel"}
+"""Extended resources of the device plugins whose vendor is known."""
 GPU_PRODUCT_LABELS: dict[str, str | None] = {
     "joulie.io/gpu.product": None,
     "nvidia.com/gpu.product": "NVIDIA",
@@ -119,13 +122,40 @@ def parse_quantity(raw: object) -> int | None:
     return int(float(number) * _FACTORS[suffix])
 
 
+def is_gpu_resource(name: str) -> bool:
+    """Whether an extended resource counts GPUs, as Joulie counts them: any ``<domain>/gpu``
+    (NVIDIA's, AMD's, a vendor's own), and Intel's ``gpu.intel.com/i915``."""
+    key = name.lower()
+    return key.endswith("/gpu") or key == "gpu.intel.com/i915"
+
+
 def gpu_allocatable(node: Mapping[str, Any]) -> dict[str, str]:
     """The GPU entries of a Node's ``status.allocatable`` (the only ones the agent keeps)."""
     status = node.get("status")
     allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
     if not isinstance(allocatable, Mapping):
         return {}
-    return {k: str(v) for k, v in allocatable.items() if k in GPU_RESOURCES}
+    return {str(k): str(v) for k, v in allocatable.items() if is_gpu_resource(str(k))}
+
+
+def allocatable_gpus(allocatable: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """(GPUs the Node's allocatable counts, the vendor of the first resource with some).
+
+    The count is None when no GPU resource is there at all (no device plugin),
+    0 when one is there with nothing allocatable.
+    """
+    count: int | None = None
+    vendor: str | None = None
+    for resource, raw in allocatable.items():
+        if not is_gpu_resource(resource):
+            continue
+        value = _count(str(raw))
+        if value is None:
+            continue
+        count = (count or 0) + value
+        if value and vendor is None:
+            vendor = GPU_RESOURCES.get(resource.lower())
+    return count, vendor
 
 
 def _count(raw: str) -> int | None:
@@ -158,12 +188,8 @@ def discover_gpus(
     labels: Mapping[str, str], allocatable: Mapping[str, str], pci_vendors: tuple[str, ...] = ()
 ) -> GpuFacts:
     """GPU facts from a Node's allocatable and labels (``pci_vendors``: NFD's, as a hint)."""
-    count, vendor, source = None, None, "none"
-    for resource, who in GPU_RESOURCES.items():
-        value = _count(allocatable.get(resource, ""))
-        if value is not None:
-            count, source = (count or 0) + value, "allocatable"
-            vendor = vendor or (who if value else None)
+    count, vendor = allocatable_gpus(allocatable)
+    source = "none" if count is None else "allocatable"
     if count is None:
         for label, who in _COUNT_LABELS.items():
             value = _count(labels.get(label, ""))

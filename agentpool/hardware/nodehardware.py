@@ -1,34 +1,60 @@
-"""A node's NodeHardware ``status``: its CPU, GPUs and memory, and how much was measured.
+"""A node's NodeHardware ``status``, field for field as Joulie's operator and scheduler read it.
 
-Three sources, in decreasing trust: what the host's sysfs shows
-(:mod:`agentpool.hardware.host`, on host control), the Node object's
-capacity and allocatable (logical CPUs, memory, ``nvidia.com/gpu`` /
-``amd.com/gpu``), and its labels (:mod:`agentpool.hardware.labels`: CPU
-model, vendor and sockets; GPU vendors and products). ``quality.overall``
-says how much was measured: ``full`` when the CPU cap range and frequency
-landmarks were read from the host, ``partial`` when some facts are only
-inferred from labels, ``unknown`` when nothing is known. A pure function of
-its inputs.
+Joulie's Go type (``NodeHardware`` in its ``pkg/api``) and its agent decide
+every value: ``gpu.vendor`` is ``nvidia``, ``amd`` or ``none``; ``cpu.model``
+and ``gpu.model`` are the hardware catalog's keys (:mod:`.catalog`), the raw
+names going to ``rawModel``; ``quality.overall`` says how well the catalog
+resolved the node (``exact``: the CPU, and the GPUs if any, are catalog
+models; ``heuristic``: only raw names; ``unavailable``: nothing), and
+``inventoryResolution`` says it per part; ``cpu.capRange`` is the range every
+package zone accepts (maximum: the lowest zone's PL1 maximum; minimum: the
+highest zone's PL1 minimum); ``gpu.present`` is ``count > 0``.
+
+Sources, in decreasing trust: what the host shows (sysfs,
+:mod:`agentpool.hardware.host`, under host control; the GPUs through NVML or
+AMD SMI, or a worker's GPU telemetry: a :class:`~agentpool.results.GpuSeen`),
+the Node's capacity and allocatable (logical CPUs, memory, GPU resources as
+Joulie counts them), its labels (:mod:`agentpool.hardware.labels`), and the
+catalog (a GPU model's board power range where nothing measured one). A pure
+function of its inputs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from agentpool.hardware.catalog import ENV as CATALOG_ENV
+from agentpool.hardware.catalog import Catalog
 from agentpool.hardware.host import HostFacts
 from agentpool.hardware.labels import (
     GPU_PRODUCT_LABELS,
-    GPU_RESOURCES,
     NFD,
     SOCKET_LABELS,
+    allocatable_gpus,
     discover,
     first_label,
     parse_quantity,
 )
+from agentpool.results import GpuSeen
 
-_CPU_FACTS = {"vendor", "rawModel", "sockets", "totalCores", "capRange", "landmarks"}
-"""CPU keys that are facts about the hardware (not availability flags)."""
+VENDORS = ("nvidia", "amd")
+"""``gpu.vendor`` values besides ``none`` (Joulie's agent writes no other)."""
+
+
+@dataclass(frozen=True)
+class GpuAccess:
+    """How the agent reaches a node's GPUs, and what it saw of them."""
+
+    control: str = "none"
+    """Where GPU caps go: ``host`` (NVML / AMD SMI), ``http`` or ``none``."""
+    telemetry: bool = False
+    """GPU telemetry comes from an HTTP endpoint."""
+    seen: GpuSeen | None = None
+    """What NVML / AMD SMI or the GPU telemetry showed; None: nothing did."""
+    problem: str | None = None
+    """Why host GPU control cannot be used here (no library, a pool pod)."""
 
 
 def _positive_int(raw: str | None) -> int | None:
@@ -39,17 +65,40 @@ def _positive_int(raw: str | None) -> int | None:
     return value if value > 0 else None
 
 
+def _unresolved(part: str, catalog: Catalog | None) -> str:
+    if catalog is None:
+        return f"{part} model not resolved: no hardware catalog ({CATALOG_ENV} unset or unusable)"
+    return f"{part} model not recognized"  # Joulie's words
+
+
+def _cap_range(host: HostFacts) -> dict[str, Any] | None:
+    maxima = [z.max_w for z in host.zones if z.max_w is not None]
+    if not maxima:
+        return None
+    cap_range: dict[str, Any] = {"type": "package", "maxWattsPerSocket": min(maxima)}
+    minima = [z.min_w for z in host.zones if z.min_w is not None]
+    if minima:
+        cap_range["minWattsPerSocket"] = max(minima)
+    return cap_range
+
+
 def _cpu_status(
-    labels: Mapping[str, str], capacity: Mapping[str, Any], host: HostFacts | None
+    labels: Mapping[str, str],
+    capacity: Mapping[str, Any],
+    host: HostFacts | None,
+    catalog: Catalog | None,
 ) -> tuple[dict[str, Any], list[str]]:
     inferred: list[str] = []
     cpu: dict[str, Any] = {}
     vendor = discover(labels).cpu_vendor
     if vendor:
         cpu["vendor"] = vendor
-    model = first_label(labels, (NFD + "cpu-model.name", "beta.kubernetes.io/instance-type"))
-    if model:
-        cpu["rawModel"] = cpu["model"] = model
+    raw = first_label(labels, (NFD + "cpu-model.name", "beta.kubernetes.io/instance-type"))
+    if raw:
+        cpu["rawModel"] = raw
+        model = catalog.match_cpu(raw) if catalog is not None else None
+        if model is not None:
+            cpu["model"] = model.key
     sockets = _positive_int(first_label(labels, SOCKET_LABELS))
     if host is not None and host.zones:
         sockets = len(host.zones)  # measured: one package zone per socket
@@ -66,12 +115,8 @@ def _cpu_status(
         return cpu, inferred
     if host.driver:
         cpu["driverFamily"] = host.driver
-    maxima = [z.max_w for z in host.zones]
-    if host.zones and all(m is not None for m in maxima):
-        cap_range: dict[str, Any] = {"type": "package", "maxWattsPerSocket": max(maxima)}  # type: ignore[type-var]
-        minima = [z.min_w for z in host.zones if z.min_w is not None]
-        if minima:
-            cap_range["minWattsPerSocket"] = min(minima)
+    cap_range = _cap_range(host)
+    if cap_range is not None:
         cpu["capRange"] = cap_range
     landmarks = {
         "minFreqMHz": host.min_mhz,
@@ -87,25 +132,89 @@ def _cpu_status(
     return cpu, inferred
 
 
-def _gpu_status(labels: Mapping[str, str], allocatable: Mapping[str, Any]) -> dict[str, Any]:
-    vendors = list(discover(labels).gpu_vendors)
-    count = 0
-    for resource, vendor in GPU_RESOURCES.items():
-        n = parse_quantity(allocatable.get(resource)) or 0
-        if n and vendor not in vendors:
-            vendors.append(vendor)
-        count += n
-    product = first_label(labels, tuple(GPU_PRODUCT_LABELS))
-    gpu: dict[str, Any] = {"present": bool(count or vendors or product), "count": count}
-    if vendors:
-        gpu["vendor"] = vendors[0]
-    if product:
-        gpu["rawModel"] = gpu["model"] = product
-    gpu["controlAvailable"] = False
-    gpu["telemetryAvailable"] = False
-    if gpu["present"]:
-        gpu["warnings"] = ["GPU power caps are not measured or enforced by this agent"]
+def _gpu_vendor(labels: Mapping[str, str], seen: GpuSeen | None, allocated: str | None) -> str:
+    candidates = [seen.vendor if seen is not None else None,
+                  *discover(labels).gpu_vendors, allocated]
+    for label, maker in GPU_PRODUCT_LABELS.items():
+        if labels.get(label, "").strip():
+            candidates.append(maker)
+            break
+    for vendor in candidates:
+        if vendor is not None:
+            # Joulie's agent knows NVIDIA and AMD only; any other GPU is "none" to it.
+            return vendor.lower() if vendor.lower() in VENDORS else "none"
+    return "none"
+
+
+def _gpu_range(seen: GpuSeen | None, max_w: float | None,
+               min_w: float | None) -> dict[str, Any] | None:
+    if seen is not None and seen.max_watts:
+        found = {"minWatts": seen.min_watts, "maxWatts": seen.max_watts,
+                 "defaultWatts": seen.default_watts}
+        return {k: v for k, v in found.items() if v is not None}
+    if max_w:
+        return {"maxWatts": max_w} if min_w is None else {"minWatts": min_w, "maxWatts": max_w}
+    return None
+
+
+def _gpu_status(
+    labels: Mapping[str, str],
+    allocatable: Mapping[str, Any],
+    access: GpuAccess,
+    catalog: Catalog | None,
+) -> dict[str, Any]:
+    seen = access.seen
+    allocated, allocated_vendor = allocatable_gpus(allocatable)
+    count = seen.count if seen is not None and seen.count is not None else allocated or 0
+    raw = (seen.model if seen is not None and seen.model else None) or first_label(
+        labels, tuple(GPU_PRODUCT_LABELS)
+    )
+    gpu: dict[str, Any] = {
+        "present": count > 0,
+        "vendor": _gpu_vendor(labels, seen, allocated_vendor),
+        "count": count,
+    }
+    warnings: list[str] = []
+    model = catalog.match_gpu(raw) if catalog is not None and raw else None
+    if raw:
+        gpu["rawModel"] = raw
+    if model is not None:
+        gpu["model"] = model.key
+    if count:
+        cap_range = _gpu_range(seen, model.max_watts if model else None,
+                               model.min_watts if model else None)
+        if cap_range is not None:
+            gpu["capRangePerGpu"] = cap_range
+        if seen is not None and seen.cap_watts is not None:
+            gpu["currentCapWatts"] = seen.cap_watts
+    host_control = access.control == "host" and seen is not None and seen.control
+    gpu["controlAvailable"] = bool(count) and (access.control == "http" or host_control)
+    gpu["telemetryAvailable"] = bool(count) and (seen is not None or access.telemetry)
+    if count and not gpu["controlAvailable"]:
+        if access.control == "none":
+            warnings.append("no GPU control for this node (GPU control routed to none)")
+        elif access.problem:
+            warnings.append(f"GPU caps cannot be set here: {access.problem}")
+        else:
+            warnings.append("GPU caps cannot be set here: no usable power limit range seen")
+    if warnings:
+        gpu["warnings"] = warnings
     return gpu
+
+
+def _overall(cpu: Mapping[str, Any], gpu: Mapping[str, Any]) -> str:
+    """Joulie's ``overallQuality``: how well the catalog resolved the node."""
+    if cpu.get("model") and (not gpu["count"] or gpu.get("model")):
+        return "exact"
+    if cpu.get("rawModel") or gpu.get("rawModel"):
+        return "heuristic"
+    return "unavailable"
+
+
+def _exactness(part: Mapping[str, Any]) -> str:
+    if part.get("model"):
+        return "exact"
+    return "proxy" if part.get("rawModel") else "generic"
 
 
 def nodehardware_status(
@@ -115,6 +224,8 @@ def nodehardware_status(
     host: HostFacts | None,
     http_control: bool = False,
     http_telemetry: bool = False,
+    gpus: GpuAccess | None = None,
+    catalog: Catalog | None = None,
 ) -> dict[str, Any]:
     """The NodeHardware ``status`` content (without its timestamps).
 
@@ -122,31 +233,37 @@ def nodehardware_status(
     control): then nothing is measured and the CPU facts come from labels;
     control and telemetry are available when an HTTP endpoint provides them.
     """
-    cpu, inferred = _cpu_status(labels, capacity, host)
+    cpu, inferred = _cpu_status(labels, capacity, host, catalog)
     if host is None:
         cpu["controlAvailable"] = http_control
         cpu["telemetryAvailable"] = http_telemetry
-    status: dict[str, Any] = {"cpu": cpu, "gpu": _gpu_status(labels, allocatable)}
+    gpu = _gpu_status(labels, allocatable, gpus or GpuAccess(), catalog)
+    status: dict[str, Any] = {"cpu": cpu, "gpu": gpu}
     memory = parse_quantity(capacity.get("memory"))
     if memory:
         status["memory"] = {"totalBytes": memory}
-    measured = "capRange" in cpu and "landmarks" in cpu
-    warnings: list[str] = list(inferred)
+    keys = {part: status[part]["model"] for part in ("cpu", "gpu") if status[part].get("model")}
+    status["inventoryResolution"] = {
+        "hardwareCatalogKey": keys,
+        "exactness": {"cpu": _exactness(cpu), "gpu": _exactness(gpu)},
+    }
+    # Joulie's warnings (models the catalog does not know), in the part and the quality.
+    warnings: list[str] = []
+    for name, part in (("cpu", cpu), ("gpu", gpu)):
+        if part.get("rawModel") and not part.get("model") and (name == "cpu" or gpu["count"]):
+            warning = _unresolved(name, catalog)
+            part["warnings"] = [warning, *part.get("warnings", ())]
+            warnings.append(warning)
+    warnings += inferred  # then how much was measured
     if host is None:
         warnings.append("not under host control: nothing measured on the host")
-    elif not measured:
+    elif "capRange" not in cpu or "landmarks" not in cpu:
         warnings.append("CPU cap range or frequency landmarks not found on the host")
-    if measured and not inferred:
-        overall = "full"
-    elif cpu.keys() & _CPU_FACTS or status.get("memory"):
-        overall = "partial"
-    else:
-        overall = "unknown"
-    status["quality"] = {"overall": overall, "warnings": warnings}
+    status["quality"] = {"overall": _overall(cpu, gpu), "warnings": warnings}
     status["capabilities"] = {
         "cpuControl": bool(cpu.get("controlAvailable")),
         "cpuTelemetry": bool(cpu.get("telemetryAvailable")),
-        "gpuControl": False,
-        "gpuTelemetry": False,
+        "gpuControl": gpu["controlAvailable"],
+        "gpuTelemetry": gpu["telemetryAvailable"],
     }
     return status

@@ -134,6 +134,10 @@ class Listing:
     resource_version: str
 
 
+JsonBody = dict[str, Any] | list[dict[str, Any]]
+"""A request body: an object, or the operations of a JSON patch."""
+
+
 _CONNECTION_PREFIX = re.compile(r"^\w+Connection(?:Pool)?\([^)]*\): ")
 
 
@@ -388,6 +392,14 @@ class KubeApi:
         path = f"/apis/{GROUP}/{VERSION}/{resource.value}/{quote(name, safe='')}/status"
         self._call("patch", resource, lambda: self._send("PATCH", path, {"status": status}))
 
+    def replace_status(self, resource: Resource, name: str, status: dict[str, Any]) -> None:
+        """Replace the whole ``status`` through the status subresource: a JSON patch
+        adding ``/status`` (which replaces what is there), so keys another writer left
+        go away in one request, with no read first and no resourceVersion to race on."""
+        path = f"/apis/{GROUP}/{VERSION}/{resource.value}/{quote(name, safe='')}/status"
+        body = [{"op": "add", "path": "/status", "value": status}]
+        self._call("patch", resource, lambda: self._send("PATCH", path, body, json_patch=True))
+
     def create_event(
         self, namespace: str, event: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
     ) -> dict[str, Any]:
@@ -414,14 +426,17 @@ class KubeApi:
                    lambda: self._send("PATCH", path, patch, timeout_s))
 
     def _send(
-        self, method: str, path: str, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S
+        self, method: str, path: str, body: JsonBody,
+        timeout_s: float = REQUEST_TIMEOUT_S, json_patch: bool = False,
     ) -> Any:
-        """``body`` to ``path`` (a POST, or a PATCH as a JSON merge patch), the answer read
-        whole; raises :class:`ApiException` for one that is not 2xx, as the generated
-        methods do."""
+        """``body`` to ``path`` (a POST, or a PATCH as a JSON merge patch, or a JSON patch),
+        the answer read whole; raises :class:`ApiException` for one that is not 2xx, as the
+        generated methods do."""
         headers = {"Accept": "application/json"}
         if method == "PATCH":
-            headers["Content-Type"] = "application/merge-patch+json"
+            headers["Content-Type"] = (
+                "application/json-patch+json" if json_patch else "application/merge-patch+json"
+            )
         request = self._client.param_serialize(
             method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
         )

@@ -3,15 +3,20 @@
 Joulie's own agent rewrites every node's NodeHardware twice per tick; at a
 thousand nodes that is most of its API traffic for facts that almost never
 change. Here the supervisor *offers* a node's inputs (labels, capacity,
-allocatable, whether it is under host control) whenever they may have
-changed, and a thread (1) creates the object if this process has not seen it
-(an existing one, 409, is fine), (2) discovers the content (sysfs reads for
-host-controlled nodes, see :mod:`agentpool.hardware.host`), and (3)
-merge-patches ``status`` through the subresource only when the content
-differs from what it last wrote. Keys that disappeared are nulled in the
-patch so they go away. A rediscovery pass every :data:`REDISCOVER_S` picks up
-host changes (a BIOS update, a module loaded) without writing otherwise; a
-node without host discovery (HTTP control, or no sysfs) has nothing to
+allocatable, its routing, what its worker's GPU backend last showed) when its
+worker starts and whenever they may have changed, and a thread (1) creates
+the object if this process has not seen it (an existing one, 409, is fine),
+(2) discovers the content (sysfs reads for host-controlled nodes, see
+:mod:`agentpool.hardware.host`; NVML / AMD SMI for host GPU control in
+daemonset mode, :mod:`agentpool.hardware.gpu_host`; the hardware catalog's
+keys, :mod:`agentpool.hardware.catalog`), and (3) writes ``status`` through
+the subresource only when the content differs from what it last wrote. The
+first write of a node in this process replaces the whole status (an object
+Joulie's agent wrote keeps no key of its); later ones merge-patch the
+difference, keys that disappeared nulled so they go away. A rediscovery pass
+every :data:`REDISCOVER_S` picks up host changes (a BIOS update, a module
+loaded, a GPU limit changed by hand) without writing otherwise; a node
+without host discovery (HTTP control, or no sysfs) has nothing to
 rediscover, its content following only from what is offered, so it is looked
 at again only when new inputs are offered.
 
@@ -33,12 +38,16 @@ from typing import Any
 
 from agentpool.durations import utc_timestamp
 from agentpool.errors import KubeError
+from agentpool.hardware.catalog import Catalog
+from agentpool.hardware.gpu_host import HostGpuSurvey
 from agentpool.hardware.host import discover_host
-from agentpool.hardware.nodehardware import nodehardware_status
+from agentpool.hardware.labels import discover
+from agentpool.hardware.nodehardware import GpuAccess, nodehardware_status
 from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.reachability import level_of
 from agentpool.kube.writehold import WriteHold
 from agentpool.proctitle import name_thread
+from agentpool.results import GpuSeen
 from agentpool.tokenbucket import Budget, TokenBucket
 
 log = logging.getLogger(__name__)
@@ -71,6 +80,21 @@ class HardwareInputs:
     """CPU control goes to an HTTP endpoint (a BMC or gateway)."""
     http_telemetry: bool = False
     """CPU telemetry comes from an HTTP endpoint."""
+    gpu_control: str = "none"
+    """Where GPU caps go: ``host``, ``http`` or ``none``."""
+    gpu_telemetry: bool = False
+    """GPU telemetry comes from an HTTP endpoint."""
+    gpu_host: bool = False
+    """Host GPU control on the node the agent runs on: NVML / AMD SMI are asked."""
+    gpu_problem: str | None = None
+    """Why host GPU control cannot work for this node (a pool pod)."""
+    gpu_seen: GpuSeen | None = None
+    """What the node's worker last saw of its GPUs (a GPU cap's tick); None: nothing."""
+
+    @property
+    def rediscovered(self) -> bool:
+        """Whether the host has facts that may change under the agent (sysfs, GPU limits)."""
+        return self.sysfs_root is not None or self.gpu_host
 
 
 @dataclass
@@ -109,8 +133,13 @@ class HardwarePublisher:
         rediscover_s: float = REDISCOVER_S,
         budget: Budget = WRITE_BUDGET,
         hold: WriteHold | None = None,
+        catalog: Catalog | None = None,
+        survey: HostGpuSurvey | None = None,
     ) -> None:
         self._api = api
+        self._catalog = catalog
+        self._survey = survey or HostGpuSurvey()
+        """Only the publishing thread (or a test calling ``publish_due``) uses it."""
         self._clock = clock
         self._hold = hold
         """Writes wait while it holds (workers starting)."""
@@ -121,7 +150,8 @@ class HardwarePublisher:
         self._cond = threading.Condition()
         self._stop = False
         self.enabled = False
-        """Set while NodeHardware is served and watched (and not in simulate-only mode)."""
+        """Set while NodeHardware is served and watched (simulate-only mode too, as Joulie's
+        agent publishes it before its simulate-only check)."""
         self.writes = 0
         """Status patches and creates done, for tests and the log."""
         self._thread = threading.Thread(target=self._run, name="nodehardware", daemon=True)
@@ -203,7 +233,7 @@ class HardwarePublisher:
                 self._bucket.take(written)
                 writes += written
                 # Only a host has anything to rediscover; the rest waits for an offer.
-                delay = self._rediscover_s if inputs.sysfs_root else math.inf
+                delay = self._rediscover_s if inputs.rediscovered else math.inf
             except KubeError as exc:
                 log.log(level_of(exc), "NodeHardware of node %s not written: %s", node, exc)
                 self._bucket.take()  # a refused write loaded the API server too
@@ -212,6 +242,13 @@ class HardwarePublisher:
                 if entry.inputs is inputs:  # newer inputs offered meanwhile stay due now
                     entry.due = now + delay
         return writes
+
+    def _gpus(self, inputs: HardwareInputs) -> GpuAccess:
+        seen, problem = inputs.gpu_seen, inputs.gpu_problem
+        if seen is None and inputs.gpu_host:
+            vendors = discover(inputs.labels).gpu_vendors
+            seen, problem = self._survey("AMD" in vendors and "NVIDIA" not in vendors)
+        return GpuAccess(inputs.gpu_control, inputs.gpu_telemetry, seen, problem)
 
     def _publish(self, entry: _Entry, inputs: HardwareInputs) -> int:
         host = discover_host(Path(inputs.sysfs_root)) if inputs.sysfs_root else None
@@ -222,6 +259,8 @@ class HardwarePublisher:
             host,
             http_control=inputs.http_control,
             http_telemetry=inputs.http_telemetry,
+            gpus=self._gpus(inputs),
+            catalog=self._catalog,
         )
         if content == entry.written:
             return 0
@@ -242,10 +281,16 @@ class HardwarePublisher:
                     raise
             entry.created = True
         stamp = utc_timestamp()
-        patch = merge_diff(entry.written, content)
         # Both names: Joulie's CRD declares updatedAt, its Go type lastUpdated.
-        patch.update(updatedAt=stamp, lastUpdated=stamp)
-        self._api.patch_status(Resource.NODE_HARDWARES, name, patch)
+        stamps = {"updatedAt": stamp, "lastUpdated": stamp}
+        if entry.written is None:
+            # The object may be older than this process (Joulie's agent, an earlier run):
+            # a merge patch would keep every key it has that this content lacks.
+            self._api.replace_status(Resource.NODE_HARDWARES, name, {**content, **stamps})
+        else:
+            self._api.patch_status(
+                Resource.NODE_HARDWARES, name, {**merge_diff(entry.written, content), **stamps}
+            )
         entry.written = content
         self.writes += writes + 1
         log.info(

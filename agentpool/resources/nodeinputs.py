@@ -24,6 +24,17 @@ class NodeApi(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class GpuRange:
+    """A node's per-GPU power-limit range known from outside its telemetry (HTTP percent
+    caps when the telemetry gives no maximum)."""
+
+    max_watts: float
+    min_watts: float | None
+    source: str
+    """Where it comes from, for the status: ``NodeHardware`` or ``hardware catalog``."""
+
+
+@dataclass(frozen=True)
 class NodeInputs:
     """Everything the supervisor knows about one node, as raw API JSON.
 
@@ -38,7 +49,8 @@ class NodeInputs:
     power_profile_note: str | None = None
     """Why this NodePowerProfile was chosen when several target the node."""
     gpu_allocatable: dict[str, str] = field(default_factory=dict)
-    """The Node's allocatable ``nvidia.com/gpu`` / ``amd.com/gpu`` (GPU discovery)."""
+    """The Node's allocatable GPU resources, as Joulie counts them (``*/gpu``, Intel's
+    ``gpu.intel.com/i915``): none allocatable blocks a GPU cap."""
     node_twin: dict[str, Any] | None = None
     """NodeTwin API: the node's NodeTwin (trimmed to metadata and spec)."""
     api: NodeApi = NodeApi.PROFILES
@@ -47,5 +59,8 @@ class NodeInputs:
     kind targets the node (its messages then name both)."""
     hardware_max_w: float | None = None
     """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
+    gpu_range: GpuRange | None = None
+    """Per-GPU range from the node's NodeHardware ``capRangePerGpu``, else the hardware
+    catalog (HTTP GPU percent caps)."""
     spec_stale: bool = False
     """The desired state has not been confirmed from the API for SPEC_READ_TIMEOUT."""

@@ -153,11 +153,13 @@ class SimCluster:
         mode: str = "auto",
         pct: float | None = None,
         status: Mapping[str, Any] | None = None,
+        gpus: int = 0,
     ) -> None:
         """Seed a node and its desired state. NodeTwin API: a NodeTwin with ``cap``
         watts and/or ``pct`` percent of max, its operator status set to
         :func:`operator_status` (or ``status``); ``http`` is then up to the agent's
-        environment (:meth:`routing_env`)."""
+        environment (:meth:`routing_env`). ``gpus``: NVIDIA GPUs the device plugin
+        makes allocatable on the Node (a GPU cap needs some)."""
         node_labels = dict(labels or {})
         if managed:
             node_labels[MANAGED] = "true"
@@ -167,8 +169,12 @@ class SimCluster:
                 "capacity": {"cpu": "64", "memory": "263855804Ki"},
                 "allocatable": {"cpu": "63", "memory": "261758652Ki"},
             }
+        if gpus:
+            node.setdefault("status", {"capacity": {}, "allocatable": {}})
+            for part in ("capacity", "allocatable"):
+                node["status"][part]["nvidia.com/gpu"] = str(gpus)
         self.api.create("nodes", node)
-        if self.nodetwin and self.server is not None:
+        if "status" in node and self.server is not None:
             # A real server ignores a Node's status on create: it goes through /status.
             self.api.patch("nodes", name, {"status": node["status"]}, subresource="status")
         if self.nodetwin:

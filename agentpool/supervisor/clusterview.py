@@ -25,12 +25,13 @@ from typing import Any
 from agentpool.config.options import AgentMode, JoulieApi
 from agentpool.config.settings import Settings
 from agentpool.controller.budget import longest_tick_s
-from agentpool.hardware.labels import gpu_allocatable
+from agentpool.hardware.catalog import Catalog
+from agentpool.hardware.labels import GPU_PRODUCT_LABELS, first_label, gpu_allocatable
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.labelselectors import parse_selector
 from agentpool.pool.assignment import owns
-from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.resources.nodeinputs import GpuRange, NodeApi, NodeInputs
 from agentpool.resources.parse import (
     metadata_name,
     oldest_claim,
@@ -72,8 +73,10 @@ class ClusterView:
     """Nodes, NodePowerProfiles, TelemetryProfiles (and NodeTwins, NodeHardwares through
     :class:`~agentpool.supervisor.twinview.TwinView`), indexed by node. Not thread safe."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, catalog: Catalog | None = None) -> None:
         self.settings = settings
+        self.catalog = catalog
+        """The hardware catalog: GPU ranges for percent caps where NodeHardware has none."""
         self.selector = parse_selector(settings.pool_node_selector)
         self.labels: dict[str, dict[str, str]] = {}
         self.gpus: dict[str, dict[str, str]] = {}
@@ -294,6 +297,16 @@ class ClusterView:
             return f"the profile API ({what}; {setting})"
         return f"no API yet: neither a NodeTwin nor a NodePowerProfile targets it ({setting})"
 
+    def _catalog_gpu(self, node: str) -> GpuRange | None:
+        """The board power range of the node's GPU model (its product label) in the catalog."""
+        if self.catalog is None:
+            return None
+        model = self.catalog.match_gpu(first_label(self.labels.get(node, {}),
+                                                   tuple(GPU_PRODUCT_LABELS)))
+        if model is None:
+            return None
+        return GpuRange(model.max_watts, model.min_watts, f"hardware catalog: {model.key}")
+
     def inputs_for(self, node: str) -> NodeInputs:
         """The node's inputs: the desired state of the API it follows (:meth:`api_of`), the
         routing of a TelemetryProfile targeting it (else the worker uses TELEMETRY_*)."""
@@ -306,6 +319,7 @@ class ClusterView:
             "gpu_allocatable": dict(self.gpus.get(node, {})),
             "telemetry_profile": telemetry,
             "hardware_max_w": self.twins.hardware_max.get(node),
+            "gpu_range": self.twins.hardware_gpu.get(node) or self._catalog_gpu(node),
             "spec_stale": self.spec_stale,
             "api": self.api_of(node),
         }

@@ -67,7 +67,6 @@ from agentpool.supervisor.memlimit import MemoryBudget, Refusals
 from agentpool.supervisor.orphans import reap_orphans
 from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
 from agentpool.supervisor.statuses import StatusRouter, StatusSink
-from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.supervisor.workers import KILL_GRACE_S, WorkerTable, node_log
 from agentpool.worker.nodefiles import NodeFiles
 
@@ -153,6 +152,8 @@ class Supervisor:
         """When the loop's own checks (not a pass over the workers) are due next."""
         self._inputs_changed: set[str] = set()
         """Nodes whose inputs may differ from what their worker was last sent."""
+        self._hardware_enabled = False
+        """Whether the NodeHardware publisher was enabled at the last turn."""
         self._scope_stale = True
         """Which nodes this pod owns may have changed: reconcile the worker table."""
         self._awaiting_sync = False
@@ -369,14 +370,16 @@ class Supervisor:
 
     def _offer_hardware(self, changed: dict[str, NodeInputs]) -> None:
         """What each changed node's NodeHardware depends on, to its publisher (when it is
-        enabled: NodeHardware is served)."""
-        if self.hardware is None or not self.hardware.enabled:
-            return
+        enabled: NodeHardware is served). Once it becomes enabled, every running worker's
+        node: their starts were offered to nobody."""
+        enabled = self.hardware is not None and self.hardware.enabled
+        if enabled and not self._hardware_enabled:
+            for node, handle in self.workers.items():
+                if handle.last_sent is not None and node not in changed:
+                    self.table.offer_hardware(node, handle.last_sent)
+        self._hardware_enabled = enabled
         for node, inputs in changed.items():
-            node_object = self.view.node_objects.get(node)
-            self.hardware.offer(
-                hardware_inputs(self.settings, node, node_object, inputs.telemetry_profile)
-            )
+            self.table.offer_hardware(node, inputs)
 
     def _deliver_inputs(self, changed: dict[str, NodeInputs], now: float) -> None:
         for node, inputs in changed.items():

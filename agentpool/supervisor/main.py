@@ -38,6 +38,7 @@ from agentpool.backoff import reconnect_cap
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import ConfigError, KubeError
+from agentpool.hardware.catalog import Catalog, load_catalog
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
@@ -333,8 +334,9 @@ def _run(
         body=twin_status_body,
         hold=hold,
     )
-    hardware = HardwarePublisher(api, hold=hold)
-    view = ClusterView(settings)
+    catalog = _catalog(settings)
+    hardware = HardwarePublisher(api, hold=hold, catalog=catalog)
+    view = ClusterView(settings, catalog)
     desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
     cgroup = memcgroup.find()
     memory = MemoryBudget(cgroup.limit_bytes() if cgroup is not None else None)
@@ -376,8 +378,9 @@ def _run(
 
     def on_watched(kind: Resource, watched: bool) -> None:
         if kind is Resource.NODE_HARDWARES:
-            # Never in simulate-only mode: it promises to write nothing but statuses.
-            hardware.enabled = watched and not settings.simulate_only
+            # Simulate-only mode too: Joulie's agent publishes before its simulate-only
+            # check, and its scheduler and tests wait for it (nothing of a host is written).
+            hardware.enabled = watched
 
     # Closures: discovery and readiness are made below, before anything calls them.
     make = _informer_factory(settings, api, supervisor, counters, lambda: discovery.wake())
@@ -417,6 +420,23 @@ def _run(
         # After a clean stop every worker is gone: releasing lets the others take over now.
         elastic.release_on_stop = code == 0
     return code
+
+
+def _catalog(settings: Settings) -> Catalog | None:
+    """The hardware catalog, if one is set and usable. One that is not is said once and
+    done without (Joulie's agent, too, runs on without it): it names models, it caps
+    nothing."""
+    if settings.hardware_catalog_path is None:
+        return None
+    try:
+        catalog = load_catalog(settings.hardware_catalog_path)
+    except ConfigError as exc:
+        log.warning("%s; NodeHardware carries no catalog keys and GPU percent caps over HTTP "
+                    "use only NodeHardware's and the telemetry's maxima", exc)
+        return None
+    log.info("hardware catalog %s (version %s) loaded", settings.hardware_catalog_path,
+             catalog.version)
+    return catalog
 
 
 def _elastic_pool(

@@ -5,7 +5,7 @@ A node's twin is the NodeTwin whose ``spec.nodeName`` is the node (the
 operator names it after the node, sanitised, but the spec is what counts);
 when several claim one node the oldest wins and the choice is reported.
 NodeHardwares are kept only for what the workers need from them: the node's
-CPU package maximum, for percent caps over HTTP control.
+CPU package maximum and per-GPU range, for percent caps over HTTP control.
 
 Like the rest of the view, objects are trimmed to what is read (metadata and
 spec of twins), so the agent's own status writes, which come back as
@@ -18,17 +18,21 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import ProfileError
 from agentpool.jsonnumbers import json_number
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
 from agentpool.kube.nodehardware import HardwareInputs
-from agentpool.resources.parse import cpu_routing, oldest_claim, spec_node_name
+from agentpool.resources.nodeinputs import GpuRange
+from agentpool.resources.parse import cpu_routing, gpu_routing, oldest_claim, spec_node_name
 from agentpool.resources.routing import ControlType, SourceType
+from agentpool.results import GpuSeen
 from agentpool.supervisor.echoes import kept
 
 RESOURCES = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
+POOL_HOST_GPUS = "a pool pod controls nodes remotely: host GPU control works only in daemonset mode"
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -60,6 +64,21 @@ def hardware_max_w(obj: dict[str, Any]) -> float | None:
     return per_socket * sockets
 
 
+def hardware_gpu_range(obj: dict[str, Any]) -> GpuRange | None:
+    """The per-GPU range of a NodeHardware's ``status.gpu.capRangePerGpu``: its maximum,
+    and its minimum where that is a number of watts below it; None without a maximum."""
+    status = obj.get("status")
+    gpu = status.get("gpu") if isinstance(status, dict) else None
+    cap_range = gpu.get("capRangePerGpu") if isinstance(gpu, dict) else None
+    if not isinstance(cap_range, dict):
+        return None
+    high = _number(cap_range.get("maxWatts"))
+    if high is None:
+        return None
+    low = json_number(cap_range.get("minWatts"))
+    return GpuRange(high, low if low is not None and 0 <= low <= high else None, "NodeHardware")
+
+
 class TwinView:
     """NodeTwins indexed by ``spec.nodeName``, NodeHardware maxima by node. Not thread safe."""
 
@@ -68,6 +87,8 @@ class TwinView:
         self._by_node: dict[str, set[str]] = defaultdict(set)
         self.hardware_max: dict[str, float | None] = {}
         """By ``spec.nodeName`` of the NodeHardware."""
+        self.hardware_gpu: dict[str, GpuRange | None] = {}
+        """The same NodeHardwares' per-GPU ranges."""
         self._hardware_node: dict[str, str] = {}
         """NodeHardware name -> its node."""
 
@@ -87,6 +108,7 @@ class TwinView:
             return affected | set(self._by_node)
         affected = set(self.hardware_max)
         self.hardware_max.clear()
+        self.hardware_gpu.clear()
         self._hardware_node.clear()
         for obj in items:
             self._put_hardware(obj)
@@ -102,7 +124,7 @@ class TwinView:
         if change.kind == "DELETED" or self._hardware_node.get(name) != spec_node_name(change.obj):
             affected = self._drop_hardware(name)
         else:
-            affected = set()  # the same node: only a new maximum changes its inputs
+            affected = set()  # the same node: only new maxima change its inputs
         if change.kind != "DELETED":
             affected |= self._put_hardware(change.obj)
         return affected
@@ -131,18 +153,19 @@ class TwinView:
         if node is None:
             return set()
         self._hardware_node[_name(obj)] = node
-        before = self.hardware_max.get(node)
+        before = (self.hardware_max.get(node), self.hardware_gpu.get(node))
         self.hardware_max[node] = hardware_max_w(obj)
-        # The agent's own NodeHardware writes come back here; only a new maximum matters.
-        return {node} if self.hardware_max[node] != before else set()
+        self.hardware_gpu[node] = hardware_gpu_range(obj)
+        # The agent's own NodeHardware writes come back here; only new maxima matter.
+        after = (self.hardware_max[node], self.hardware_gpu[node])
+        return {node} if after != before else set()
 
     def _drop_hardware(self, name: str) -> set[str]:
         node = self._hardware_node.pop(name, None)
         if node is None:
             return set()
-        if self.hardware_max.pop(node, None) is None:
-            return set()
-        return {node}
+        cpu, gpu = self.hardware_max.pop(node, None), self.hardware_gpu.pop(node, None)
+        return set() if cpu is None and gpu is None else {node}
 
     # -- questions -----------------------------------------------------------------------------
 
@@ -170,13 +193,21 @@ def hardware_inputs(
     node: str,
     node_object: dict[str, Any] | None,
     telemetry_profile: dict[str, Any] | None,
+    gpu_seen: GpuSeen | None = None,
 ) -> HardwareInputs:
-    """What a node's NodeHardware depends on; sysfs is read only under host control."""
+    """What a node's NodeHardware depends on; sysfs is read only under host control, the
+    GPU libraries only under host GPU control by a daemonset pod (its own node)."""
     try:
         routing = cpu_routing(telemetry_profile, settings.routing)
     except ProfileError:
         routing = settings.routing.cpu  # its worker reports the error; publish what labels say
+    try:
+        gpu = gpu_routing(telemetry_profile, settings.routing)
+    except ProfileError:
+        gpu = settings.routing.gpu
     host = routing.control is ControlType.HOST
+    gpu_host = gpu.control is ControlType.HOST
+    remote = settings.mode is AgentMode.POOL
     obj = node_object or {}
     return HardwareInputs(
         node=node,
@@ -186,4 +217,9 @@ def hardware_inputs(
         sysfs_root=settings.sysfs_root_for(node) if host else None,
         http_control=routing.control is ControlType.HTTP,
         http_telemetry=routing.source is SourceType.HTTP,
+        gpu_control=gpu.control.value,
+        gpu_telemetry=gpu.telemetry_http is not None,
+        gpu_host=gpu_host and not remote,
+        gpu_problem=POOL_HOST_GPUS if gpu_host and remote else None,
+        gpu_seen=gpu_seen,
     )

@@ -23,6 +23,7 @@ from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import FenceTimes
 from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.results import GpuSeen, TickResult
 from agentpool.supervisor import fences, statuses
 from agentpool.supervisor.clusterview import ClusterView, heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines, next_check
@@ -39,6 +40,7 @@ from agentpool.supervisor.handles import (
 )
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.statuses import StatusRouter
+from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import (
     DUMP_SIGNAL,
@@ -75,6 +77,11 @@ def node_log(level: int, node: str, message: str, *args: object) -> None:
     """Log an event of one node: the node is the message's first argument and, in JSON
     logs, a ``node`` field to filter on."""
     log.log(level, message, node, *args, extra={"node": node})
+
+
+def _gpu_seen(result: TickResult | None) -> GpuSeen | None:
+    """What the worker's GPU backend last showed of the node's GPUs (NodeHardware's)."""
+    return result.gpu.seen if result is not None and result.gpu is not None else None
 
 
 class WorkerTable:
@@ -226,6 +233,8 @@ class WorkerTable:
                 node_log(INFO, handle.node, "worker for node %s running (pid %s)", handle.pid)
             previous, result = handle.last_result, message.result
             handle.last_result = result
+            if _gpu_seen(previous) != _gpu_seen(result) and handle.last_sent is not None:
+                self.offer_hardware(handle.node, handle.last_sent)
             if previous is None or previous.status_key() != result.status_key():
                 what = (result.backend.value, result.result.value, result.message)
                 node_log(INFO, handle.node, "node %s: %s %s: %s", *what)
@@ -367,6 +376,17 @@ class WorkerTable:
             result = statuses.with_gpu(result, handle.last_result)
             self.statuses.offer(handle.node, result, force=True, unowned=True)
 
+    def offer_hardware(self, node: str, inputs: NodeInputs) -> None:
+        """What the node's NodeHardware depends on, to its publisher (while NodeHardware is
+        served): at the worker's start, and whenever it may have changed."""
+        if self.hardware is None or not self.hardware.enabled:
+            return
+        handle = self.workers.get(node)
+        seen = _gpu_seen(handle.last_result) if handle is not None else None
+        self.hardware.offer(hardware_inputs(
+            self.settings, node, self.view.node_objects.get(node), inputs.telemetry_profile, seen
+        ))
+
     def forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and its files."""
         self.workers.pop(node, None)
@@ -452,6 +472,7 @@ class WorkerTable:
             process, conn = result
             handle.started(process, conn, now)
             handle.last_sent = node_inputs
+            self.offer_hardware(handle.node, node_inputs)
             self.set_heartbeat(handle, node_inputs, now)
             self.io.add_worker(handle)
             self.send_fence(handle, now)

@@ -8,6 +8,7 @@ exist on this machine, loaded through nvidia-ml-py's own lookup.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ from agentpool.config.settings import Settings
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.controller.node import NodeController
 from agentpool.kube.status import status_body
-from agentpool.resources.nodeinputs import NodeApi, NodeInputs
-from agentpool.results import GpuBackend, GpuTickResult, Result
+from agentpool.resources.nodeinputs import GpuRange, NodeApi, NodeInputs
+from agentpool.results import GpuBackend, GpuSeen, GpuTickResult, Result
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.power.gpu import GPU_ACTION, GpuConfig
 from agentpool.sim.power.model import NodeConfig, RequestKind
@@ -30,6 +31,7 @@ from agentpool.sim.power.server import PowerSim
 from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)
+GPU_NODE = {"nvidia.com/gpu": "4"}
 
 
 class Node:
@@ -52,8 +54,10 @@ class Node:
         tp: dict[str, Any] | None = None,
         allocatable: dict[str, str] | None = None,
     ) -> None:
+        # A GPU node's device plugin makes its GPUs allocatable: a cap needs some (as in Joulie).
+        gpus = GPU_NODE if allocatable is None else allocatable
         inputs = NodeInputs(
-            self.name, power_profile=npp, telemetry_profile=tp, gpu_allocatable=allocatable or {}
+            self.name, power_profile=npp, telemetry_profile=tp, gpu_allocatable=gpus
         )
         self.controller.update(inputs)
 
@@ -126,10 +130,16 @@ def test_http_clamping_and_percent(
 
 def test_http_gpu_less_node_is_blocked_without_a_loop(sim: PowerSim, tmp_path: Path) -> None:
     node = Node("cpu-0", tmp_path)
-    node.set(
-        power_profile("cpu-0", 150, gpu_cap={"capWattsPerGpu": 250}),
-        telemetry_profile("cpu-0", sim),
-    )
+    npp = power_profile("cpu-0", 150, gpu_cap={"capWattsPerGpu": 250})
+    # No GPU allocatable on the Node: blocked before anything is asked, as Joulie's agent.
+    for allocatable in ({}, {"nvidia.com/gpu": "0", "example.com/fpga": "2"}):
+        node.set(npp, telemetry_profile("cpu-0", sim), allocatable=allocatable)
+        gpu = node.gpu()
+        assert (gpu.backend, gpu.result) == (GpuBackend.NONE, Result.BLOCKED)
+        assert gpu.message.startswith("node has no allocatable GPU resources")
+    assert gpu_posts(sim, "cpu-0") == []
+    # A Node that claims GPUs the telemetry says are not there.
+    node.set(npp, telemetry_profile("cpu-0", sim))
     first, second = node.gpu(), node.gpu()
     assert (first.result, first.message) == (
         Result.BLOCKED,
@@ -156,6 +166,46 @@ def test_http_percent_without_the_maximum_is_blocked(sim: PowerSim, tmp_path: Pa
     assert gpu.result is Result.BLOCKED
     assert "gpu.maxCapWattsPerGpu" in gpu.message
     assert gpu_posts(sim, "gpu-0") == []
+
+
+def test_http_percent_resolves_against_nodehardware_or_the_catalog_when_telemetry_has_none(
+    sim: PowerSim, tmp_path: Path
+) -> None:
+    # As Joulie's simulator answers: GPU telemetry without any per-device constraint.
+    sim.add_node("joulie-gpu", gpu=dataclasses.replace(GPUS, report_limits=False))
+    node = Node("joulie-gpu", tmp_path)
+    npp = power_profile("joulie-gpu", None, gpu_cap={"capPctOfMax": 50})
+    tp = telemetry_profile("joulie-gpu", sim)
+    node.controller.update(NodeInputs("joulie-gpu", power_profile=npp, telemetry_profile=tp,
+                                      gpu_allocatable=GPU_NODE))
+    gpu = node.gpu()
+    assert gpu.result is Result.BLOCKED
+    assert "capRangePerGpu" in gpu.message
+    assert "hardware catalog" in gpu.message
+    assert gpu_posts(sim, "joulie-gpu") == []
+    for known, posted in (
+        (GpuRange(300.0, 150.0, "NodeHardware"), 150.0),  # 50% of 300, at its minimum
+        (GpuRange(360.0, None, "hardware catalog: FAKE_GPU_400"), 180.0),
+    ):
+        node.controller.update(NodeInputs("joulie-gpu", power_profile=npp, telemetry_profile=tp,
+                                          gpu_allocatable=GPU_NODE, gpu_range=known))
+        gpu = node.gpu()
+        assert (gpu.backend, gpu.result) == (GpuBackend.HTTP, Result.APPLIED)
+        assert gpu.observed["maxCapWattsPerGpuFrom"] == known.source
+        assert gpu_posts(sim, "joulie-gpu")[-1] == posted
+    assert sim.state("joulie-gpu").gpu_cap_watts == 180.0
+    # What the telemetry showed goes to NodeHardware: count and cap, no range it did not give.
+    assert gpu.seen == GpuSeen("nvidia", 4, cap_watts=180.0, control=True)
+    # The telemetry's own maximum wins over both.
+    node = Node("gpu-0", tmp_path)
+    node.controller.update(NodeInputs(
+        "gpu-0", power_profile=power_profile("gpu-0", None, gpu_cap={"capPctOfMax": 50}),
+        telemetry_profile=telemetry_profile("gpu-0", sim), gpu_allocatable=GPU_NODE,
+        gpu_range=GpuRange(1000.0, None, "NodeHardware")))
+    gpu = node.gpu()
+    assert "maxCapWattsPerGpuFrom" not in gpu.observed
+    assert gpu_posts(sim, "gpu-0") == [200.0]
+    assert gpu.seen == GpuSeen("nvidia", 4, None, 100.0, 400.0, 350.0, 200.0, True)
 
 
 def test_http_restore_on_stop(sim: PowerSim, tmp_path: Path) -> None:
@@ -297,6 +347,8 @@ def test_host_nvml_caps_every_device_and_restores(nvml: FakeNvml, tmp_path: Path
     assert gpu.message == "3 GPU(s) capped at 150 W per GPU: GPU 0 150 W, GPU 1 72 W, GPU 2 200 W"
     assert nvml.limits() == [150, 72, 200]
     assert [d["id"] for d in gpu.observed["devices"]] == ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
+    # For NodeHardware: the first device, as Joulie's agent reports it, its new cap read back.
+    assert gpu.seen == GpuSeen("nvidia", 3, "Fake A100", 100.0, 400.0, 400.0, 150.0, True)
     assert node.metric("joulie_gpu_power_cap_watts", device="2") == 200
     assert node.metric("joulie_gpu_power_watts", device="0") == 150
     assert node.metric("joulie_gpu_backend_mode", backend="host-nvidia") == 1
@@ -357,22 +409,35 @@ def test_host_without_any_gpu_library_is_blocked_not_an_error_loop(
 
 
 def test_host_gpu_less_node_says_what_the_node_reports(nvml: FakeNvml, tmp_path: Path) -> None:
-    nvml.set_driver(False)
     node = Node("host-0", tmp_path)
+    # Joulie counts any */gpu resource and Intel's i915: one of them is a GPU node.
+    for allocatable in ({"example.com/gpu": "1"}, {"gpu.intel.com/i915": "1"}):
+        node.set(power_profile("host-0", None, gpu_cap={"capWattsPerGpu": 150}),
+                 allocatable=allocatable)
+        assert node.gpu().result is Result.APPLIED
+    nvml.set_driver(False)
     node.set(
-        power_profile("host-0", None, gpu_cap={"capWattsPerGpu": 150}),
-        allocatable={"nvidia.com/gpu": "0"},
+        power_profile("host-0", None, gpu_cap={"capWattsPerGpu": 160}),
+        allocatable={"nvidia.com/gpu": "2"},
     )
     gpu = node.gpu()
     assert gpu.result is Result.BLOCKED
-    assert gpu.message.endswith("; the Node reports no GPU (allocatable)")
+    assert gpu.message.endswith("; the Node reports 2 GPU(s) (allocatable)")
     assert gpu.observed["discovered"] == {
-        "count": 0,
+        "count": 2,
         "model": None,
-        "vendor": None,
+        "vendor": "NVIDIA",
         "source": "allocatable",
     }
     assert node.gpu().message == gpu.message  # the same every tick: one status write
+    # No GPU allocatable: blocked in Joulie's words, and the libraries are not asked.
+    nvml.set_driver(True)
+    node.set(power_profile("host-0", None, gpu_cap={"capWattsPerGpu": 170}),
+             allocatable={"nvidia.com/gpu": "0"})
+    gpu = node.gpu()
+    assert (gpu.backend, gpu.result) == (GpuBackend.NONE, Result.BLOCKED)
+    assert gpu.message.startswith("node has no allocatable GPU resources")
+    assert 170 not in nvml.limits()
 
 
 def test_pool_mode_never_caps_the_pods_own_gpus(nvml: FakeNvml, tmp_path: Path) -> None:
@@ -403,7 +468,8 @@ def test_nodetwin_gpu_cap_routed_by_environment_with_its_control_status(
     }))
     twin = node_twin("gpu-0", cap=150)
     twin["spec"]["gpu"] = {"powerCap": {"scope": "perGpu", "capPctOfMax": 60}}
-    node.controller.update(NodeInputs("gpu-0", node_twin=twin, api=NodeApi.NODETWIN))
+    node.controller.update(NodeInputs("gpu-0", node_twin=twin, api=NodeApi.NODETWIN,
+                                      gpu_allocatable=GPU_NODE))
     result = node.controller.tick()
     assert result.gpu is not None
     assert (result.gpu.backend, result.gpu.result) == (GpuBackend.HTTP, Result.APPLIED)

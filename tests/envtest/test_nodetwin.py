@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from agentpool.hardware.catalog import load_catalog
 from agentpool.hardware.host import discover_host
-from agentpool.hardware.nodehardware import nodehardware_status
+from agentpool.hardware.nodehardware import GpuAccess, nodehardware_status
 from agentpool.kube.nodehardware import node_object_name
+from agentpool.results import GpuSeen
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import ClusterApi
@@ -73,13 +75,19 @@ def test_the_crds_keep_what_the_operator_and_the_agent_write(
         assert after["controlStatus"]["cpu"] == cpu
         operator = operator_status("real.node-0.example")
         assert without_cpu_control(after) == without_cpu_control(operator)
-        # The NodeHardware content the agent computes for a 2-socket host loses nothing.
+        # The NodeHardware content the agent computes for a 2-socket host with NVIDIA GPUs
+        # seen through NVML loses nothing: every field is in the CRD's schema.
+        seen = GpuSeen("nvidia", 4, "Fake GPU", 100.0, 400.5, 350.0, 300.0, True)
         with intel_2socket(tmp_path / "sys", min_watts=50.0):
             content = nodehardware_status(
-                {"feature.node.kubernetes.io/cpu-model.name": "Xeon"},
+                {"feature.node.kubernetes.io/cpu-model.name": "Xeon-Platinum-8480-Plus"},
                 {"cpu": "64", "memory": "256Gi"}, {"nvidia.com/gpu": "4"},
-                discover_host(tmp_path / "sys"),
+                discover_host(tmp_path / "sys"), gpus=GpuAccess("host", seen=seen),
+                catalog=load_catalog(str(Path(__file__).parents[1] / "hardware" / "catalog.yaml")),
             )
+        assert content["gpu"]["capRangePerGpu"]["maxWatts"] == 400.5
+        assert content["inventoryResolution"]["hardwareCatalogKey"] == {
+            "cpu": "XEON_PLAT_8480P", "gpu": "FAKE_GPU_400"}
         admin.create("nodehardwares", {"metadata": {"name": name},
                                        "spec": {"nodeName": "real.node-0.example"}})
         stamped = {**content, "updatedAt": "2026-01-01T00:00:00Z",

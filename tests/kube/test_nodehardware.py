@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from agentpool.hardware.catalog import load_catalog
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.nodehardware import (
     HardwareInputs,
@@ -26,6 +28,7 @@ from agentpool.sim.objects import node_twin, operator_status
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.tokenbucket import Budget
+from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 CREATES = ("create", "nodehardwares")
 PATCHES = ("patch", "nodehardwares/status")
@@ -74,7 +77,7 @@ def test_created_once_then_zero_writes_in_five_minutes_of_steady_state(
         hw = emu.get("nodehardwares", "node-a-example")
         assert hw["spec"] == {"nodeName": "Node_A.example"}
         assert hw["status"]["cpu"]["capRange"]["maxWattsPerSocket"] == 165.0
-        assert hw["status"]["quality"]["overall"] == "full"
+        assert hw["status"]["cpu"]["landmarks"]["maxBoostMHz"] == 3500.0
         emu.reset_counters()
         # Five simulated minutes: 15 rediscoveries per node, the same offers again.
         for _ in range(30):
@@ -142,7 +145,8 @@ def test_a_change_is_one_patch_and_removed_keys_go_away(
     assert emu.request_counts() == {PATCHES: 1}
     status = emu.get("nodehardwares", "n")["status"]
     assert "capRange" not in status["cpu"]
-    assert status["quality"]["overall"] == "partial"
+    assert "landmarks" not in status["cpu"]
+    assert "not under host control: nothing measured on the host" in status["quality"]["warnings"]
 
 
 def test_an_existing_object_is_adopted(emu: ApiEmulator, api: KubeApi) -> None:
@@ -151,6 +155,54 @@ def test_an_existing_object_is_adopted(emu: ApiEmulator, api: KubeApi) -> None:
     publisher.offer(inputs("n", None))
     assert publisher.publish_due(1000.0) == 1
     assert emu.get("nodehardwares", "n")["status"]["cpu"]["totalCores"] == 64
+
+
+@pytest.fixture
+def nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    """The host's GPUs through NVIDIA's binding and the fake libnvidia-ml.so.1 (a driver
+    cannot exist here), loaded into this process as the supervisor's publisher loads it."""
+    library = build(tmp_path / "lib")
+    preload(library)
+    fake = FakeNvml(library, tmp_path / "nvml-state")
+    fake.write([FakeGpu("GPU-1", "Fake_GPU", 100, 400, 350, limit_w=300),
+                FakeGpu("GPU-2", "Fake_GPU", 100, 400, 350)])
+    monkeypatch.setenv("FAKE_NVML_STATE", str(fake.state))
+    return fake
+
+
+def test_host_gpus_are_read_through_nvml_and_their_changes_rediscovered(
+    emu: ApiEmulator, api: KubeApi, nvml: FakeNvml
+) -> None:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
+    clock = Clock()
+    catalog = load_catalog(str(Path(__file__).parents[1] / "hardware" / "catalog.yaml"))
+    publisher = HardwarePublisher(api, clock=clock, rediscover_s=20.0, catalog=catalog)
+    node = replace(inputs("gpu-host", None), gpu_control="host", gpu_host=True,
+                   allocatable={"nvidia.com/gpu": "2"})
+    publisher.offer(node)
+    assert publisher.publish_due(clock.now) == 2
+    gpu = emu.get("nodehardwares", "gpu-host")["status"]["gpu"]
+    assert gpu == {
+        "present": True, "vendor": "nvidia", "count": 2, "rawModel": "Fake GPU",
+        "model": "FAKE_GPU_400",
+        "capRangePerGpu": {"minWatts": 100.0, "maxWatts": 400.0, "defaultWatts": 350.0},
+        "currentCapWatts": 300.0, "controlAvailable": True, "telemetryAvailable": True,
+    }
+    # Someone sets the limit by hand: the next rediscovery sees it, and writes once.
+    nvml.write([FakeGpu("GPU-1", "Fake_GPU", 100, 400, 350, limit_w=250),
+                FakeGpu("GPU-2", "Fake_GPU", 100, 400, 350)])
+    assert publisher.next_due() == clock.now + 20.0
+    clock.now += 20.0
+    assert publisher.publish_due(clock.now) == 1
+    assert emu.get("nodehardwares", "gpu-host")["status"]["gpu"]["currentCapWatts"] == 250.0
+    # Without a driver: no GPU facts from the host, the Node's count stands, and why is said.
+    nvml.set_driver(False)
+    clock.now += 20.0
+    assert publisher.publish_due(clock.now) == 1
+    gpu = emu.get("nodehardwares", "gpu-host")["status"]["gpu"]
+    assert (gpu["count"], gpu["controlAvailable"]) == (2, False)
+    assert "capRangePerGpu" not in gpu
+    assert gpu["warnings"][0].startswith("GPU caps cannot be set here: NVML unavailable")
 
 
 def test_the_thread_publishes_offers(emu: ApiEmulator, api: KubeApi) -> None:

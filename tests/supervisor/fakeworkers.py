@@ -24,9 +24,10 @@ from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
+from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.writehold import WriteHold
 from agentpool.resources.nodeinputs import NodeInputs
-from agentpool.results import Backend, Result, TickResult
+from agentpool.results import Backend, GpuTickResult, Result, TickResult
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.handles import WorkerProcess
 from agentpool.supervisor.loop import Supervisor
@@ -102,8 +103,8 @@ class FakeWorker:
     """The worker's end: the test reads what the supervisor sent and writes reports."""
     inputs: NodeInputs | None
 
-    def report(self, result: Result = Result.APPLIED) -> None:
-        tick = TickResult(Backend.RAPL, result, "ok")
+    def report(self, result: Result = Result.APPLIED, gpu: GpuTickResult | None = None) -> None:
+        tick = TickResult(Backend.RAPL, result, "ok", gpu=gpu)
         self.pipe.send(TickReport(self.node, tick, 0.01))
 
 
@@ -178,6 +179,7 @@ class Loop:
         launcher: FakeLauncher | None = None,
         loop_period_s: float = 0.01,
         write_hold: WriteHold | None = None,
+        hardware: HardwarePublisher | None = None,
         **overrides: Any,
     ) -> None:
         options: dict[str, Any] = {
@@ -207,6 +209,7 @@ class Loop:
             clock=self.clock,
             loop_period_s=loop_period_s,
             write_hold=write_hold,
+            hardware=hardware,
         )
 
     def close(self) -> None:

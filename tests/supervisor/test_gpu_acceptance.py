@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.objects import MANAGED, power_profile, telemetry_profile
+from agentpool.sim.objects import MANAGED, power_profile, telemetry_profile, twin_name
 from agentpool.sim.polling import wait_until
 from agentpool.sim.power.gpu import GpuConfig
 from tests.fake_nvml import FakeGpu, FakeNvml, build
@@ -43,9 +43,11 @@ def gpu_status(cluster: SimCluster, node: str) -> dict[str, Any]:
     return dict((status.get("control") or {}).get("gpu") or {})
 
 
-def add(cluster: SimCluster, node: str, gpu_cap: dict[str, Any], http: bool) -> None:
+def add(cluster: SimCluster, node: str, gpu_cap: dict[str, Any], http: bool, gpus: int) -> None:
     labels = {MANAGED: "true", "control": "http" if http else "host"}
-    cluster.api.create("nodes", {"metadata": {"name": node, "labels": labels}})
+    # The device plugin's count: a GPU cap on a node with none allocatable is blocked.
+    status = {"allocatable": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    cluster.api.create("nodes", {"metadata": {"name": node, "labels": labels}, "status": status})
     cluster.api.create("nodepowerprofiles", power_profile(node, 150, gpu_cap=gpu_cap))
     tp = telemetry_profile(node, cluster.power if http else None)
     cluster.api.create("telemetryprofiles", tp)
@@ -66,10 +68,10 @@ def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: P
             "gpu-1", gpu=GpuConfig(count=8, min_watts=150, max_watts=700, default_watts=700)
         )
         power.add_node("cpu-0")
-        add(cluster, "gpu-0", {"capWattsPerGpu": 250}, http=True)
-        add(cluster, "gpu-1", {"capPctOfMax": 50}, http=True)
-        add(cluster, "cpu-0", {"capWattsPerGpu": 250}, http=True)
-        add(cluster, "host-0", {"capWattsPerGpu": 250}, http=False)
+        add(cluster, "gpu-0", {"capWattsPerGpu": 250}, http=True, gpus=4)
+        add(cluster, "gpu-1", {"capPctOfMax": 50}, http=True, gpus=8)
+        add(cluster, "cpu-0", {"capWattsPerGpu": 250}, http=True, gpus=0)
+        add(cluster, "host-0", {"capWattsPerGpu": 250}, http=False, gpus=4)
         # The pool agent runs the HTTP nodes; host-0 gets its own daemonset-mode agent. Both
         # could load the fake NVML: only the one on host-0 may use it.
         env = {**nvml.env(), "SYSFS_ROOT": str(tmp_path / "sys-{node}")}
@@ -82,8 +84,8 @@ def test_pool_of_gpu_and_cpu_nodes_and_a_host_with_four_nvml_devices(tmp_path: P
         wait_until(lambda: power.state("gpu-0").gpu_cap_watts == 250, 30)
         wait_until(lambda: power.state("gpu-1").gpu_cap_watts == 350, 30)
         wait_until(lambda: gpu_status(cluster, "cpu-0").get("result") == "blocked", 30)
-        assert gpu_status(cluster, "cpu-0")["message"] == (
-            "no GPU on this node (telemetry: gpu.present false)"
+        assert gpu_status(cluster, "cpu-0")["message"].startswith(
+            "node has no allocatable GPU resources"
         )
         # The status is written after the simulator took the cap: wait for it too.
         wait_until(lambda: gpu_status(cluster, "gpu-1").get("result") == "applied", 30)
@@ -137,7 +139,7 @@ def worker_pid(metrics: str, node: str) -> int | None:
 def test_http_gpu_original_survives_a_worker_crash(tmp_path: Path) -> None:
     with SimCluster(tmp_path) as cluster:
         cluster.power.add_node("gpu-0", gpu=GpuConfig(count=2, default_watts=350))
-        add(cluster, "gpu-0", {"capWattsPerGpu": 250}, http=True)
+        add(cluster, "gpu-0", {"capWattsPerGpu": 250}, http=True, gpus=2)
         agent = cluster.start_agent()
         agent.wait_ready()
         wait_until(lambda: cluster.power.state("gpu-0").gpu_cap_watts == 250, 30)
@@ -149,3 +151,46 @@ def test_http_gpu_original_survives_a_worker_crash(tmp_path: Path) -> None:
         assert agent.terminate() == 0
         # The restarted worker saw 250 W, but the journal kept the true original.
         assert cluster.power.state("gpu-0").gpu_cap_watts == 350
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_nodetwin_percent_caps_over_http_find_the_maximum_joulies_simulator_does_not_send(
+    tmp_path: Path,
+) -> None:
+    """Joulie's operator writes ``capPctOfMax``; its simulator's GPU telemetry has no per-GPU
+    maximum: the hardware catalog's board power for the node's GPU model stands in, and the
+    node's NodeHardware says what was found (range from the catalog, cap and count from the
+    telemetry)."""
+    catalog = Path(__file__).parents[1] / "hardware" / "catalog.yaml"
+    with SimCluster(tmp_path, api="nodetwin") as cluster:
+        joulies = GpuConfig(count=4, min_watts=100, max_watts=800, default_watts=700,
+                            report_limits=False)
+        cluster.power.add_node("gpu-0", gpu=joulies)
+        cluster.add_node("gpu-0", cap=150, gpus=4,
+                         labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+        cluster.api.patch("nodetwins", twin_name("gpu-0"),
+                          {"spec": {"gpu": {"powerCap": {"capPctOfMax": 50}}}})
+        agent = cluster.start_agent({
+            **cluster.routing_env(),
+            "TELEMETRY_GPU_CONTROL": "http",
+            "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": cluster.power.control_endpoint,
+            "HARDWARE_CATALOG_PATH": str(catalog),
+        })
+        agent.wait_ready()
+        wait_until(lambda: cluster.power.state("gpu-0").gpu_cap_watts == 350.0, 30)  # 50% x 700
+        twin = cluster.api.get("nodetwins", twin_name("gpu-0"))
+        assert twin["status"]["controlStatus"]["gpu"]["result"] == "applied"
+
+        def published_cap() -> dict[str, Any] | None:
+            for obj in cluster.api.list("nodehardwares"):
+                gpu: dict[str, Any] = (obj.get("status") or {}).get("gpu") or {}
+                if gpu.get("currentCapWatts") == 350.0:
+                    return gpu
+            return None
+
+        gpu = wait_until(published_cap, 20)
+        assert gpu["model"] == "H100_SXM_80G"
+        assert gpu["capRangePerGpu"] == {"minWatts": 200.0, "maxWatts": 700.0}
+        assert (gpu["count"], gpu["currentCapWatts"], gpu["controlAvailable"]) == (4, 350.0, True)
+        assert agent.terminate() == 0

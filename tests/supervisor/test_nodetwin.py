@@ -210,3 +210,26 @@ def test_agent_against_an_authenticating_https_gateway(tmp_path: Path) -> None:
         everything = agent.logs() + agent.metrics() + json.dumps(cluster.api.list("nodetwins"))
         assert token not in everything
         assert agent.terminate() == 0
+
+
+def test_an_unusable_hardware_catalog_is_said_once_and_the_agent_runs_without_it(
+    tmp_path: Path,
+) -> None:
+    # Joulie's agent runs on without a catalog it cannot load: so does this one.
+    catalog = tmp_path / "hardware.yaml"
+    catalog.write_text("cpuModels: {}\n")  # no catalogVersion: Joulie refuses it too
+    with SimCluster(api="nodetwin") as cluster:
+        cluster.add_node("n-0", cap=120.0, labels={
+            "feature.node.kubernetes.io/cpu-model.name": "Xeon-Platinum-8480-Plus"})
+        agent = cluster.start_agent(
+            {**cluster.routing_env(), "HARDWARE_CATALOG_PATH": str(catalog)})
+        agent.wait_ready()
+        wait_until(lambda: cluster.status("n-0").get("result") == "applied", 30)
+        [published] = wait_until(lambda: cluster.api.list("nodehardwares") or None, 10)
+        assert published["status"]["cpu"]["rawModel"] == "Xeon-Platinum-8480-Plus"
+        assert "model" not in published["status"]["cpu"]
+        assert published["status"]["quality"]["overall"] == "heuristic"
+        logs = agent.logs()
+        assert logs.count("not a usable hardware catalog: catalogVersion is required") == 1
+        assert f"HARDWARE_CATALOG_PATH='{catalog}' is invalid" in logs
+        assert agent.terminate() == 0

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from agentpool.config.env_routing import routing_from_env
+from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
+from agentpool.hardware.catalog import load_catalog
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
-from agentpool.supervisor.twinview import TwinView, hardware_inputs, hardware_max_w
+from agentpool.resources.nodeinputs import GpuRange
+from agentpool.supervisor.clusterview import ClusterView
+from agentpool.supervisor.twinview import (
+    POOL_HOST_GPUS,
+    TwinView,
+    hardware_gpu_range,
+    hardware_inputs,
+    hardware_max_w,
+)
+
+CATALOG = Path(__file__).parents[1] / "hardware" / "catalog.yaml"
 
 
 def twin(name: str, node: str, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
@@ -122,3 +136,47 @@ def test_hardware_inputs_read_sysfs_only_under_host_control() -> None:
     # A malformed TelemetryProfile is its worker's to report: publish what the env says.
     broken = hardware_inputs(settings, "n", None, {"spec": {"controls": {"cpu": {"type": "x"}}}})
     assert broken.sysfs_root == "/sys-n"
+
+
+def test_gpu_ranges_come_from_nodehardware_else_the_catalog() -> None:
+    view = ClusterView(Settings(), load_catalog(str(CATALOG)))
+    gpu_node = {"metadata": {"name": "g", "labels": {
+        "joulie.io/managed": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}
+    view.apply(Relisted(Resource.NODES, [gpu_node]))
+    catalogued = GpuRange(700.0, 200.0, "hardware catalog: H100_SXM_80G")
+    assert view.inputs_for("g").gpu_range == catalogued
+    published = hardware("h", "g", None, None)
+    published["status"]["gpu"] = {"capRangePerGpu": {"minWatts": 150, "maxWatts": 600}}
+    assert view.apply(Relisted(Resource.NODE_HARDWARES, [published])) == {"g"}
+    assert view.inputs_for("g").gpu_range == GpuRange(600.0, 150.0, "NodeHardware")
+    # The agent's own writes come back: the same range changes nothing.
+    assert view.apply(Change(Resource.NODE_HARDWARES, "MODIFIED", published)) == set()
+    assert ClusterView(Settings()).inputs_for("g").gpu_range is None  # no catalog, no object
+
+
+def test_nodehardware_gpu_ranges_are_read_as_numbers_or_not_at_all() -> None:
+    def gpu(cap_range: Any) -> dict[str, Any]:
+        return {"status": {"gpu": {"capRangePerGpu": cap_range}}}
+
+    assert hardware_gpu_range(gpu({"maxWatts": 400})) == GpuRange(400.0, None, "NodeHardware")
+    assert hardware_gpu_range(gpu({"maxWatts": 400, "minWatts": 500})) == GpuRange(
+        400.0, None, "NodeHardware")  # a minimum above the maximum is no minimum
+    assert hardware_gpu_range(gpu({"minWatts": 100})) is None
+    assert hardware_gpu_range(gpu({"maxWatts": "400"})) is None
+    assert hardware_gpu_range(gpu("junk")) is None
+    assert hardware_gpu_range({"status": {"gpu": None}}) is None
+
+
+def test_gpu_inputs_follow_the_routing_and_the_mode() -> None:
+    node = {"labels": {}, "capacity": {}, "allocatable": {"nvidia.com/gpu": "2"}}
+    daemonset = hardware_inputs(Settings(mode=AgentMode.DAEMONSET), "n", node, None)
+    assert (daemonset.gpu_control, daemonset.gpu_host, daemonset.gpu_problem) == (
+        "host", True, None)
+    pool = hardware_inputs(Settings(mode=AgentMode.POOL), "n", node, None)
+    assert (pool.gpu_host, pool.gpu_problem) == (False, POOL_HOST_GPUS)
+    routed = Settings(mode=AgentMode.POOL, routing=routing_from_env({
+        "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_CPU_HTTP_ENDPOINT": "http://s/t/{node}",
+        "TELEMETRY_GPU_CONTROL": "http", "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "http://s/c",
+    }))
+    http = hardware_inputs(routed, "n", node, None)
+    assert (http.gpu_control, http.gpu_telemetry, http.gpu_host) == ("http", True, False)

@@ -38,6 +38,9 @@ class GpuConfig:
     settle_s: float = 1.0
     """Time constant of the power following a new cap (0: at once)."""
     vendor: str = "nvidia"
+    report_limits: bool = True
+    """The telemetry carries each device's constraint; False answers as Joulie's simulator,
+    which sends none (a percent cap then needs the maximum from elsewhere)."""
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -109,7 +112,7 @@ class GpuModel:
         # A slow average, as Joulie's simulator reports beside the instant reading.
         avg = total if self._energy_avg is None else 0.8 * self._energy_avg + 0.2 * total
         self._energy_avg = avg
-        return {
+        answer: dict[str, Any] = {
             "present": True,
             "vendor": c.vendor,
             "count": c.count,
@@ -117,12 +120,14 @@ class GpuModel:
             "avgPowerWattsTotal": round(avg, 3),
             "capWattsPerGpuApplied": self.applied_watts,
             "capWattsPerGpuTarget": self.target_watts,
+        }
+        if c.report_limits:
             # Not in Joulie's simulator: the per-device constraint, so that a percent cap
             # can be resolved against each device's maximum over HTTP.
-            "minCapWattsPerGpu": c.min_watts,
-            "maxCapWattsPerGpu": c.max_watts,
-            "defaultCapWattsPerGpu": c.default_watts,
-        }
+            answer["minCapWattsPerGpu"] = c.min_watts
+            answer["maxCapWattsPerGpu"] = c.max_watts
+            answer["defaultCapWattsPerGpu"] = c.default_watts
+        return answer
 
     def state(self) -> dict[str, Any]:
         """What a control answer's ``state`` carries about the GPUs."""
