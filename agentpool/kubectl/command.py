@@ -11,6 +11,7 @@ error; 3 when the cluster cannot be read.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import time
@@ -67,6 +68,9 @@ def _snapshot(
     from agentpool.kube.api import KubeApi
     from agentpool.kube.clusterread import read_cluster, user_client
 
+    # The agent's account of an outage (kube.reachability) is for a long-running process's
+    # log; this command says itself, on every failed read, that the cluster cannot be read.
+    logging.getLogger("agentpool.kube.reachability").disabled = True
     api = KubeApi(user_client(kubeconfig, context))
     try:
         objects = read_cluster(api, selector or None, namespace)
