@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agentpool.durations import parse_duration
-from agentpool.errors import ConfigError
-from agentpool.labelselectors import SelectorError, parse_selector
+from agentpool.errors import ConfigError, SelectorError
+from agentpool.labelselectors import parse_selector
 
 E = TypeVar("E", bound=enum.StrEnum)
 

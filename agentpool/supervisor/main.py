@@ -37,7 +37,7 @@ from prometheus_client.registry import Collector
 from agentpool.backoff import reconnect_cap
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
-from agentpool.errors import ConfigError, KubeError
+from agentpool.errors import ConfigError, KubeError, StartupError
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
 from agentpool.kube.informer import Informer
@@ -87,10 +87,6 @@ class _Service(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-class StartupError(Exception):
-    """Start-up cannot go on; the message is printed as is."""
 
 
 def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack) -> str:

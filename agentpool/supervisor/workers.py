@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
+from agentpool.errors import PipeProtocolError
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import FenceTimes
@@ -43,7 +44,6 @@ from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import (
     DUMP_SIGNAL,
     EXIT_FENCED,
-    ProtocolError,
     Stopped,
     StopWorker,
     Ticked,
@@ -197,7 +197,7 @@ class WorkerTable:
             return
         try:
             messages, closed = receive(conn.fileno(), handle.inbox)
-        except ProtocolError as exc:
+        except PipeProtocolError as exc:
             what = "worker for node %s (pid %s) sent %s: stopping it"
             node_log(ERROR, handle.node, what, handle.pid, exc)
             self.io.close_conn(handle)

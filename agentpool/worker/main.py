@@ -34,7 +34,7 @@ from typing import Any
 from agentpool.backends.sysfs.files import Originals
 from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
-from agentpool.errors import FencedError, shown
+from agentpool.errors import FencedError, PipeProtocolError, shown
 from agentpool.logs import setup_logging
 from agentpool.proctitle import set_title, worker_title
 from agentpool.resources.nodeinputs import NodeInputs
@@ -49,7 +49,6 @@ from agentpool.worker.protocol import (
     REFRESH_S,
     TICKED,
     Fence,
-    ProtocolError,
     Stopped,
     StopWorker,
     TickReport,
@@ -340,7 +339,7 @@ def _turns(
                     fence.update(message.times)
                     continue
                 if not isinstance(message, NodeInputs):
-                    raise ProtocolError(f"an unexpected message: {type(message).__name__}")
+                    raise PipeProtocolError(f"an unexpected message: {type(message).__name__}")
                 controller.update(message)
                 next_tick = time.monotonic()  # act on a change at once
             if closed:
