@@ -10,8 +10,8 @@ Nothing here may stall the supervisor's loop: a spawn waits at most
 :data:`SPAWN_TIMEOUT_S` for the server's answer, and a server that does not
 answer in time is taken as lost (killed; its workers follow). A new server
 takes its imports and warm-up before it can fork (seconds): until its ready
-message has arrived, a spawn fails at once with :class:`ForkServerStarting`
-rather than wait for it. At start-up the supervisor waits for it once
+message has arrived, a spawn answers :class:`Deferred` at once rather than
+wait for it: no worker yet, and no failure either. At start-up the supervisor waits for it once
 (:meth:`ForkServer.wait_ready`), and logs the server's preload report.
 """
 
@@ -110,8 +110,12 @@ class SpawnRequest:
     conn_fd: int
 
 
-class ForkServerStarting(OSError):  # noqa: N818 - an OSError, as callers catch it
-    """The fork server is still importing and warming up: try again shortly."""
+@dataclass(frozen=True)
+class Deferred:
+    """No worker was forked, and nothing failed: the fork server is still importing and
+    warming up. Ask again shortly."""
+
+    why: str
 
 
 class ForkServer:
@@ -189,14 +193,20 @@ class ForkServer:
         conn_fd: int,
     ) -> ForkedWorker:
         """Fork the worker of ``node``; ``conn_fd`` is its end of the pipe (the caller
-        keeps and closes its own copy). Raises ``OSError`` when no worker was started."""
+        keeps and closes its own copy). Raises ``OSError`` when no worker was started, the
+        server still starting included."""
         (result,) = self.spawn_many([SpawnRequest(node, settings, journal, inputs, conn_fd)])
+        if isinstance(result, Deferred):
+            raise OSError(result.why)
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def spawn_many(self, requests: Sequence[SpawnRequest]) -> list[ForkedWorker | OSError]:
-        """Fork a worker for each request, in order: each one's worker or why it has none.
+    def spawn_many(
+        self, requests: Sequence[SpawnRequest]
+    ) -> list[ForkedWorker | OSError | Deferred]:
+        """Fork a worker for each request, in order: each one's worker, why it has none, or
+        :class:`Deferred` for all while the server is still starting.
 
         Every request is sent before the first answer is read, so the server forks
         them back to back: a start-up of a thousand workers waits for the server and
@@ -210,14 +220,14 @@ class ForkServer:
         with self._lock:
             self._ensure_running()
             try:
-                if not self._ready and not self._read_ready(0):
-                    raise ForkServerStarting(f"fork server (pid {self.pid}) is still starting")
+                ready = self._ready or self._read_ready(0)
             except (OSError, EOFError) as exc:
-                if isinstance(exc, ForkServerStarting):
-                    raise
                 self._discard(DISCARD_WAIT_S)
                 raise OSError(f"fork server lost while starting: {exc!r}") from exc
-            return self._exchange(requests)
+            if not ready:
+                return [Deferred(f"fork server (pid {self.pid}) is still starting")] * len(
+                    requests)
+            return list(self._exchange(requests))
 
     def _exchange(self, requests: Sequence[SpawnRequest]) -> list[ForkedWorker | OSError]:
         sock = self._sock

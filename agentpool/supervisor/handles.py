@@ -29,7 +29,7 @@ from agentpool.config.settings import WorkerSettings
 from agentpool.pool.fence import FenceTimes
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import TickResult
-from agentpool.supervisor.forkclient import ForkServer, SpawnRequest
+from agentpool.supervisor.forkclient import Deferred, ForkServer, SpawnRequest
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import DUMP_SIGNAL
 
@@ -80,8 +80,9 @@ Launch = Callable[[str, NodeInputs | None], tuple[WorkerProcess, Connection]]
 """Start the worker of a node with its current inputs: its process and the supervisor's
 end of its pipe. Raises ``OSError`` when no process could be started."""
 
-Launched = tuple[WorkerProcess, Connection] | OSError
-"""A node's worker and the supervisor's end of its pipe, or why it has none."""
+Launched = tuple[WorkerProcess, Connection] | OSError | Deferred
+"""A node's worker and the supervisor's end of its pipe, why it has none, or that it has
+none yet for no fault of its own (the fork server is still starting)."""
 
 
 @runtime_checkable
@@ -221,6 +222,8 @@ class ForkServerLauncher:
 
     def __call__(self, node: str, inputs: NodeInputs | None) -> tuple[WorkerProcess, Connection]:
         (result,) = self.many([(node, inputs)])
+        if isinstance(result, Deferred):
+            raise OSError(result.why)
         if isinstance(result, OSError):
             raise result
         return result
@@ -244,7 +247,7 @@ class ForkServerLauncher:
         results: list[Launched] = []
         for result, (ours, theirs) in zip(spawned, pipes, strict=True):
             theirs.close()  # the worker's copy is in the worker now (or in no one)
-            if isinstance(result, OSError):
+            if isinstance(result, OSError | Deferred):
                 ours.close()
                 results.append(result)
             else:

@@ -28,7 +28,7 @@ from agentpool.supervisor import fences, statuses
 from agentpool.supervisor.clusterview import ClusterView, heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.elastic import ElasticPool
-from agentpool.supervisor.forkclient import ForkServerStarting
+from agentpool.supervisor.forkclient import Deferred
 from agentpool.supervisor.handles import (
     Launch,
     StopReason,
@@ -426,16 +426,10 @@ class WorkerTable:
         try:
             starts = [(h.node, i) for h, i in zip(handles, inputs, strict=True)]
             results = launch_all(self.launch, starts)
-        except ForkServerStarting:  # a new fork server warming up: not these nodes' failure
-            for handle in handles:
-                handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
-                self.schedule(handle, now)
-            self.changed = True
-            return
         except OSError as exc:  # EMFILE before any fork: each node's failure
             results = [exc] * len(handles)
         for handle, node_inputs, result in zip(handles, inputs, results, strict=True):
-            if isinstance(result, ForkServerStarting):
+            if isinstance(result, Deferred):  # a new fork server warming up: no failure
                 handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
                 self.schedule(handle, now)
                 self.changed = True

@@ -29,6 +29,7 @@ from agentpool.kube.writehold import WriteHold
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, Result, TickResult
 from agentpool.supervisor.clusterview import heartbeat_limit
+from agentpool.supervisor.forkclient import Deferred
 from agentpool.supervisor.handles import Launched, StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
 from agentpool.supervisor.workers import FULL_PASS_S
@@ -295,15 +296,19 @@ def test_a_failed_spawn_backs_off_with_the_reason_in_the_status() -> None:
 
 
 class BatchLauncher(FakeLauncher):
-    """A launcher that starts a batch in one call; ``refuse`` nodes get an OSError each."""
+    """A launcher that starts a batch in one call; ``refuse`` nodes get an OSError each, and
+    every node is deferred while ``starting`` (its fork server's warm-up)."""
 
     def __init__(self, refuse: set[str]) -> None:
         super().__init__()
         self.refuse = refuse
+        self.starting = False
         self.batches: list[list[str]] = []
 
     def many(self, starts: list[tuple[str, NodeInputs | None]]) -> list[Launched]:
         self.batches.append([node for node, _ in starts])
+        if self.starting:
+            return [Deferred("fork server (pid 1) is still starting")] * len(starts)
         return [OSError(errno.ENOMEM, "Cannot allocate memory") if node in self.refuse
                 else self(node, inputs) for node, inputs in starts]
 
@@ -323,6 +328,29 @@ def test_a_turns_starts_go_to_the_launcher_in_one_batch_and_a_refused_one_backs_
         loop.turn()  # the rest at the next turn, in a batch of their own
         assert launcher.batches[1] == names[MAX_STARTS_PER_TURN:]
         assert sorted(w.node for w in launcher.started) == [n for n in names if n != "n07"]
+
+
+def test_starts_wait_for_a_fork_server_still_starting_and_nothing_counts_as_failed() -> None:
+    launcher = BatchLauncher(refuse=set())
+    launcher.starting = True
+    with Loop(launcher) as loop:
+        loop.nodes("a", "b")
+        loop.turn()
+        assert launcher.batches == [["a", "b"]]
+        assert launcher.started == []
+        for name in "ab":
+            handle = loop.handle(name)
+            assert handle.state is WorkerState.BACKOFF
+            assert handle.policy.failures == 0
+            assert handle.last_failure == ""
+            assert loop.status.last(name) is None  # no "not started" status written
+        loop.turn()  # each asked again one loop period later, still starting
+        assert launcher.batches[1:] == [["a"], ["b"]]
+        launcher.starting = False
+        loop.turn()
+        assert sorted(w.node for w in launcher.started) == ["a", "b"]
+        assert all(loop.handle(n).state is WorkerState.STARTING for n in "ab")
+        assert all(loop.handle(n).policy.failures == 0 for n in "ab")
 
 
 def test_an_unexpected_error_stops_everything_in_order_with_a_nonzero_exit() -> None:

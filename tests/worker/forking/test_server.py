@@ -26,9 +26,9 @@ from agentpool.supervisor.forkclient import (
     LOST_EXIT_CODE,
     SERVER_MODULE,
     SPAWN_TIMEOUT_S,
+    Deferred,
     ForkedWorker,
     ForkServer,
-    ForkServerStarting,
     SpawnRequest,
 )
 from agentpool.worker.forking.descriptors import close_all
@@ -153,7 +153,10 @@ def test_a_dead_fork_server_takes_its_workers_and_is_replaced(server: ForkServer
     assert pid is not None
     wait_until(lambda: not psutil.pid_exists(pid) or _zombie(pid), DEADLINE_S)
     # The next spawn starts a new server, which is not ready at once: no spawn waits for it.
-    with pytest.raises(ForkServerStarting):
+    requests = [SpawnRequest(f"n{i}", Settings().worker(), None, None, -1) for i in range(3)]
+    deferred = server.spawn_many(requests)
+    assert [type(d) for d in deferred] == [Deferred] * 3
+    with pytest.raises(OSError, match="still starting"):
         spawn(server, "n1")
     assert server.wait_ready(60.0)
     again, conn2 = spawn(server, "n1")
