@@ -6,12 +6,16 @@ supervisor's threads, sockets, locks or imported modules. It is started
 again, lazily, at the next spawn after it died; the workers it had exit on
 their parent-death signal and are reported dead through their status pipes.
 
-Nothing here may stall the supervisor's loop: a spawn waits at most
-:data:`SPAWN_TIMEOUT_S` for the server's answer, and a server that does not
-answer in time is taken as lost (killed; its workers follow). A new server
-takes its imports and warm-up before it can fork (seconds): until its ready
-message has arrived, a spawn answers :class:`Deferred` at once rather than
-wait for it: no worker yet, and no failure either. At start-up the supervisor waits for it once
+Nothing here may stall the supervisor's loop: a batch of spawns, whatever its
+size, returns within :data:`SPAWN_BOUND_S`. Its requests carry one deadline,
+:data:`SPAWN_TIMEOUT_S` away, after which the server forks none of them: those
+it had not come to by then are :class:`Deferred`, asked for again at the next
+turn. A server whose answers do not all arrive :data:`LATE_ANSWER_S` after the
+deadline is taken as stuck: it is killed (its workers follow), and a new one
+is started at the next spawn. A new server takes its imports and warm-up
+before it can fork (seconds): until its ready message has arrived, a spawn
+answers :class:`Deferred` at once rather than wait for it: no worker yet, and
+no failure either. At start-up the supervisor waits for it once
 (:meth:`ForkServer.wait_ready`), and logs the server's preload report.
 """
 
@@ -26,13 +30,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentpool.config.settings import WorkerSettings
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor.orphans import spare_pids
-from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact
+from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, TOO_LATE, recv_exact
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +46,16 @@ TITLE_ROOM = " " * 96
 """An ignored last argument: argv memory the fork server and its workers rename themselves
 in (agentpool.proctitle), so a worker's title has room for a long node name."""
 SPAWN_TIMEOUT_S = 2.0
-"""The longest a spawn waits for the server's answer (a fork takes milliseconds): beyond
-it the server counts as stuck, and is replaced."""
+"""A batch's deadline: the server forks no request of it after this long (a fork takes a
+few milliseconds, up to ~30 on a loaded 2-core machine while the batch's first workers
+set themselves up)."""
+LATE_ANSWER_S = 1.0
+"""How long after the deadline the last answers may take (a fork under way, then one
+instant refusal per request left); a server still silent then counts as stuck."""
 DISCARD_WAIT_S = 0.2
 """How long a discarded server gets to exit at EOF before SIGKILL (inside the loop)."""
+SPAWN_BOUND_S = SPAWN_TIMEOUT_S + LATE_ANSWER_S + DISCARD_WAIT_S
+"""The longest :meth:`ForkServer.spawn_many` takes, whatever the batch and the server do."""
 LOST_EXIT_CODE = 255
 """The exit code reported for a worker whose fork server died before it did (as
 multiprocessing's fork server reports it)."""
@@ -211,9 +222,10 @@ class ForkServer:
         Every request is sent before the first answer is read, so the server forks
         them back to back: a start-up of a thousand workers waits for the server and
         the supervisor to be scheduled in turn once per batch, not twice per worker
-        (on a loaded machine that waiting, not the forks, was most of a spawn). Each
-        answer still comes within :data:`SPAWN_TIMEOUT_S` of the one before, or the
-        server counts as stuck.
+        (on a loaded machine that waiting, not the forks, was most of a spawn). The
+        batch has one deadline (the module's docstring): what the server has not
+        forked by then is :class:`Deferred`, and the call returns within
+        :data:`SPAWN_BOUND_S`.
         """
         if not requests:
             return []
@@ -229,9 +241,13 @@ class ForkServer:
                     requests)
             return list(self._exchange(requests))
 
-    def _exchange(self, requests: Sequence[SpawnRequest]) -> list[ForkedWorker | OSError]:
+    def _exchange(
+        self, requests: Sequence[SpawnRequest]
+    ) -> list[ForkedWorker | OSError | Deferred]:
         sock = self._sock
         assert sock is not None
+        deadline = time.monotonic() + SPAWN_TIMEOUT_S
+        give_up = deadline + LATE_ANSWER_S
         payloads = [
             pickle.dumps((r.node, r.settings, r.journal, r.inputs), pickle.HIGHEST_PROTOCOL)
             for r in requests
@@ -244,21 +260,27 @@ class ForkServer:
             except OSError as exc:
                 no_pipe = exc
                 break
-        results: list[ForkedWorker | OSError] = []
+        results: list[ForkedWorker | OSError | Deferred] = []
         sent = 0
-        sock.settimeout(SPAWN_TIMEOUT_S)
         try:
             for request, payload, (_, status_w) in zip(requests, payloads, pipes, strict=False):
-                socket.send_fds(sock, [HEADER.pack(len(payload))], [request.conn_fd, status_w])
+                _time_left(sock, give_up)
+                header = HEADER.pack(len(payload), deadline)
+                socket.send_fds(sock, [header], [request.conn_fd, status_w])
                 sock.sendall(payload)
                 sent += 1
                 os.close(status_w)  # the server holds its copy once sent
             for status_r, _ in pipes:
+                _time_left(sock, give_up)
                 (pid,) = REPLY.unpack(recv_exact(sock, REPLY.size))
                 if pid > 0:
                     results.append(ForkedWorker(pid, status_r))
+                    continue
+                os.close(status_r)
+                if pid == TOO_LATE:
+                    results.append(Deferred(f"fork server (pid {self.pid}) came to it after "
+                                            f"its batch's {SPAWN_TIMEOUT_S:g}s deadline"))
                 else:
-                    os.close(status_r)
                     why = f"fork server could not fork: {os.strerror(-pid)}"
                     results.append(OSError(-pid, why))
         except (OSError, EOFError) as exc:
@@ -267,7 +289,8 @@ class ForkServer:
             # Requests it answered have their workers; the others have none (a worker it
             # forked without answering finds its pipe closed, and its parent gone).
             self._discard(DISCARD_WAIT_S)
-            what = f"no answer within {SPAWN_TIMEOUT_S:g}s" if stuck else repr(exc)
+            waited = SPAWN_TIMEOUT_S + LATE_ANSWER_S
+            what = f"no answer within {waited:g}s" if stuck else repr(exc)
             lost = OSError(f"fork server lost: {what}")
             lost.__cause__ = exc
             for index, (status_r, status_w) in enumerate(pipes[len(results):], len(results)):
@@ -303,3 +326,10 @@ class ForkServer:
             process.wait()  # prompt after SIGKILL, even for a stopped process
         spare_pids.discard(process.pid)
 
+
+def _time_left(sock: socket.socket, until: float) -> None:
+    """Give the socket's next operation what is left until ``until``; TimeoutError if none."""
+    left = until - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the batch's deadline passed")
+    sock.settimeout(left)

@@ -8,7 +8,9 @@ client, click or multiprocessing's start-up machinery. Each request names a
 node and carries the worker's arguments and two descriptors (the worker's
 end of its pipe and the write end of an exit-status pipe); the server forks,
 and the child goes straight into :func:`run_worker` with its arguments
-already in memory, so a worker copies only the pages it writes itself.
+already in memory, so a worker copies only the pages it writes itself. A
+request the server comes to after its deadline (the supervisor stopped
+waiting for its batch) is answered at once, without a fork.
 
 The server reaps its children: when one exits it writes the exit code
 (negative: killed by that signal) to the child's status pipe and closes it,
@@ -26,6 +28,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 from multiprocessing.connection import Connection
 
 from agentpool.config.settings import WorkerSettings
@@ -33,12 +36,20 @@ from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, set_title
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.worker.forking import preload  # imports, warms and freezes the heap
 from agentpool.worker.forking.descriptors import close_all
-from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, READY, REPLY, STATUS, recv_exact
+from agentpool.worker.forking.wire import (
+    HEADER,
+    MAX_REQUEST,
+    READY,
+    REPLY,
+    STATUS,
+    TOO_LATE,
+    recv_exact,
+)
 from agentpool.worker.main import EXIT_CRASH, probe, run_worker
 
 
-def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
-    """One request: the worker's arguments, and its pipe and status descriptors.
+def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int], float]:
+    """One request: the worker's arguments, its pipe and status descriptors, its deadline.
 
     Anything else than a request of our supervisor's (cut short, the wrong
     descriptors, a payload that is not the four arguments of a worker) ends
@@ -49,7 +60,7 @@ def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
     if not header:
         raise EOFError
     header += recv_exact(sock, HEADER.size - len(header))
-    (size,) = HEADER.unpack(header)
+    size, deadline = HEADER.unpack(header)
     if size > MAX_REQUEST or len(fds) != 2:
         raise EOFError  # not our supervisor talking: stop rather than guess
     try:
@@ -60,7 +71,7 @@ def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
         raise EOFError(f"a request that does not unpickle: {exc!r}") from exc
     if not _worker_args(args):
         raise EOFError(f"a request that is not a worker's arguments: {type(args).__name__}")
-    return tuple(args), fds
+    return tuple(args), fds, deadline
 
 
 def _worker_args(args: object) -> bool:
@@ -114,11 +125,17 @@ class _Server:
             for key, _ in selector.select():
                 if key.fileobj is self.control:
                     try:
-                        args, (conn_fd, status_fd) = _receive(self.control)
+                        args, (conn_fd, status_fd), deadline = _receive(self.control)
                     except (EOFError, OSError):
                         return
+                    if time.monotonic() < deadline:
+                        answer = self._fork(args, conn_fd, status_fd)
+                    else:  # the supervisor no longer waits for it: it asks again later
+                        os.close(conn_fd)
+                        os.close(status_fd)
+                        answer = TOO_LATE
                     try:
-                        self.control.sendall(REPLY.pack(self._fork(args, conn_fd, status_fd)))
+                        self.control.sendall(REPLY.pack(answer))
                     except OSError:  # the supervisor is gone
                         return
                 else:

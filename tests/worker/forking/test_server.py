@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
@@ -22,9 +23,12 @@ import pytest
 from agentpool.config.settings import Settings
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.sim.polling import wait_until
+from agentpool.sim.throttle import SlowForks
 from agentpool.supervisor.forkclient import (
+    LATE_ANSWER_S,
     LOST_EXIT_CODE,
     SERVER_MODULE,
+    SPAWN_BOUND_S,
     SPAWN_TIMEOUT_S,
     Deferred,
     ForkedWorker,
@@ -205,6 +209,77 @@ def test_a_stuck_fork_server_cannot_stall_a_spawn_and_is_replaced(server: ForkSe
     assert exit_code(worker) == 0
 
 
+def batch(server: ForkServer, count: int) -> tuple[list[ForkedWorker | OSError | Deferred],
+                                                  float, list[Connection]]:
+    """Ask for ``count`` workers in one batch: the results, how long it took, and the
+    supervisor's ends of their pipes."""
+    settings = Settings(reconcile_interval_s=5.0).worker()
+    pipes = [Pipe(duplex=True) for _ in range(count)]
+    requests = [SpawnRequest(f"s{i}", settings, None, None, theirs.fileno())
+                for i, (_, theirs) in enumerate(pipes)]
+    began = time.monotonic()
+    try:
+        results = server.spawn_many(requests)
+    finally:
+        for _, theirs in pipes:
+            theirs.close()
+    return results, time.monotonic() - began, [ours for ours, _ in pipes]
+
+
+def stop_all(results: list[ForkedWorker | OSError | Deferred], pipes: list[Connection]) -> None:
+    for worker in results:
+        if isinstance(worker, ForkedWorker):
+            worker.terminate()
+            exit_code(worker)
+            worker.close()
+    for conn in pipes:
+        conn.close()
+
+
+def test_a_server_that_comes_back_after_the_deadline_forks_nothing_late(
+    server: ForkServer,
+) -> None:
+    # Stopped through the batch's deadline, then running again: every request is answered
+    # at once, without a fork (the supervisor no longer waits for it), and the server
+    # stays, serving the next batch.
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(SPAWN_TIMEOUT_S + LATE_ANSWER_S / 4,
+                             lambda: os.kill(pid, signal.SIGCONT))
+    resume.start()
+    try:
+        results, took, pipes = batch(server, 16)
+    finally:
+        resume.join()
+    assert [type(r) for r in results] == [Deferred] * 16, results
+    assert all("after its batch's 2s deadline" in r.why for r in results
+               if isinstance(r, Deferred))
+    assert took < SPAWN_TIMEOUT_S + LATE_ANSWER_S
+    assert psutil.Process(pid).children() == []
+    stop_all(results, pipes)
+    results, _, pipes = batch(server, 4)
+    assert server.pid == pid
+    assert [type(r) for r in results] == [ForkedWorker] * 4
+    stop_all(results, pipes)
+
+
+def test_a_slow_fork_server_cannot_hold_a_batch_past_its_bound(server: ForkServer) -> None:
+    # A fork takes 0.3 s: every answer comes well within a timeout per answer, and 64 of
+    # them took about 20 s. With one deadline the batch returns by its bound, the workers
+    # forked by then started and the others deferred; the server, slow but not stuck, stays.
+    pid = server.pid
+    assert pid is not None
+    with SlowForks(pid, period_s=0.3) as slow:
+        results, took, pipes = batch(server, 64)
+    assert took < SPAWN_BOUND_S + 1.0, took
+    forked = [r for r in results if isinstance(r, ForkedWorker)]
+    assert 0 < len(forked) <= slow.forks < 32
+    assert [type(r) for r in results[len(forked):]] == [Deferred] * (64 - len(forked))
+    assert server.pid == pid
+    stop_all(results, pipes)
+
+
 def test_the_ready_message_carries_the_preload_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -280,7 +355,7 @@ def test_a_request_that_is_not_a_workers_arguments_ends_the_server_quietly(
     r, w = os.pipe()
     try:
         payload = pickle.dumps(0)
-        socket.send_fds(ours, [HEADER.pack(len(payload))], [r, w])
+        socket.send_fds(ours, [HEADER.pack(len(payload), time.monotonic() + 60)], [r, w])
         ours.sendall(payload)
         assert process.wait(DEADLINE_S) == 0
         assert (tmp_path / "stderr").read_text() == ""
