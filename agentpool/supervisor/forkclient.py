@@ -11,12 +11,13 @@ size, returns within :data:`SPAWN_BOUND_S`. Its requests carry one deadline,
 :data:`SPAWN_TIMEOUT_S` away, after which the server forks none of them: those
 it had not come to by then are :class:`Deferred`, asked for again at the next
 turn. A server whose answers do not all arrive :data:`LATE_ANSWER_S` after the
-deadline is taken as stuck: it is killed (its workers follow), and a new one
-is started at the next spawn. A new server takes its imports and warm-up
-before it can fork (seconds): until its ready message has arrived, a spawn
-answers :class:`Deferred` at once rather than wait for it: no worker yet, and
-no failure either. At start-up the supervisor waits for it once
-(:meth:`ForkServer.wait_ready`), and logs the server's preload report.
+deadline is taken as stuck: it is killed (its workers follow), without waiting
+for it to be gone, and a new one is started at the next spawn. A new server
+takes its imports and warm-up before it can fork (seconds): until its ready
+message has arrived, a spawn answers :class:`Deferred` at once rather than
+wait for it: no worker yet, and no failure either. At start-up the supervisor
+waits for it once (:meth:`ForkServer.wait_ready`), and logs the server's
+preload report.
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ LATE_ANSWER_S = 1.0
 instant refusal per request left); a server still silent then counts as stuck."""
 DISCARD_WAIT_S = 0.2
 """How long a discarded server gets to exit at EOF before SIGKILL (inside the loop)."""
-SPAWN_BOUND_S = SPAWN_TIMEOUT_S + LATE_ANSWER_S + DISCARD_WAIT_S
+KILL_WAIT_S = 0.5
+"""How long a SIGKILLed server is waited for; one not gone by then (a process in
+uninterruptible sleep) is reaped at a later spawn instead."""
+SPAWN_BOUND_S = SPAWN_TIMEOUT_S + LATE_ANSWER_S + DISCARD_WAIT_S + KILL_WAIT_S
 """The longest :meth:`ForkServer.spawn_many` takes, whatever the batch and the server do."""
 LOST_EXIT_CODE = 255
 """The exit code reported for a worker whose fork server died before it did (as
@@ -139,6 +143,8 @@ class ForkServer:
         self._ready = False
         """The server's ready message (and its preload report) has been read."""
         self._greeting = bytearray()
+        self._dying: list[subprocess.Popen[bytes]] = []
+        """Servers SIGKILLed but not yet gone: reaped when they are (never waited for)."""
 
     @property
     def pid(self) -> int | None:
@@ -149,6 +155,7 @@ class ForkServer:
             self._ensure_running()
 
     def _ensure_running(self) -> None:
+        self._reap_dying()
         if self._process is not None and self._process.poll() is None and self._sock is not None:
             return
         self._discard()
@@ -309,9 +316,11 @@ class ForkServer:
         """Close the socket (the server exits at EOF) and reap it; SIGKILL past ``timeout``."""
         with self._lock:
             self._discard(timeout)
+            self._reap_dying()
 
     def _discard(self, timeout: float = 5.0) -> None:
-        """Close the socket (the server exits at EOF); SIGKILL it past ``timeout``."""
+        """Close the socket (the server exits at EOF); SIGKILL it past ``timeout``, and wait
+        for that at most :data:`KILL_WAIT_S`."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -322,9 +331,24 @@ class ForkServer:
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()  # prompt after SIGKILL, even for a stopped process
+            self._kill(process)
+            try:
+                process.wait(KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("fork server (pid %s) still there %gs after SIGKILL: it is reaped "
+                            "once gone", process.pid, KILL_WAIT_S)
+                self._dying.append(process)
+                return  # still a child of ours: the orphan reaper must leave it alone
         spare_pids.discard(process.pid)
+
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a server that would not exit."""
+        process.kill()
+
+    def _reap_dying(self) -> None:
+        for process in [p for p in self._dying if p.poll() is not None]:
+            self._dying.remove(process)
+            spare_pids.discard(process.pid)
 
 
 def _time_left(sock: socket.socket, until: float) -> None:

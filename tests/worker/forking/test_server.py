@@ -25,6 +25,8 @@ from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.sim.polling import wait_until
 from agentpool.sim.throttle import SlowForks
 from agentpool.supervisor.forkclient import (
+    DISCARD_WAIT_S,
+    KILL_WAIT_S,
     LATE_ANSWER_S,
     LOST_EXIT_CODE,
     SERVER_MODULE,
@@ -35,6 +37,7 @@ from agentpool.supervisor.forkclient import (
     ForkServer,
     SpawnRequest,
 )
+from agentpool.supervisor.orphans import spare_pids
 from agentpool.worker.forking.descriptors import close_all
 from agentpool.worker.forking.wire import HEADER
 from agentpool.worker.main import EXIT_CRASH
@@ -278,6 +281,39 @@ def test_a_slow_fork_server_cannot_hold_a_batch_past_its_bound(server: ForkServe
     assert [type(r) for r in results[len(forked):]] == [Deferred] * (64 - len(forked))
     assert server.pid == pid
     stop_all(results, pipes)
+
+
+class UnkillableServer(ForkServer):
+    """A fork server SIGKILL does not end at once. Stands in for a process in
+    uninterruptible sleep (a hung driver or NFS call), which cannot be made here on demand:
+    the server is SIGSTOPped (it ignores the closed socket) and the SIGKILL is not sent."""
+
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        self.killed = process.pid
+
+
+def test_a_server_sigkill_does_not_end_is_not_waited_for_and_is_reaped_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    server = UnkillableServer()
+    assert server.wait_ready(60.0)
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        server.stop(timeout=DISCARD_WAIT_S)
+        assert time.monotonic() - began < DISCARD_WAIT_S + KILL_WAIT_S + 1.0
+        assert server.killed == pid
+        assert pid in spare_pids  # still ours to reap: the PID 1 reaper leaves it alone
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    finally:
+        os.kill(pid, signal.SIGKILL)  # the uninterruptible call returns: it dies
+    wait_until(lambda: _zombie(pid), DEADLINE_S)
+    server.stop()  # any later call of the client reaps it
+    assert not psutil.pid_exists(pid)
+    assert pid not in spare_pids
 
 
 def test_the_ready_message_carries_the_preload_report(
