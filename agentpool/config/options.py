@@ -107,6 +107,11 @@ HEARTBEAT_HELP = (
 """Unset, the limit is derived per node, in one place: supervisor.scope.heartbeat_limit."""
 
 
+DIAGNOSTICS = "diagnostics:"
+"""How the help of each diagnostics option begins: switches that exist to measure or
+rule out a part of the agent. Production leaves them at their defaults."""
+
+
 ROUTING = "routing"
 """The TELEMETRY_* options are validated together into one routing
 (:mod:`agentpool.config.env_routing`)."""
@@ -227,6 +232,21 @@ OPTIONS: tuple[Option, ...] = (
            optional(), "http_auth.client_key"),
     Option("EVENTS", "true", "record Kubernetes Events on the Node objects (aggregated)",
            boolean, "events"),
+    Option("AGENTPOOL_PACK_CODE", "true",
+           f"{DIAGNOSTICS} the fork server packs the code workers write onto few pages",
+           boolean, "diagnostics.pack_code"),
+    Option("AGENTPOOL_TYPE_TAGS", "true",
+           f"{DIAGNOSTICS} the fork server gives every type its attribute-cache tag",
+           boolean, "diagnostics.type_tags"),
+    Option("AGENTPOOL_IMMORTALIZE", "true",
+           f"{DIAGNOSTICS} the fork server makes its heap immortal (Python 3.12, 3.13)",
+           boolean, "diagnostics.immortalize"),
+    Option("AGENTPOOL_FILL_HOLES", "true",
+           f"{DIAGNOSTICS} the fork server fills its allocators' free memory before forking",
+           boolean, "diagnostics.fill_holes"),
+    Option("AGENTPOOL_PROCTITLE", "true",
+           f"{DIAGNOSTICS} every process and thread names itself for ps and top",
+           boolean, "diagnostics.proctitle"),
 )  # fmt: skip
 
 

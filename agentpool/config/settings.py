@@ -3,11 +3,12 @@
 :class:`Settings` holds everything the agent is configured with; each part
 of the agent gets only its own small frozen part of it (kopf's per-concern
 settings): :class:`DvfsSettings`, :class:`HttpAuthSettings`,
-:class:`ElasticSettings`, and what a worker and its node controller read,
-:class:`WorkerSettings` and :class:`ControllerSettings` (:meth:`Settings.worker`). Every default is
-the options table's (:mod:`agentpool.config.options`) run through its
-parser, and :func:`load_settings` is a loop over the same table. Flags win
-over the environment. Anything that does not parse or is out of range raises
+:class:`ElasticSettings`, :class:`DiagnosticsSettings`, and what a worker
+and its node controller read, :class:`WorkerSettings` and
+:class:`ControllerSettings` (:meth:`Settings.worker`). Every default is the
+options table's (:mod:`agentpool.config.options`) run through its parser,
+and :func:`load_settings` is a loop over the same table. Flags win over the
+environment. Anything that does not parse or is out of range raises
 :class:`ConfigError` naming the variable, and the CLI turns that into exit
 status 2 before anything starts.
 """
@@ -38,7 +39,7 @@ from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment, ordinal_from_pod_name
 from agentpool.resources.routing import NodeRouting
 
-PARTS = ("dvfs", "elastic", "http_auth")
+PARTS = ("dvfs", "elastic", "http_auth", "diagnostics")
 """The :class:`Settings` fields that are a part's settings, filled by ``part.field`` options."""
 
 
@@ -59,7 +60,7 @@ def _fields(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 # The dataclass defaults are the table's defaults, parsed: one source for both.
 _DEFAULTS = _fields({opt.env: opt.value(None) for opt in OPTIONS})
-_TOP, _DVFS, _ELASTIC, _AUTH = (_DEFAULTS[part] for part in ("", *PARTS))
+_TOP, _DVFS, _ELASTIC, _AUTH, _DIAG = (_DEFAULTS[part] for part in ("", *PARTS))
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,24 @@ class HttpAuthSettings:
         if self.client_cert and self.client_key:
             context.load_cert_chain(self.client_cert, self.client_key)
         return context
+
+
+@dataclass(frozen=True)
+class DiagnosticsSettings:
+    """The diagnostics options (docs/configuration.md): what production leaves on, switched
+    off to measure it or to rule it out. The fork server is given them on its command
+    line, before it preloads."""
+
+    pack_code: bool = _DIAG["pack_code"]
+    """Copy the code objects a new worker writes next to each other (``codepack``)."""
+    type_tags: bool = _DIAG["type_tags"]
+    """Give every type its attribute-cache version tag before forking (``typetags``)."""
+    immortalize: bool = _DIAG["immortalize"]
+    """Make the fork server's heap immortal where the interpreter allows (``immortal``)."""
+    fill_holes: bool = _DIAG["fill_holes"]
+    """Fill the allocators' free memory before forking (``holes``)."""
+    proctitle: bool = _DIAG["proctitle"]
+    """Name each process and thread (:mod:`agentpool.proctitle`)."""
 
 
 def read_token(path: str) -> str:
@@ -258,6 +277,8 @@ class Settings:
     """Pool membership (static by default) and the elastic pool's lease settings."""
     events: bool = _TOP["events"]
     """Record Kubernetes Events on the Node objects (docs/metrics.md: Node events)."""
+    diagnostics: DiagnosticsSettings = field(default_factory=DiagnosticsSettings)
+    """Switches for measuring and ruling out; production keeps the defaults."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)
@@ -319,6 +340,7 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
         routing=routing_from_env(values),
         http_auth=http_auth,
         elastic=_elastic(ElasticSettings(**fields["elastic"]), values, raw, mode),
+        diagnostics=DiagnosticsSettings(**fields["diagnostics"]),
     )
 
 

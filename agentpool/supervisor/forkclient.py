@@ -23,6 +23,8 @@ preload report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import pickle
@@ -35,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentpool.config.settings import WorkerSettings
+from agentpool.config.settings import DiagnosticsSettings, WorkerSettings
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor.orphans import spare_pids
 from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, TOO_LATE, recv_exact
@@ -134,9 +136,11 @@ class Deferred:
 
 
 class ForkServer:
-    """Owns the fork server process; thread-safe (one request at a time)."""
+    """Owns the fork server process; thread-safe (one request at a time). Every server it
+    starts is given ``diagnostics`` (how to preload, a worker hook) on its command line."""
 
-    def __init__(self) -> None:
+    def __init__(self, diagnostics: DiagnosticsSettings | None = None) -> None:
+        self._argument = json.dumps(dataclasses.asdict(diagnostics or DiagnosticsSettings()))
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
@@ -162,7 +166,8 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno()), TITLE_ROOM],
+                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno()), self._argument,
+                 TITLE_ROOM],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )

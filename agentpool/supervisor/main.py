@@ -50,7 +50,7 @@ from agentpool.kube.writehold import WriteHold
 from agentpool.logs import setup_logging
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import grace_for
-from agentpool.proctitle import TITLE_PREFIX, set_title
+from agentpool.proctitle import TITLE_PREFIX, enable, set_title
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.elastic import ElasticPool
@@ -265,9 +265,10 @@ def _run(
     early: Prelaunch | None,
 ) -> int:
     # Before any thread starts, so that the threads' names (top -H) say agentpool too.
+    enable(settings.diagnostics.proctitle)
     set_title(supervisor_title(settings), "agentpool")
     if early is None:
-        early = prelaunch(settings.multiproc_dir)
+        early = prelaunch(settings.multiproc_dir, settings.diagnostics)
     metrics_dir, fork_server = early.metrics_dir, early.fork_server
     if early.private_metrics:
         stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)

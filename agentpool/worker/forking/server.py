@@ -1,16 +1,17 @@
 """The lean fork server (zygote): the process every worker is forked from, and its loop.
 
-Run as ``python -m agentpool.worker.forking.server FD`` by
+Run as ``python -m agentpool.worker.forking.server FD [DIAGNOSTICS]`` by
 :class:`agentpool.supervisor.forkclient.ForkServer`, with one end of a
-socket pair as ``FD``. It imports only what a worker runs (and warms and
-freezes it: :mod:`agentpool.worker.forking.preload`), never the Kubernetes
-client, click or multiprocessing's start-up machinery. Each request names a
-node and carries the worker's arguments and two descriptors (the worker's
-end of its pipe and the write end of an exit-status pipe); the server forks,
-and the child goes straight into :func:`run_worker` with its arguments
-already in memory, so a worker copies only the pages it writes itself. A
-request the server comes to after its deadline (the supervisor stopped
-waiting for its batch) is answered at once, without a fork.
+socket pair as ``FD`` and the diagnostics settings as JSON (defaults without
+them). It imports only what a worker runs (and warms and freezes it, as the
+diagnostics allow: :mod:`agentpool.worker.forking.preload`), never the
+Kubernetes client, click or multiprocessing's start-up machinery. Each
+request names a node and carries the worker's arguments and two descriptors
+(the worker's end of its pipe and the write end of an exit-status pipe); the
+server forks, and the child goes straight into :func:`run_worker` with its
+arguments already in memory, so a worker copies only the pages it writes
+itself. A request the server comes to after its deadline (the supervisor
+stopped waiting for its batch) is answered at once, without a fork.
 
 The server reaps its children: when one exits it writes the exit code
 (negative: killed by that signal) to the child's status pipe and closes it,
@@ -22,6 +23,7 @@ workers follow on their parent-death signal, restoring their hosts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import selectors
@@ -31,10 +33,10 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from agentpool.config.settings import WorkerSettings
-from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, set_title
+from agentpool.config.settings import DiagnosticsSettings, WorkerSettings
+from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, enable, set_title
 from agentpool.resources.nodeinputs import NodeInputs
-from agentpool.worker.forking import preload  # imports, warms and freezes the heap
+from agentpool.worker.forking import preload
 from agentpool.worker.forking.descriptors import close_all
 from agentpool.worker.forking.wire import (
     HEADER,
@@ -178,10 +180,14 @@ class _Server:
 
 def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[1]))
+    diagnostics = DiagnosticsSettings(**json.loads(argv[2])) if len(argv) > 2 else (
+        DiagnosticsSettings())
+    enable(diagnostics.proctitle)
+    lines = preload.prepare(diagnostics)
     # Tools find the fork server by its module's name in its command line: keep it there.
     set_title(f"{TITLE_PREFIX}fork server ({__spec__.name if __spec__ else __name__})",
               f"{COMM_PREFIX}forkserver")
-    report = "\n".join(preload.REPORT).encode()
+    report = "\n".join(lines).encode()
     try:
         control.sendall(READY.pack(len(report)) + report)
     except OSError:  # the supervisor is gone already

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentpool.config.settings import Settings
+from agentpool.config.settings import DiagnosticsSettings, Settings
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.sim.polling import wait_until
 from agentpool.sim.throttle import SlowForks
@@ -320,8 +320,7 @@ def test_the_ready_message_carries_the_preload_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setenv("AGENTPOOL_IMMORTALIZE", "0")
-    fresh = ForkServer()
+    fresh = ForkServer(DiagnosticsSettings(immortalize=False))
     with caplog.at_level(logging.INFO, logger="agentpool.supervisor.forkclient"):
         try:
             assert fresh.wait_ready(60.0)
@@ -332,7 +331,7 @@ def test_the_ready_message_carries_the_preload_report(
     packed = "code packing: the " if sys.version_info >= (3, 12) else "code packing skipped: "
     assert any(packed in line for line in lines), lines
     assert any("holes filled: " in line for line in lines), lines
-    assert any("immortal heap skipped: AGENTPOOL_IMMORTALIZE=0" in line for line in lines)
+    assert any("immortal heap skipped: AGENTPOOL_IMMORTALIZE=false" in line for line in lines)
     assert any("heap frozen" in line for line in lines)
 
 
