@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import inspect
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+import agentpool
 from agentpool import errors
 from agentpool.errors import (
     AgentError,
@@ -16,6 +21,9 @@ from agentpool.errors import (
 )
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.sim.apiserver import ApiEmulator
+
+NOT_THE_AGENT = ("agentpool.sim", "agentpool.demo")
+"""The simulation kit and the demo stand in for the outside world: their errors are its."""
 
 
 def drawn_tree() -> dict[str, str]:
@@ -38,6 +46,23 @@ def drawn_tree() -> dict[str, str]:
     return parents
 
 
+def agent_sources() -> Iterator[tuple[str, ast.Module]]:
+    """(module, its syntax tree) of each of the agent's modules; read, not imported (the
+    fork server's modules stay out of pytest's process: tests/conftest.py)."""
+    package = Path(agentpool.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        name = ".".join(("agentpool", *path.relative_to(package).with_suffix("").parts))
+        if not name.startswith(NOT_THE_AGENT):
+            yield name, ast.parse(path.read_text(), str(path))
+
+
+def _exception_base(base: ast.expr) -> bool:
+    name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")
+    builtin = getattr(builtins, name, None)
+    return (inspect.isclass(builtin) and issubclass(builtin, BaseException)) or name.endswith(
+        ("Error", "Exception"))
+
+
 def test_the_drawing_is_the_tree() -> None:
     drawn = drawn_tree()
     actual = {
@@ -46,6 +71,16 @@ def test_the_drawing_is_the_tree() -> None:
         if inspect.isclass(cls) and issubclass(cls, AgentError) and cls is not AgentError
     }
     assert drawn == actual
+
+
+def test_every_error_the_agent_defines_is_in_the_tree() -> None:
+    elsewhere = [
+        f"{name}.{node.name}"
+        for name, tree in agent_sources() if name != "agentpool.errors"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and any(_exception_base(b) for b in node.bases)
+    ]
+    assert elsewhere == []
 
 
 def test_both_protocol_errors_share_a_parent_and_no_builtin() -> None:

@@ -17,6 +17,7 @@ from agentpool.config.parsers import (
     Parser,
     boolean,
     duration,
+    hook,
     integer,
     log_level,
     metrics_addr,
@@ -109,7 +110,8 @@ HEARTBEAT_HELP = (
 
 DIAGNOSTICS = "diagnostics:"
 """How the help of each diagnostics option begins: switches that exist to measure or
-rule out a part of the agent. Production leaves them at their defaults."""
+rule out a part of the agent, and a hook for tests and benchmarks. Production leaves
+them at their defaults."""
 
 
 ROUTING = "routing"
@@ -247,6 +249,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("AGENTPOOL_PROCTITLE", "true",
            f"{DIAGNOSTICS} every process and thread names itself for ps and top",
            boolean, "diagnostics.proctitle"),
+    Option("AGENTPOOL_WORKER_HOOK", None,
+           f"{DIAGNOSTICS} module:function[=argument] whose result every worker calls first "
+           "(faults, probes: tests and benchmarks only)",
+           optional(hook), "diagnostics.worker_hook"),
 )  # fmt: skip
 
 

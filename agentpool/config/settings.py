@@ -147,8 +147,8 @@ class HttpAuthSettings:
 @dataclass(frozen=True)
 class DiagnosticsSettings:
     """The diagnostics options (docs/configuration.md): what production leaves on, switched
-    off to measure it or to rule it out. The fork server is given them on its command
-    line, before it preloads."""
+    off to measure it or to rule it out, and a hook into every worker for tests and
+    benchmarks. The fork server is given them on its command line, before it preloads."""
 
     pack_code: bool = _DIAG["pack_code"]
     """Copy the code objects a new worker writes next to each other (``codepack``)."""
@@ -160,6 +160,8 @@ class DiagnosticsSettings:
     """Fill the allocators' free memory before forking (``holes``)."""
     proctitle: bool = _DIAG["proctitle"]
     """Name each process and thread (:mod:`agentpool.proctitle`)."""
+    worker_hook: str | None = _DIAG["worker_hook"]
+    """What every worker calls first (:func:`agentpool.config.parsers.load_hook`)."""
 
 
 def read_token(path: str) -> str:
@@ -278,7 +280,7 @@ class Settings:
     events: bool = _TOP["events"]
     """Record Kubernetes Events on the Node objects (docs/metrics.md: Node events)."""
     diagnostics: DiagnosticsSettings = field(default_factory=DiagnosticsSettings)
-    """Switches for measuring and ruling out; production keeps the defaults."""
+    """Switches and a worker hook for measuring and testing; production keeps the defaults."""
 
     def sysfs_root_for(self, node: str) -> str:
         return self.sysfs_root.replace("{node}", node)

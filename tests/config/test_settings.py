@@ -34,6 +34,7 @@ from agentpool.resources.routing import (
     Routing,
     SourceType,
 )
+from agentpool.sim import workerfaults
 
 POOL = {"AGENT_MODE": "pool"}
 DAEMON = {"NODE_NAME": "worker-0"}
@@ -152,11 +153,13 @@ def test_shard_id_from_pool_shard_id_or_pod_ordinal(raw: dict[str, str], shard_i
 def test_diagnostics_default_to_what_production_runs_and_parse() -> None:
     assert load_settings(POOL).diagnostics == DiagnosticsSettings(
         pack_code=True, type_tags=True, immortalize=True, fill_holes=True, proctitle=True,
+        worker_hook=None,
     )
+    hook = workerfaults.hook_spec("idle:a,raise-in-tick:b")
     off = load_settings({**POOL, "AGENTPOOL_PACK_CODE": "0", "AGENTPOOL_TYPE_TAGS": "false",
                          "AGENTPOOL_IMMORTALIZE": "off", "AGENTPOOL_FILL_HOLES": "no",
-                         "AGENTPOOL_PROCTITLE": "0"})
-    assert off.diagnostics == DiagnosticsSettings(False, False, False, False, False)
+                         "AGENTPOOL_PROCTITLE": "0", "AGENTPOOL_WORKER_HOOK": f" {hook} "})
+    assert off.diagnostics == DiagnosticsSettings(False, False, False, False, False, hook)
     assert all(opt.help.startswith(DIAGNOSTICS) for opt in OPTIONS if opt.env.startswith(
         "AGENTPOOL_"))
 
@@ -283,6 +286,18 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "AGENTPOOL_IMMORTALIZE": "2"}, "AGENTPOOL_IMMORTALIZE", "2"),
     ({**POOL, "AGENTPOOL_FILL_HOLES": "none"}, "AGENTPOOL_FILL_HOLES", "none"),
     ({**POOL, "AGENTPOOL_PROCTITLE": "-"}, "AGENTPOOL_PROCTITLE", "-"),
+    # A hook is checked by loading it: no function, no module, a factory that refuses.
+    ({**POOL, "AGENTPOOL_WORKER_HOOK": "agentpool.sim"}, "AGENTPOOL_WORKER_HOOK", "agentpool.sim"),
+    (
+        {**POOL, "AGENTPOOL_WORKER_HOOK": "agentpool.sim.nothing:faults"},
+        "AGENTPOOL_WORKER_HOOK",
+        "agentpool.sim.nothing:faults",
+    ),
+    (
+        {**POOL, "AGENTPOOL_WORKER_HOOK": "agentpool.sim.workerfaults:faults=explode:a"},
+        "AGENTPOOL_WORKER_HOOK",
+        "agentpool.sim.workerfaults:faults=explode:a",
+    ),
 ]
 
 

@@ -5,7 +5,8 @@ Run as ``python -m agentpool.worker.forking.server FD [DIAGNOSTICS]`` by
 socket pair as ``FD`` and the diagnostics settings as JSON (defaults without
 them). It imports only what a worker runs (and warms and freezes it, as the
 diagnostics allow: :mod:`agentpool.worker.forking.preload`), never the
-Kubernetes client, click or multiprocessing's start-up machinery. Each
+Kubernetes client, click or multiprocessing's start-up machinery. A worker
+hook the diagnostics name is loaded here too, once for every worker. Each
 request names a node and carries the worker's arguments and two descriptors
 (the worker's end of its pipe and the write end of an exit-status pipe); the
 server forks, and the child goes straight into :func:`run_worker` with its
@@ -33,6 +34,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
+from agentpool.config.parsers import load_hook
 from agentpool.config.settings import DiagnosticsSettings, WorkerSettings
 from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, enable, set_title
 from agentpool.resources.nodeinputs import NodeInputs
@@ -47,7 +49,7 @@ from agentpool.worker.forking.wire import (
     TOO_LATE,
     recv_exact,
 )
-from agentpool.worker.main import EXIT_CRASH, probe, run_worker
+from agentpool.worker.main import EXIT_CRASH, WorkerHook, run_worker
 
 
 def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int], float]:
@@ -89,7 +91,9 @@ def _worker_args(args: object) -> bool:
     )
 
 
-def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None:
+def _child(
+    args: tuple[object, ...], conn_fd: int, inherited: list[int], hook: WorkerHook | None
+) -> None:
     """In the forked worker: drop the server's descriptors and handlers, then run."""
     try:
         signal.set_wakeup_fd(-1)
@@ -100,15 +104,15 @@ def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None
         assert isinstance(settings, WorkerSettings)
         assert journal is None or isinstance(journal, str)
         assert inputs is None or isinstance(inputs, NodeInputs)
-        probe(node, "fork")
-        run_worker(node, settings, Connection(conn_fd), journal, inputs)
+        run_worker(node, settings, Connection(conn_fd), journal, inputs, hook)
     finally:
         os._exit(EXIT_CRASH)  # run_worker never returns; anything else is a crash
 
 
 class _Server:
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, hook: WorkerHook | None) -> None:
         self.control = control
+        self.hook = hook
         self.children: dict[int, int] = {}
         """pid -> write end of its status pipe."""
         self.selector: selectors.DefaultSelector | None = None
@@ -158,7 +162,7 @@ class _Server:
             os.close(conn_fd)
             return -(exc.errno or 1)
         if pid == 0:
-            _child(args, conn_fd, inherited)
+            _child(args, conn_fd, inherited, self.hook)
         os.close(conn_fd)  # the worker's now; the server keeps only its status pipe
         self.children[pid] = status_fd
         return pid
@@ -183,6 +187,8 @@ def main(argv: list[str]) -> int:
     diagnostics = DiagnosticsSettings(**json.loads(argv[2])) if len(argv) > 2 else (
         DiagnosticsSettings())
     enable(diagnostics.proctitle)
+    # Before the heap is frozen: the hook's objects are shared by every worker.
+    hook = load_hook(diagnostics.worker_hook) if diagnostics.worker_hook else None
     lines = preload.prepare(diagnostics)
     # Tools find the fork server by its module's name in its command line: keep it there.
     set_title(f"{TITLE_PREFIX}fork server ({__spec__.name if __spec__ else __name__})",
@@ -192,7 +198,7 @@ def main(argv: list[str]) -> int:
         control.sendall(READY.pack(len(report)) + report)
     except OSError:  # the supervisor is gone already
         return 0
-    _Server(control).serve()
+    _Server(control, hook).serve()
     return 0
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from agentpool.config.settings import DiagnosticsSettings, Settings
 from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.sim import workerfaults
 from agentpool.sim.polling import wait_until
 from agentpool.sim.throttle import SlowForks
 from agentpool.supervisor.forkclient import (
@@ -410,8 +411,8 @@ def test_a_crashing_worker_says_why_and_with_which_inputs(
     # last message names the exception and the desired state it was enforcing, and the
     # supervisor logs it with the death (and puts it in the status and metrics).
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setenv("AGENTPOOL_FAULTS", "raise-in-tick:n1")
-    fork_server = ForkServer()
+    fork_server = ForkServer(DiagnosticsSettings(
+        worker_hook=workerfaults.hook_spec("raise-in-tick:n1")))
     try:
         assert fork_server.wait_ready(60.0)
         ours, theirs = Pipe(duplex=True)
