@@ -121,8 +121,6 @@ class WorkerTable:
         self.deadlines = Deadlines(loop_period_s)
         """When to look at each worker next (:meth:`schedule` whenever one's deadlines
         move earlier)."""
-        self.looked_at = 0
-        """Workers looked at by :meth:`look` so far (for the tests)."""
         self._full_pass_at = 0.0
         self._looking: list[WorkerHandle] = []
         """The workers :meth:`look` took, until :meth:`look_after_scope` is done with them."""
@@ -148,7 +146,6 @@ class WorkerTable:
             self._full_pass_at = now + FULL_PASS_S
             due = list(self.workers.values())
         self._looking = [h for h in due if self.workers.get(h.node) is h]
-        self.looked_at += len(self._looking)
         for handle in self._looking:
             self._check_heartbeat(handle, now)
             self._enforce_kill_deadline(handle, now)

@@ -29,10 +29,10 @@ from agentpool.kube.writehold import WriteHold
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, Result, TickResult
 from agentpool.supervisor.clusterview import heartbeat_limit
+from agentpool.supervisor.deadlines import Deadlines
 from agentpool.supervisor.forkclient import Deferred
-from agentpool.supervisor.handles import Launched, StopReason, WorkerState
+from agentpool.supervisor.handles import Launched, StopReason, WorkerHandle, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
-from agentpool.supervisor.workers import FULL_PASS_S
 from agentpool.worker.cadence import early_s
 from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import Fence, Stopped, TickReport
@@ -125,24 +125,41 @@ def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
         assert len(loop.launcher.started) == 2
 
 
+class CountingDeadlines(Deadlines):
+    """The worker table's deadlines, counting the workers each look takes as due."""
+
+    def __init__(self, loop_period_s: float) -> None:
+        super().__init__(loop_period_s)
+        self.taken = 0
+
+    def due(self, now: float) -> list[WorkerHandle]:
+        found = super().due(now)
+        self.taken += len(found)
+        return found
+
+
 def test_quiet_workers_are_looked_at_when_a_deadline_of_theirs_falls_due() -> None:
     # Three workers ticking every 10 s, heartbeat limit 30 s, so silence fences of 30 s,
     # renewed at the tick time before half of each is spent; the loop turns every 0.1 s
-    # for a simulated minute. A worker's moments: its renewals, the full pass every 30 s.
+    # for a simulated minute. A worker's moments: its renewals (the full pass every 30 s
+    # looks at each as well, whatever its deadlines).
     with Loop(heartbeat_timeout_s=30.0) as loop:
+        table = loop.supervisor.table
+        table.deadlines = counting = CountingDeadlines(table.deadlines.loop_period_s)
         loop.nodes("a", "b", "c")
         loop.turn()
         workers = loop.launcher.started
         assert len(workers) == 3
-        before = loop.supervisor.table.looked_at
+        before = counting.taken
         for step in range(600):
             if step % 100 == 0:
                 for worker in workers:
                     worker.report()
             loop.turn(0.1)
-        looked_at = loop.supervisor.table.looked_at - before
-        # 3 x (6 renewals + 2 full passes); looking at each at every turn would be 1,800.
-        assert 3 * 6 <= looked_at <= 3 * (6 + 60 / FULL_PASS_S), looked_at
+        looked_at = counting.taken - before
+        # Each worker for each of its 6 renewals, and for nothing else (the two full
+        # passes aside); looking at each at every turn would be 1,800.
+        assert looked_at == 3 * 6
         assert all(w.process.signals == [] for w in workers)
         for worker in workers:
             _, *renewed = fences_of(worker)  # the first came with the start
