@@ -162,7 +162,7 @@ class ForkServer:
         self._reap_dying()
         if self._process is not None and self._process.poll() is None and self._sock is not None:
             return
-        self._discard()
+        self._discard(DISCARD_WAIT_S)  # a server found dead: nothing to wait for
         ours, theirs = socket.socketpair()
         try:
             self._process = subprocess.Popen(
