@@ -122,8 +122,6 @@ class HardwarePublisher:
         self._stop = False
         self.enabled = False
         """Set while NodeHardware is served and watched (and not in simulate-only mode)."""
-        self.writes = 0
-        """Status patches and creates done, for tests and the log."""
         self._thread = threading.Thread(target=self._run, name="nodehardware", daemon=True)
 
     def start(self) -> None:
@@ -247,7 +245,6 @@ class HardwarePublisher:
         patch.update(updatedAt=stamp, lastUpdated=stamp)
         self._api.patch_status(Resource.NODE_HARDWARES, name, patch)
         entry.written = content
-        self.writes += writes + 1
         log.info(
             "NodeHardware %s of node %s written (quality %s)",
             name,
