@@ -61,6 +61,10 @@ KILL_WAIT_S = 0.5
 """How long a SIGKILLed server is waited for; one not gone by then (a process in
 uninterruptible sleep) is reaped at a later spawn instead."""
 SPAWN_BOUND_S = SPAWN_TIMEOUT_S + LATE_ANSWER_S + DISCARD_WAIT_S + KILL_WAIT_S
+MAX_BATCH = 64
+"""The most requests one batch sends (a few KiB of pickle each: about what the socket
+buffers, so the sending ends soon after the deadline however slow the server); the rest
+of a larger one are :class:`Deferred`."""
 """The longest :meth:`ForkServer.spawn_many` takes, whatever the batch and the server do."""
 LOST_EXIT_CODE = 255
 """The exit code reported for a worker whose fork server died before it did (as
@@ -130,7 +134,8 @@ class SpawnRequest:
 @dataclass(frozen=True)
 class Deferred:
     """No worker was forked, and nothing failed: the fork server is still importing and
-    warming up. Ask again shortly."""
+    warming up, or its batch's deadline (or size) left this request out. Ask again
+    shortly."""
 
     why: str
 
@@ -229,7 +234,8 @@ class ForkServer:
         self, requests: Sequence[SpawnRequest]
     ) -> list[ForkedWorker | OSError | Deferred]:
         """Fork a worker for each request, in order: each one's worker, why it has none, or
-        :class:`Deferred` for all while the server is still starting.
+        :class:`Deferred` (for all while the server is still starting; beyond
+        :data:`MAX_BATCH` requests; past the deadline).
 
         Every request is sent before the first answer is read, so the server forks
         them back to back: a start-up of a thousand workers waits for the server and
@@ -251,7 +257,9 @@ class ForkServer:
             if not ready:
                 return [Deferred(f"fork server (pid {self.pid}) is still starting")] * len(
                     requests)
-            return list(self._exchange(requests))
+            left_out = [Deferred(f"more than {MAX_BATCH} starts at once")] * (
+                len(requests) - MAX_BATCH)
+            return self._exchange(requests[:MAX_BATCH]) + left_out
 
     def _exchange(
         self, requests: Sequence[SpawnRequest]

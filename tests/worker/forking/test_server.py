@@ -30,6 +30,7 @@ from agentpool.supervisor.forkclient import (
     KILL_WAIT_S,
     LATE_ANSWER_S,
     LOST_EXIT_CODE,
+    MAX_BATCH,
     SERVER_MODULE,
     SPAWN_BOUND_S,
     SPAWN_TIMEOUT_S,
@@ -238,6 +239,17 @@ def stop_all(results: list[ForkedWorker | OSError | Deferred], pipes: list[Conne
             worker.close()
     for conn in pipes:
         conn.close()
+
+
+def test_a_batch_larger_than_the_socket_takes_is_cut_to_its_first_requests(
+    server: ForkServer,
+) -> None:
+    results, _, pipes = batch(server, MAX_BATCH + 2)
+    assert [type(r) for r in results[MAX_BATCH:]] == [Deferred, Deferred]
+    assert all("more than 64 starts at once" in r.why for r in results[MAX_BATCH:]
+               if isinstance(r, Deferred))
+    assert any(isinstance(r, ForkedWorker) for r in results[:MAX_BATCH])
+    stop_all(results, pipes)
 
 
 def test_a_server_that_comes_back_after_the_deadline_forks_nothing_late(
