@@ -158,6 +158,9 @@ class WorkerHandle:
     restore_problems: tuple[str, ...] | None = None
     check_at: float = math.inf
     """When the loop looks at this worker next (:mod:`agentpool.supervisor.deadlines`)."""
+    deferred: bool = False
+    """Its last start was put off, not failed (the fork server was still starting, or its
+    batch's deadline came first): the next attempt is no restart."""
 
     @property
     def pid(self) -> int | None:
@@ -210,6 +213,7 @@ class WorkerHandle:
         self.inbox = bytearray()
         self.restore_problems = None
         self.exit_code, self.exit_reason = None, ""
+        self.deferred = False
 
 
 class ForkServerLauncher:

@@ -361,13 +361,16 @@ def test_starts_wait_for_a_fork_server_still_starting_and_nothing_counts_as_fail
             assert handle.policy.failures == 0
             assert handle.last_failure == ""
             assert loop.status.last(name) is None  # no "not started" status written
-        loop.turn()  # each asked again one loop period later, still starting
-        assert launcher.batches[1:] == [["a"], ["b"]]
+        loop.turn()  # asked again one loop period later, in one batch, still starting
+        assert launcher.batches[1:] == [["a", "b"]]
         launcher.starting = False
         loop.turn()
+        assert launcher.batches[2:] == [["a", "b"]]
         assert sorted(w.node for w in launcher.started) == ["a", "b"]
-        assert all(loop.handle(n).state is WorkerState.STARTING for n in "ab")
-        assert all(loop.handle(n).policy.failures == 0 for n in "ab")
+        for name in "ab":
+            handle = loop.handle(name)
+            assert handle.state is WorkerState.STARTING
+            assert (handle.policy.failures, handle.policy.restarts) == (0, 0)  # no restart
 
 
 def test_an_unexpected_error_stops_everything_in_order_with_a_nonzero_exit() -> None:
