@@ -99,7 +99,7 @@ def cli(ctx: click.Context, /, **flags: str | None) -> None:
     from agentpool.supervisor.prelaunch import prelaunch
 
     try:
-        early = prelaunch(settings.multiproc_dir)
+        early = prelaunch(settings.multiproc_dir, settings.diagnostics)
         from agentpool.supervisor.main import run  # heavy imports only when running
 
         code = run(settings, listener, early)

@@ -4,18 +4,32 @@
 
     AgentError
     ├── ConfigError            bad setting: the process exits 2 (CONFIG_EXIT) naming it
-    ├── ProfileError           malformed custom resource: status ``error`` naming the field
+    ├── StartupError           start-up cannot go on (no descriptors, no fork server, no
+    │                          in-cluster configuration): exit 1, the message printed as is
     ├── CapacityError          more owned nodes than the descriptor limit allows: exit 1
+    ├── SelectorError          a label selector that does not parse (POOL_NODE_SELECTOR's
+    │                          parser turns it into a ConfigError)
+    ├── ProfileError           malformed custom resource: status ``error`` naming the field
     ├── BackendError           a control or telemetry backend failed this tick
     │   ├── SysfsError         reading/writing the host's sysfs failed (wraps OSError)
     │   ├── RaplUnavailableError    no writable package zone, or a limit that does not stick
-    │   ├── HttpBackendError   the HTTP simulator/endpoint failed (wraps URLError, bad JSON)
+    │   ├── HttpBackendError   the HTTP simulator/endpoint failed (wraps URLError, bad JSON,
+    │   │                      and the two errors of an exchange below)
     │   └── GpuUnavailableError     no GPU control library/driver on the host (status ``blocked``)
     ├── FencedError            a write refused: it could land after the worker's fence
     ├── JournalError           the original host values cannot be recorded (STATE_DIR full):
     │                          nothing is written to the host
-    └── KubeError              the Kubernetes API failed (wraps ApiException)
-        └── KubeTemporaryError worth retrying after ``delay`` seconds
+    ├── ProtocolError          a peer sent what its protocol does not allow: never a guess
+    │   ├── PipeProtocolError  on a worker's pipe: a frame cut short, one that does not
+    │   │                      unpickle, an unexpected message (the worker is stopped)
+    │   └── HttpProtocolError  an answer that is not well-formed HTTP/1.x, or a request that
+    │                          cannot be written as one (the connection is closed)
+    ├── DisconnectedError      an HTTP endpoint closed a kept-alive connection before a byte
+    │                          of its answer (the request is sent once more)
+    └── KubeError              the Kubernetes API failed (wraps ApiException); never raised
+        │                      itself: a subclass says whether to retry
+        ├── KubePermanentError a retry would fail the same (403, 404, 422, no configuration)
+        └── KubeTemporaryError worth retrying after ``delay`` seconds (5xx, 429, bad answers)
             └── KubeUnreachableError    no HTTP answer at all (refused, reset, timed out)
 
 Third-party errors are wrapped with ``raise Ours(...) from exc`` so the cause is
@@ -59,6 +73,18 @@ class ConfigError(AgentError):
         self.value = value
         self.accepted = accepted
         super().__init__(f"{variable}={value!r} is invalid: {accepted}")
+
+
+class StartupError(AgentError):
+    """Start-up cannot go on; the message is printed as is and the process exits 1."""
+
+
+class CapacityError(AgentError):
+    """This pod owns more nodes than its descriptor limit lets it run workers for."""
+
+
+class SelectorError(AgentError):
+    """A label selector's string form does not parse (says where)."""
 
 
 class ProfileError(AgentError):
@@ -135,12 +161,35 @@ class JournalError(AgentError):
         )
 
 
+class ProtocolError(AgentError):
+    """A peer sent something its protocol does not allow; what it is, is not guessed."""
+
+
+class PipeProtocolError(ProtocolError):
+    """A worker's pipe carried something that is not a whole, well-formed message."""
+
+
+class HttpProtocolError(ProtocolError):
+    """An answer that is not well-formed HTTP/1.x, or a request that cannot be written."""
+
+
+class DisconnectedError(AgentError):
+    """The server closed the connection before a byte of its answer arrived: what a server
+    that closed an idle kept-alive connection looks like to the next request."""
+
+
 class KubeError(AgentError):
-    """A Kubernetes API call failed permanently (403, 404, 422...)."""
+    """A Kubernetes API call failed. Raised only as one of its subclasses, which say whether
+    a retry may succeed; catch it for "failed, whichever way"."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         self.status = status
         super().__init__(message)
+
+
+class KubePermanentError(KubeError):
+    """A Kubernetes API call failed in a way a retry would not change (403, 404, 422, a
+    configuration that does not load)."""
 
 
 class KubeTemporaryError(KubeError):
@@ -159,7 +208,3 @@ class KubeUnreachableError(KubeTemporaryError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, None)
-
-
-class CapacityError(AgentError):
-    """This pod owns more nodes than its descriptor limit lets it run workers for."""

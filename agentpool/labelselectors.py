@@ -23,9 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-
-class SelectorError(ValueError):
-    """The selector string does not parse."""
+from agentpool.errors import SelectorError
 
 
 class Op(enum.Enum):

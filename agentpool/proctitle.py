@@ -17,14 +17,15 @@ for a few lines of ctypes, and ``ctypes`` is loaded by the worker anyway
 (``PR_SET_PDEATHSIG``). The area's bounds are read once, at import, which
 in a worker means in the fork server: its children inherit the numbers.
 
-``AGENTPOOL_PROCTITLE=0`` leaves every name as it was (to measure the cost,
-or to rule it out). Best effort everywhere: a failure leaves the name alone.
+:func:`enable` (``AGENTPOOL_PROCTITLE=false``: every process is told at start,
+and a worker inherits its fork server's choice) leaves every name as it was, to
+measure the cost or to rule it out. Best effort everywhere: a failure leaves the
+name alone.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from typing import Any
 
@@ -35,8 +36,14 @@ COMM_PREFIX = "ap:"
 TITLE_PREFIX = "agentpool: "
 
 
-def _enabled() -> bool:
-    return os.environ.get("AGENTPOOL_PROCTITLE", "1") != "0"
+_enabled = True
+
+
+def enable(on: bool) -> None:
+    """Whether :func:`set_title` and :func:`name_thread` rename anything in this process
+    (and the processes it forks from now on)."""
+    global _enabled
+    _enabled = on
 
 
 def argv_area(stat: str | None = None) -> tuple[int, int] | None:
@@ -77,7 +84,7 @@ def comm_for(name: str) -> str:
 
 def set_title(title: str, comm: str | None = None) -> bool:
     """Rename this process (its command line, and ``comm`` when given); True if done."""
-    if not _enabled():
+    if not _enabled:
         return False
     done = False
     if _AREA is not None and _AREA[1] - _AREA[0] >= 3:
@@ -105,7 +112,7 @@ def name_thread(name: str | None = None) -> bool:
     be told with a Python profiler. Called first thing in each thread the agent
     starts; never in the main thread, whose ``comm`` is the process's name.
     """
-    if not _enabled() or _PRCTL is None:
+    if not _enabled or _PRCTL is None:
         return False
     raw = (name or threading.current_thread().name).encode(errors="replace")[:COMM_BYTES]
     return bool(_PRCTL(PR_SET_NAME, ctypes.c_char_p(raw), 0, 0, 0) == 0)

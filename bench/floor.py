@@ -36,7 +36,8 @@ machine:
 4. **Worker memory** at each checkpoint (minutes after the agent started):
    median and p95 PSS of the N workers, next to the median PSS of
    ``--floor-workers`` extra workers forked by the same fork server, last
-   (their nodes sort last), that only sleep (``AGENTPOOL_FAULTS=idle:...``);
+   (their nodes sort last), that only sleep (the ``idle`` fault of
+   :mod:`agentpool.sim.workerfaults`);
    growth between the last two checkpoints.
 
 Workers' metrics files are kept in ``/dev/shm`` where there is one, as the
@@ -82,6 +83,7 @@ from measure import (
 from prometheus_client.parser import text_string_to_metric_families
 from report import replace_section
 
+from agentpool.sim import workerfaults
 from agentpool.sim.agentproc import AgentProcess, worker_pids
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
@@ -299,7 +301,7 @@ def run(args: argparse.Namespace) -> Result:
             SimCluster(workdir=tmp) as cluster:
         env = {
             "RECONCILE_INTERVAL": f"{args.interval:g}s",
-            "AGENTPOOL_FAULTS": ",".join(f"idle:{n}" for n in floors),
+            **workerfaults.env(",".join(f"idle:{n}" for n in floors)),
         }
         if args.heartbeat_timeout:
             env["HEARTBEAT_TIMEOUT"] = args.heartbeat_timeout

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from measure import MIB, agent_over_nodes, median, memory, percentile, process_tree
 
+from agentpool.sim import memprobe
 from agentpool.sim.agentproc import AgentProcess
 from agentpool.worker.forking import immortal
 
@@ -129,7 +130,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="agentpool-probe-") as probe_dir:
         env = {"RECONCILE_INTERVAL": interval, **extra_env}
         if probe:
-            env["AGENTPOOL_MEMORY_PROBE"] = probe_dir
+            env.update(memprobe.env(probe_dir))
         with agent_over_nodes(nodes, backend, env, api) as agent:
             started = time.monotonic()
             points = []

@@ -109,7 +109,7 @@ def test_memory_benchmark_smoke_run() -> None:
     rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines()
             if line.startswith("| ")}
     assert rows["0.1"].split("|")[2].strip() == "3"  # 3 workers at the last checkpoint
-    for stage in ("fork", "bootstrap", "setup", "tick1", "tick2"):
+    for stage in ("fork", "setup", "tick1", "tick2"):
         assert rows[stage].split("|")[2].strip() == "3", stage  # each worker reported it
 
 

@@ -118,6 +118,8 @@ def test_owner_needs_a_node_and_positive_shards() -> None:
     [
         ({"AGENT_MODE": "bogus"}, "AGENT_MODE", "bogus"),
         ({"POOL_SHARDS": "2", "POOL_SHARD_ID": "5", "AGENT_MODE": "pool"}, "POOL_SHARD_ID", "5"),
+        ({"AGENT_MODE": "pool", "AGENTPOOL_IMMORTALIZE": "perhaps"}, "AGENTPOOL_IMMORTALIZE",
+         "perhaps"),
     ],
 )
 def test_bad_configuration_exits_2_naming_the_variable(

@@ -19,7 +19,7 @@ that parses nothing (docs/history/benchmarks-rounds.md, fifth round).
 Every receive is bounded by the request's deadline (a server that drips its
 answer a byte at a time, each within a socket timeout, is cut off at the
 deadline all the same), bodies are read up to a bound, and what is not
-well-formed HTTP/1.x is a :class:`ProtocolError`, never a guess. Like
+well-formed HTTP/1.x is a :class:`HttpProtocolError`, never a guess. Like
 ``http.client``, header lines are at most :data:`MAX_LINE` bytes and an
 answer at most :data:`MAX_HEADERS` of them.
 """
@@ -32,6 +32,8 @@ import ssl
 import time
 from dataclasses import dataclass
 
+from agentpool.errors import DisconnectedError, HttpProtocolError
+
 MAX_LINE = 65536
 """The longest status or header line taken (``http.client``'s limit)."""
 MAX_HEADERS = 100
@@ -43,15 +45,6 @@ _BAD_VALUE = re.compile(r"[\r\n\x00]")
 """What would end a header line early: a header smuggled into the request."""
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
 """A chunk size."""
-
-
-class ProtocolError(ValueError):
-    """An answer that is not well-formed HTTP/1.x, or a request that cannot be written."""
-
-
-class DisconnectedError(ConnectionError):
-    """The server closed the connection before a byte of its answer arrived: what a server
-    that closed an idle kept-alive connection looks like to the next request."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +60,14 @@ class Reply:
 
 def request_bytes(method: str, target: str, host: str, headers: dict[str, str],
                   body: bytes | None) -> bytes:
-    """The request as it goes on the wire; ProtocolError for a target or header that
+    """The request as it goes on the wire; HttpProtocolError for a target or header that
     would not make one request."""
     if _ILLEGAL.search(target):
-        raise ProtocolError(f"URL can't contain control characters: {target!r}")
+        raise HttpProtocolError(f"URL can't contain control characters: {target!r}")
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity"]
     for name, value in headers.items():
         if _BAD_VALUE.search(name) or _BAD_VALUE.search(value) or ":" in name:
-            raise ProtocolError(f"invalid header {name!r}")
+            raise HttpProtocolError(f"invalid header {name!r}")
         lines.append(f"{name}: {value}")
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
@@ -115,7 +108,7 @@ class Connection:
         body. The connection is closed when the answer leaves it unusable."""
         sock = self.sock
         if sock is None:
-            raise ProtocolError("not connected")
+            raise HttpProtocolError("not connected")
         try:
             _settimeout(sock, deadline)
             sock.sendall(data)
@@ -168,16 +161,16 @@ class _Reader:
             end = self.buf.find(b"\n", self.pos)
             if end >= 0:
                 if end - self.pos > MAX_LINE:
-                    raise ProtocolError(f"{what} longer than {MAX_LINE} bytes")
+                    raise HttpProtocolError(f"{what} longer than {MAX_LINE} bytes")
                 line = bytes(self.buf[self.pos:end])
                 self.pos = end + 1
                 return line[:-1] if line.endswith(b"\r") else line
             if len(self.buf) - self.pos > MAX_LINE:
-                raise ProtocolError(f"{what} longer than {MAX_LINE} bytes")
+                raise HttpProtocolError(f"{what} longer than {MAX_LINE} bytes")
             if not self._fill():
                 if self.pos == len(self.buf):
                     return b""
-                raise ProtocolError(f"the connection ended inside the {what}")
+                raise HttpProtocolError(f"the connection ended inside the {what}")
 
     def take(self, count: int) -> bytes:
         """Up to ``count`` bytes of body (fewer only at the end of the connection)."""
@@ -201,13 +194,13 @@ class _Reader:
             body = b""
         elif te is not None:
             if te.strip().lower() != "chunked":
-                raise ProtocolError(f"unsupported Transfer-Encoding {te!r}")
+                raise HttpProtocolError(f"unsupported Transfer-Encoding {te!r}")
             body, complete = self._chunked(limit)
             keep = keep and complete
         elif length is not None:
             body = self.take(min(length, limit + 1))
             if len(body) < min(length, limit + 1):
-                raise ProtocolError(f"the connection ended {length - len(body)} bytes short")
+                raise HttpProtocolError(f"the connection ended {length - len(body)} bytes short")
             keep = keep and length <= limit
         else:  # no framing: the body ends with the connection
             body = self.take(limit + 1)
@@ -222,17 +215,17 @@ class _Reader:
         line = raw.decode("latin-1")
         parts = line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise ProtocolError(f"not an HTTP status line: {line[:80]!r}")
+            raise HttpProtocolError(f"not an HTTP status line: {line[:80]!r}")
         version = parts[0]
         if version in ("HTTP/1.0", "HTTP/0.9"):
             number = 10
         elif version.startswith("HTTP/1."):
             number = 11
         else:
-            raise ProtocolError(f"unsupported protocol {version[:20]!r}")
+            raise HttpProtocolError(f"unsupported protocol {version[:20]!r}")
         code = parts[1]
         if len(code) != 3 or not code.isdigit() or not 100 <= int(code) <= 999:
-            raise ProtocolError(f"not an HTTP status line: {line[:80]!r}")
+            raise HttpProtocolError(f"not an HTTP status line: {line[:80]!r}")
         return number, int(code), parts[2].strip() if len(parts) > 2 else ""
 
     def _headers(self) -> dict[str, str]:
@@ -246,7 +239,7 @@ class _Reader:
                 return headers
             count += 1
             if count > MAX_HEADERS:
-                raise ProtocolError(f"more than {MAX_HEADERS} headers")
+                raise HttpProtocolError(f"more than {MAX_HEADERS} headers")
             line = raw.decode("latin-1")
             if line[0] in " \t" and last:  # an obsolete folded continuation
                 headers[last] += " " + line.strip()
@@ -254,7 +247,7 @@ class _Reader:
             name, colon, value = line.partition(":")
             name = name.strip().lower()
             if not colon or not name:
-                raise ProtocolError(f"malformed header line {line[:40]!r}")
+                raise HttpProtocolError(f"malformed header line {line[:40]!r}")
             value = value.strip()
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
             last = name
@@ -267,7 +260,7 @@ class _Reader:
             header = self.line("chunk size").split(b";", 1)[0].strip()
             # Hex digits only: int(x, 16) would also take a sign, "0x" and underscores.
             if not _HEX.fullmatch(header):
-                raise ProtocolError(f"bad chunk size {header[:20]!r}")
+                raise HttpProtocolError(f"bad chunk size {header[:20]!r}")
             chunk = int(header, 16)
             if chunk == 0:
                 while self.line("trailer"):  # trailers are read and ignored
@@ -276,13 +269,13 @@ class _Reader:
             want = min(chunk, limit + 1 - size)
             data = self.take(want)
             if len(data) < want:
-                raise ProtocolError("the connection ended inside a chunk")
+                raise HttpProtocolError("the connection ended inside a chunk")
             parts.append(data)
             size += len(data)
             if size > limit:
                 return b"".join(parts), False
             if self.line("chunk end"):
-                raise ProtocolError("a chunk longer than its size")
+                raise HttpProtocolError("a chunk longer than its size")
 
 
 def _content_length(value: str | None) -> int | None:
@@ -290,5 +283,5 @@ def _content_length(value: str | None) -> int | None:
         return None
     values = {v.strip() for v in value.split(",")}  # a repeated header, joined
     if len(values) != 1 or not (text := values.pop()).isdigit():
-        raise ProtocolError(f"bad Content-Length {value[:40]!r}")
+        raise HttpProtocolError(f"bad Content-Length {value[:40]!r}")
     return int(text)

@@ -47,7 +47,7 @@ from agentpool.backends import fencing, http11
 from agentpool.backends.httpauth import HttpAuth
 from agentpool.config.settings import HttpAuthSettings
 from agentpool.durations import utc_timestamp
-from agentpool.errors import HttpBackendError, shown
+from agentpool.errors import DisconnectedError, HttpBackendError, HttpProtocolError, shown
 from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
 
@@ -112,7 +112,7 @@ def close_connections() -> None:
 
 
 def _origin(parts: urllib.parse.SplitResult) -> tuple[str, int, str]:
-    """(host to connect to, port, the ``Host`` header) of a URL; ProtocolError for a port
+    """(host to connect to, port, the ``Host`` header) of a URL; HttpProtocolError for a port
     that cannot be used."""
     netloc = parts.netloc.rpartition("@")[2]
     try:
@@ -120,7 +120,7 @@ def _origin(parts: urllib.parse.SplitResult) -> tuple[str, int, str]:
     except ValueError:
         text = netloc.rpartition(":")[2]
         problem = "port out of range" if text.isdigit() else "nonnumeric port"
-        raise http11.ProtocolError(f"{problem}: {text!r}") from None
+        raise HttpProtocolError(f"{problem}: {text!r}") from None
     host = parts.hostname or ""
     return host, port or (443 if parts.scheme == "https" else 80), netloc
 
@@ -176,14 +176,15 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
             reply = conn.exchange(data, method, deadline, MAX_BODY_BYTES)
         except TimeoutError as exc:
             raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
-        except ConnectionError as exc:  # reset, or closed while idle (DisconnectedError)
+        except (ConnectionError, DisconnectedError) as exc:  # reset, or closed while idle
             if reused and attempt == 1:
                 continue
             raise HttpBackendError(url, f"request failed: {exc}") from exc
-        except (OSError, ValueError) as exc:  # a malformed answer, a URL it cannot use...
+        except (OSError, ValueError, HttpProtocolError) as exc:  # a malformed answer, a bad URL
             if conn is not None:
                 conn.close()
-            raise HttpBackendError(url, f"request failed: {shown(exc)}") from exc
+            what = shown(str(exc))[1:-1] if isinstance(exc, HttpProtocolError) else shown(exc)
+            raise HttpBackendError(url, f"request failed: {what}") from exc
         if not 200 <= reply.status < 300:
             problem = f"HTTP {reply.status} {shown(reply.reason)}"
             if reply.status in (401, 403):

@@ -19,6 +19,7 @@ from agentpool.config.parsers import (
     Parser,
     boolean,
     duration,
+    hook,
     integer,
     log_level,
     metrics_addr,
@@ -112,6 +113,12 @@ HEARTBEAT_HELP = (
     "or the node's longest legal tick (HTTP timeouts) + RECONCILE_INTERVAL + 30s if longer"
 )
 """Unset, the limit is derived per node, in one place: supervisor.scope.heartbeat_limit."""
+
+
+DIAGNOSTICS = "diagnostics:"
+"""How the help of each diagnostics option begins: switches that exist to measure or
+rule out a part of the agent, and a hook for tests and benchmarks. Production leaves
+them at their defaults."""
 
 
 ROUTING = "routing"
@@ -246,6 +253,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("KUBE_CLIENT_BURST", None,
            "API requests at once above KUBE_CLIENT_QPS; default 100 where a limit is set",
            optional(integer(minimum=0)), "kube_burst", joulie=joulie.kube_burst),
+    Option("AGENTPOOL_PACK_CODE", "true",
+           f"{DIAGNOSTICS} the fork server packs the code workers write onto few pages",
+           boolean, "diagnostics.pack_code"),
+    Option("AGENTPOOL_TYPE_TAGS", "true",
+           f"{DIAGNOSTICS} the fork server gives every type its attribute-cache tag",
+           boolean, "diagnostics.type_tags"),
+    Option("AGENTPOOL_IMMORTALIZE", "true",
+           f"{DIAGNOSTICS} the fork server makes its heap immortal (Python 3.12, 3.13)",
+           boolean, "diagnostics.immortalize"),
+    Option("AGENTPOOL_FILL_HOLES", "true",
+           f"{DIAGNOSTICS} the fork server fills its allocators' free memory before forking",
+           boolean, "diagnostics.fill_holes"),
+    Option("AGENTPOOL_PROCTITLE", "true",
+           f"{DIAGNOSTICS} every process and thread names itself for ps and top",
+           boolean, "diagnostics.proctitle"),
+    Option("AGENTPOOL_WORKER_HOOK", None,
+           f"{DIAGNOSTICS} module:function[=argument] whose result every worker calls first "
+           "(faults, probes: tests and benchmarks only)",
+           optional(hook), "diagnostics.worker_hook"),
 )  # fmt: skip
 
 

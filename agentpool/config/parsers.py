@@ -9,13 +9,14 @@ their variables.
 from __future__ import annotations
 
 import enum
+import importlib
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agentpool.durations import parse_duration
-from agentpool.errors import ConfigError
-from agentpool.labelselectors import SelectorError, parse_selector
+from agentpool.errors import ConfigError, SelectorError
+from agentpool.labelselectors import parse_selector
 
 E = TypeVar("E", bound=enum.StrEnum)
 
@@ -141,6 +142,31 @@ def selector(env: str, raw: str) -> str:
         parse_selector(raw)
     except SelectorError as exc:
         raise ConfigError(env, raw, f"expected a Kubernetes label selector ({exc})") from None
+    return raw.strip()
+
+
+def load_hook(spec: str) -> Callable[[str], Any]:
+    """The worker hook ``spec`` names: ``module:function`` or ``module:function=argument``;
+    ``function(argument)`` ("" without one) makes it. Raises whatever loading it raises."""
+    target, _, argument = spec.strip().partition("=")
+    module, sep, name = target.partition(":")
+    if not (sep and module and name):
+        raise ValueError("no module:function")
+    made = getattr(importlib.import_module(module), name)(argument)
+    if not callable(made):
+        raise TypeError(f"{target}({argument!r}) returned {type(made).__name__}, not a hook")
+    return made  # type: ignore[no-any-return]
+
+
+def hook(env: str, raw: str) -> str:
+    """A worker hook's ``spec`` (:func:`load_hook`), checked by loading it once here."""
+    try:
+        load_hook(raw)
+    except Exception as exc:  # an import or a factory of someone else's: anything at all
+        problem = f"{type(exc).__name__}: {exc}"
+        raise ConfigError(
+            env, raw, f"expected module:function[=argument] naming a hook that loads ({problem})"
+        ) from None
     return raw.strip()
 
 

@@ -3,11 +3,12 @@
 :class:`Settings` holds everything the agent is configured with; each part
 of the agent gets only its own small frozen part of it (kopf's per-concern
 settings): :class:`DvfsSettings`, :class:`HttpAuthSettings`,
-:class:`ElasticSettings`, and what a worker and its node controller read,
-:class:`WorkerSettings` and :class:`ControllerSettings` (:meth:`Settings.worker`). Every default is
-the options table's (:mod:`agentpool.config.options`) run through its
-parser, and :func:`load_settings` is a loop over the same table. Flags win
-over the environment. Anything that does not parse or is out of range raises
+:class:`ElasticSettings`, :class:`DiagnosticsSettings`, and what a worker
+and its node controller read, :class:`WorkerSettings` and
+:class:`ControllerSettings` (:meth:`Settings.worker`). Every default is the
+options table's (:mod:`agentpool.config.options`) run through its parser,
+and :func:`load_settings` is a loop over the same table. Flags win over the
+environment. Anything that does not parse or is out of range raises
 :class:`ConfigError` naming the variable, and the CLI turns that into exit
 status 2 before anything starts.
 """
@@ -40,7 +41,7 @@ from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment, ordinal_from_pod_name
 from agentpool.resources.routing import NodeRouting
 
-PARTS = ("dvfs", "elastic", "http_auth")
+PARTS = ("dvfs", "elastic", "http_auth", "diagnostics")
 """The :class:`Settings` fields that are a part's settings, filled by ``part.field`` options."""
 
 
@@ -61,7 +62,7 @@ def _fields(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 # The dataclass defaults are the table's defaults, parsed: one source for both.
 _DEFAULTS = _fields({opt.env: opt.value(None) for opt in OPTIONS})
-_TOP, _DVFS, _ELASTIC, _AUTH = (_DEFAULTS[part] for part in ("", *PARTS))
+_TOP, _DVFS, _ELASTIC, _AUTH, _DIAG = (_DEFAULTS[part] for part in ("", *PARTS))
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,26 @@ class HttpAuthSettings:
         if self.client_cert and self.client_key:
             context.load_cert_chain(self.client_cert, self.client_key)
         return context
+
+
+@dataclass(frozen=True)
+class DiagnosticsSettings:
+    """The diagnostics options (docs/configuration.md): what production leaves on, switched
+    off to measure it or to rule it out, and a hook into every worker for tests and
+    benchmarks. The fork server is given them on its command line, before it preloads."""
+
+    pack_code: bool = _DIAG["pack_code"]
+    """Copy the code objects a new worker writes next to each other (``codepack``)."""
+    type_tags: bool = _DIAG["type_tags"]
+    """Give every type its attribute-cache version tag before forking (``typetags``)."""
+    immortalize: bool = _DIAG["immortalize"]
+    """Make the fork server's heap immortal where the interpreter allows (``immortal``)."""
+    fill_holes: bool = _DIAG["fill_holes"]
+    """Fill the allocators' free memory before forking (``holes``)."""
+    proctitle: bool = _DIAG["proctitle"]
+    """Name each process and thread (:mod:`agentpool.proctitle`)."""
+    worker_hook: str | None = _DIAG["worker_hook"]
+    """What every worker calls first (:func:`agentpool.config.parsers.load_hook`)."""
 
 
 def read_token(path: str) -> str:
@@ -270,6 +291,9 @@ class Settings:
     """Values Joulie's agent accepts that are not taken as given, and what is done instead:
     logged once at start (:mod:`agentpool.config.joulie`)."""
 
+    diagnostics: DiagnosticsSettings = field(default_factory=DiagnosticsSettings)
+    """Switches and a worker hook for measuring and testing; production keeps the defaults."""
+
     @property
     def api_limit(self) -> tuple[float, int] | None:
         """(requests per second, burst) of this pod's own API requests; None: no limit."""
@@ -343,6 +367,7 @@ def load_settings(raw: Mapping[str, str | None]) -> Settings:
         http_auth=http_auth,
         elastic=_elastic(ElasticSettings(**fields["elastic"]), values, raw, mode),
         notes=tuple(notes),
+        diagnostics=DiagnosticsSettings(**fields["diagnostics"]),
     )
 
 

@@ -48,7 +48,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from agentpool.errors import KubeError, KubeTemporaryError, KubeUnreachableError
+from agentpool.errors import (
+    KubeError,
+    KubePermanentError,
+    KubeTemporaryError,
+    KubeUnreachableError,
+)
 from agentpool.kube.reachability import Reachability
 from agentpool.tokenbucket import RateLimiter
 
@@ -161,7 +166,7 @@ def _wrap(exc: Exception, what: str) -> KubeError:
             except ValueError:
                 delay = 1.0
             return KubeTemporaryError(reason, status, delay)
-        return KubeError(reason, status)
+        return KubePermanentError(reason, status)
     return KubeUnreachableError(f"{what}: no answer: {no_answer(exc)}")
 
 
@@ -182,12 +187,13 @@ def load_client(kubeconfig: str | None) -> client.ApiClient:
         else:
             config.load_incluster_config(client_configuration=configuration)
     except (config.ConfigException, OSError) as exc:
-        raise KubeError(f"cannot load Kubernetes configuration from {source}: {exc}") from exc
+        problem = f"cannot load Kubernetes configuration from {source}: {exc}"
+        raise KubePermanentError(problem) from exc
     except Exception as exc:
         # The client reads the file's YAML with no shape check of its own: a file that is
         # not a kubeconfig (a scalar, a list, undecodable bytes, a mapping of wrong types)
         # raises whatever its code trips over (YAMLError, TypeError, UnicodeDecodeError...).
-        raise KubeError(
+        raise KubePermanentError(
             f"cannot load Kubernetes configuration from {source}: "
             f"not a kubeconfig ({type(exc).__name__}: {exc})"
         ) from exc
@@ -270,7 +276,7 @@ class KubeApi:
         if path is not None:
             if isinstance(resource, PoolResource):
                 if self.namespace is None:
-                    raise KubeError(
+                    raise KubePermanentError(
                         f"{resource.value} are namespaced: the KubeApi has no namespace"
                     )
                 path = path.format(namespace=self.namespace)

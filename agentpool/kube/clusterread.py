@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from agentpool.errors import KubeError
+from agentpool.errors import KubePermanentError, KubeTemporaryError
 from agentpool.kube.api import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, KubeApi, PoolResource, Resource
 from agentpool.pool.membership import LABEL_POOL
 
@@ -43,7 +43,8 @@ def user_client(kubeconfig: str | None, context: str | None) -> client.ApiClient
             config_file=kubeconfig, context=context, client_configuration=configuration
         )
     except (config.ConfigException, OSError) as exc:
-        raise KubeError(f"cannot load a kubeconfig ({kubeconfig or 'default'}): {exc}") from exc
+        problem = f"cannot load a kubeconfig ({kubeconfig or 'default'}): {exc}"
+        raise KubePermanentError(problem) from exc
     configuration.retries = 0
     return client.ApiClient(configuration)
 
@@ -82,7 +83,7 @@ def _pool_leases(api: KubeApi, namespace: str | None) -> list[dict[str, Any]]:
     try:
         body = json.loads(response.data)
     except ValueError as exc:
-        raise KubeError("list leases: answer is not JSON") from exc
+        raise KubeTemporaryError("list leases: answer is not JSON") from exc
     finally:
         response.release_conn()
     items = body.get("items") if isinstance(body, dict) else None

@@ -24,7 +24,7 @@ from typing import Any
 
 from agentpool.backoff import Backoff
 from agentpool.durations import utc_timestamp
-from agentpool.errors import KubeError
+from agentpool.errors import KubeError, KubePermanentError
 from agentpool.jsonnumbers import json_count
 from agentpool.kube.api import CONNECT_TIMEOUT_S, KubeApi, PoolResource, abort_read, json_body
 from agentpool.kube.reachability import level_of
@@ -82,7 +82,7 @@ class LeaseClient:
         self, api: KubeApi, pod: str, pool: str, duration_s: float, grace_s: float
     ) -> None:
         if api.namespace is None:
-            raise KubeError("lease membership needs a namespace")
+            raise KubePermanentError("lease membership needs a namespace")
         self._api = api
         self._namespace = api.namespace
         self.pod = pod

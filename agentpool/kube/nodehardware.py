@@ -152,8 +152,6 @@ class HardwarePublisher:
         self.enabled = False
         """Set while NodeHardware is served and watched (simulate-only mode too, as Joulie's
         agent publishes it before its simulate-only check)."""
-        self.writes = 0
-        """Status patches and creates done, for tests and the log."""
         self._thread = threading.Thread(target=self._run, name="nodehardware", daemon=True)
 
     def start(self) -> None:
@@ -292,7 +290,6 @@ class HardwarePublisher:
                 Resource.NODE_HARDWARES, name, {**merge_diff(entry.written, content), **stamps}
             )
         entry.written = content
-        self.writes += writes + 1
         log.info(
             "NodeHardware %s of node %s written (quality %s)",
             name,

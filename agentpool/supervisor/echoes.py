@@ -43,8 +43,6 @@ class Echoes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last: dict[Resource, dict[Any, dict[str, Any]]] = {k: {} for k in KINDS}
-        self.dropped = 0
-        """Events that changed nothing the supervisor keeps (for tests and benchmarks)."""
 
     def news(self, event: InformerEvent) -> bool:
         """Whether ``event`` may change what the supervisor knows (else it is dropped)."""
@@ -64,7 +62,6 @@ class Echoes:
                 last.pop(name, None)
                 return True
             if event.kind == "MODIFIED" and last.get(name) == view:
-                self.dropped += 1
                 return False
             last[name] = view
             return True

@@ -6,18 +6,25 @@ supervisor's threads, sockets, locks or imported modules. It is started
 again, lazily, at the next spawn after it died; the workers it had exit on
 their parent-death signal and are reported dead through their status pipes.
 
-Nothing here may stall the supervisor's loop: a spawn waits at most
-:data:`SPAWN_TIMEOUT_S` for the server's answer, and a server that does not
-answer in time is taken as lost (killed; its workers follow). A new server
+Nothing here may stall the supervisor's loop: a batch of spawns, whatever its
+size, returns within :data:`SPAWN_BOUND_S`. Its requests carry one deadline,
+:data:`SPAWN_TIMEOUT_S` away, after which the server forks none of them: those
+it had not come to by then are :class:`Deferred`, asked for again at the next
+turn. A server whose answers do not all arrive :data:`LATE_ANSWER_S` after the
+deadline is taken as stuck: it is killed (its workers follow), without waiting
+for it to be gone, and a new one is started at the next spawn. A new server
 takes its imports and warm-up before it can fork (seconds): until its ready
-message has arrived, a spawn fails at once with :class:`ForkServerStarting`
-rather than wait for it. At start-up the supervisor waits for it once
-(:meth:`ForkServer.wait_ready`), and logs the server's preload report.
+message has arrived, a spawn answers :class:`Deferred` at once rather than
+wait for it: no worker yet, and no failure either. At start-up the supervisor
+waits for it once (:meth:`ForkServer.wait_ready`), and logs the server's
+preload report.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import pickle
@@ -26,13 +33,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentpool.config.settings import WorkerSettings
+from agentpool.config.settings import DiagnosticsSettings, WorkerSettings
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor.orphans import spare_pids
-from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact
+from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, TOO_LATE, recv_exact
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +49,23 @@ TITLE_ROOM = " " * 96
 """An ignored last argument: argv memory the fork server and its workers rename themselves
 in (agentpool.proctitle), so a worker's title has room for a long node name."""
 SPAWN_TIMEOUT_S = 2.0
-"""The longest a spawn waits for the server's answer (a fork takes milliseconds): beyond
-it the server counts as stuck, and is replaced."""
+"""A batch's deadline: the server forks no request of it after this long (a fork takes a
+few milliseconds, up to ~30 on a loaded 2-core machine while the batch's first workers
+set themselves up)."""
+LATE_ANSWER_S = 1.0
+"""How long after the deadline the last answers may take (a fork under way, then one
+instant refusal per request left); a server still silent then counts as stuck."""
 DISCARD_WAIT_S = 0.2
 """How long a discarded server gets to exit at EOF before SIGKILL (inside the loop)."""
+KILL_WAIT_S = 0.5
+"""How long a SIGKILLed server is waited for; one not gone by then (a process in
+uninterruptible sleep) is reaped at a later spawn instead."""
+SPAWN_BOUND_S = SPAWN_TIMEOUT_S + LATE_ANSWER_S + DISCARD_WAIT_S + KILL_WAIT_S
+MAX_BATCH = 64
+"""The most requests one batch sends (a few KiB of pickle each: about what the socket
+buffers, so the sending ends soon after the deadline however slow the server); the rest
+of a larger one are :class:`Deferred`."""
+"""The longest :meth:`ForkServer.spawn_many` takes, whatever the batch and the server do."""
 LOST_EXIT_CODE = 255
 """The exit code reported for a worker whose fork server died before it did (as
 multiprocessing's fork server reports it)."""
@@ -110,20 +131,29 @@ class SpawnRequest:
     conn_fd: int
 
 
-class ForkServerStarting(OSError):  # noqa: N818 - an OSError, as callers catch it
-    """The fork server is still importing and warming up: try again shortly."""
+@dataclass(frozen=True)
+class Deferred:
+    """No worker was forked, and nothing failed: the fork server is still importing and
+    warming up, or its batch's deadline (or size) left this request out. Ask again
+    shortly."""
+
+    why: str
 
 
 class ForkServer:
-    """Owns the fork server process; thread-safe (one request at a time)."""
+    """Owns the fork server process; thread-safe (one request at a time). Every server it
+    starts is given ``diagnostics`` (how to preload, a worker hook) on its command line."""
 
-    def __init__(self) -> None:
+    def __init__(self, diagnostics: DiagnosticsSettings | None = None) -> None:
+        self._argument = json.dumps(dataclasses.asdict(diagnostics or DiagnosticsSettings()))
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._ready = False
         """The server's ready message (and its preload report) has been read."""
         self._greeting = bytearray()
+        self._dying: list[subprocess.Popen[bytes]] = []
+        """Servers SIGKILLed but not yet gone: reaped when they are (never waited for)."""
 
     @property
     def pid(self) -> int | None:
@@ -134,13 +164,15 @@ class ForkServer:
             self._ensure_running()
 
     def _ensure_running(self) -> None:
+        self._reap_dying()
         if self._process is not None and self._process.poll() is None and self._sock is not None:
             return
-        self._discard()
+        self._discard(DISCARD_WAIT_S)  # a server found dead: nothing to wait for
         ours, theirs = socket.socketpair()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno()), TITLE_ROOM],
+                [sys.executable, "-m", SERVER_MODULE, str(theirs.fileno()), self._argument,
+                 TITLE_ROOM],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )
@@ -189,39 +221,53 @@ class ForkServer:
         conn_fd: int,
     ) -> ForkedWorker:
         """Fork the worker of ``node``; ``conn_fd`` is its end of the pipe (the caller
-        keeps and closes its own copy). Raises ``OSError`` when no worker was started."""
+        keeps and closes its own copy). Raises ``OSError`` when no worker was started, the
+        server still starting included."""
         (result,) = self.spawn_many([SpawnRequest(node, settings, journal, inputs, conn_fd)])
+        if isinstance(result, Deferred):
+            raise OSError(result.why)
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def spawn_many(self, requests: Sequence[SpawnRequest]) -> list[ForkedWorker | OSError]:
-        """Fork a worker for each request, in order: each one's worker or why it has none.
+    def spawn_many(
+        self, requests: Sequence[SpawnRequest]
+    ) -> list[ForkedWorker | OSError | Deferred]:
+        """Fork a worker for each request, in order: each one's worker, why it has none, or
+        :class:`Deferred` (for all while the server is still starting; beyond
+        :data:`MAX_BATCH` requests; past the deadline).
 
         Every request is sent before the first answer is read, so the server forks
         them back to back: a start-up of a thousand workers waits for the server and
         the supervisor to be scheduled in turn once per batch, not twice per worker
-        (on a loaded machine that waiting, not the forks, was most of a spawn). Each
-        answer still comes within :data:`SPAWN_TIMEOUT_S` of the one before, or the
-        server counts as stuck.
+        (on a loaded machine that waiting, not the forks, was most of a spawn). The
+        batch has one deadline (the module's docstring): what the server has not
+        forked by then is :class:`Deferred`, and the call returns within
+        :data:`SPAWN_BOUND_S`.
         """
         if not requests:
             return []
         with self._lock:
             self._ensure_running()
             try:
-                if not self._ready and not self._read_ready(0):
-                    raise ForkServerStarting(f"fork server (pid {self.pid}) is still starting")
+                ready = self._ready or self._read_ready(0)
             except (OSError, EOFError) as exc:
-                if isinstance(exc, ForkServerStarting):
-                    raise
                 self._discard(DISCARD_WAIT_S)
                 raise OSError(f"fork server lost while starting: {exc!r}") from exc
-            return self._exchange(requests)
+            if not ready:
+                return [Deferred(f"fork server (pid {self.pid}) is still starting")] * len(
+                    requests)
+            left_out = [Deferred(f"more than {MAX_BATCH} starts at once")] * (
+                len(requests) - MAX_BATCH)
+            return self._exchange(requests[:MAX_BATCH]) + left_out
 
-    def _exchange(self, requests: Sequence[SpawnRequest]) -> list[ForkedWorker | OSError]:
+    def _exchange(
+        self, requests: Sequence[SpawnRequest]
+    ) -> list[ForkedWorker | OSError | Deferred]:
         sock = self._sock
         assert sock is not None
+        deadline = time.monotonic() + SPAWN_TIMEOUT_S
+        give_up = deadline + LATE_ANSWER_S
         payloads = [
             pickle.dumps((r.node, r.settings, r.journal, r.inputs), pickle.HIGHEST_PROTOCOL)
             for r in requests
@@ -234,21 +280,27 @@ class ForkServer:
             except OSError as exc:
                 no_pipe = exc
                 break
-        results: list[ForkedWorker | OSError] = []
+        results: list[ForkedWorker | OSError | Deferred] = []
         sent = 0
-        sock.settimeout(SPAWN_TIMEOUT_S)
         try:
             for request, payload, (_, status_w) in zip(requests, payloads, pipes, strict=False):
-                socket.send_fds(sock, [HEADER.pack(len(payload))], [request.conn_fd, status_w])
+                _time_left(sock, give_up)
+                header = HEADER.pack(len(payload), deadline)
+                socket.send_fds(sock, [header], [request.conn_fd, status_w])
                 sock.sendall(payload)
                 sent += 1
                 os.close(status_w)  # the server holds its copy once sent
             for status_r, _ in pipes:
+                _time_left(sock, give_up)
                 (pid,) = REPLY.unpack(recv_exact(sock, REPLY.size))
                 if pid > 0:
                     results.append(ForkedWorker(pid, status_r))
+                    continue
+                os.close(status_r)
+                if pid == TOO_LATE:
+                    results.append(Deferred(f"fork server (pid {self.pid}) came to it after "
+                                            f"its batch's {SPAWN_TIMEOUT_S:g}s deadline"))
                 else:
-                    os.close(status_r)
                     why = f"fork server could not fork: {os.strerror(-pid)}"
                     results.append(OSError(-pid, why))
         except (OSError, EOFError) as exc:
@@ -257,7 +309,8 @@ class ForkServer:
             # Requests it answered have their workers; the others have none (a worker it
             # forked without answering finds its pipe closed, and its parent gone).
             self._discard(DISCARD_WAIT_S)
-            what = f"no answer within {SPAWN_TIMEOUT_S:g}s" if stuck else repr(exc)
+            waited = SPAWN_TIMEOUT_S + LATE_ANSWER_S
+            what = f"no answer within {waited:g}s" if stuck else repr(exc)
             lost = OSError(f"fork server lost: {what}")
             lost.__cause__ = exc
             for index, (status_r, status_w) in enumerate(pipes[len(results):], len(results)):
@@ -276,9 +329,11 @@ class ForkServer:
         """Close the socket (the server exits at EOF) and reap it; SIGKILL past ``timeout``."""
         with self._lock:
             self._discard(timeout)
+            self._reap_dying()
 
     def _discard(self, timeout: float = 5.0) -> None:
-        """Close the socket (the server exits at EOF); SIGKILL it past ``timeout``."""
+        """Close the socket (the server exits at EOF); SIGKILL it past ``timeout``, and wait
+        for that at most :data:`KILL_WAIT_S`."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -289,7 +344,29 @@ class ForkServer:
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()  # prompt after SIGKILL, even for a stopped process
+            self._kill(process)
+            try:
+                process.wait(KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("fork server (pid %s) still there %gs after SIGKILL: it is reaped "
+                            "once gone", process.pid, KILL_WAIT_S)
+                self._dying.append(process)
+                return  # still a child of ours: the orphan reaper must leave it alone
         spare_pids.discard(process.pid)
 
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a server that would not exit."""
+        process.kill()
+
+    def _reap_dying(self) -> None:
+        for process in [p for p in self._dying if p.poll() is not None]:
+            self._dying.remove(process)
+            spare_pids.discard(process.pid)
+
+
+def _time_left(sock: socket.socket, until: float) -> None:
+    """Give the socket's next operation what is left until ``until``; TimeoutError if none."""
+    left = until - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the batch's deadline passed")
+    sock.settimeout(left)

@@ -29,7 +29,7 @@ from agentpool.config.settings import WorkerSettings
 from agentpool.pool.fence import FenceTimes
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import TickResult
-from agentpool.supervisor.forkclient import ForkServer, SpawnRequest
+from agentpool.supervisor.forkclient import Deferred, ForkServer, SpawnRequest
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import DUMP_SIGNAL
 
@@ -80,8 +80,9 @@ Launch = Callable[[str, NodeInputs | None], tuple[WorkerProcess, Connection]]
 """Start the worker of a node with its current inputs: its process and the supervisor's
 end of its pipe. Raises ``OSError`` when no process could be started."""
 
-Launched = tuple[WorkerProcess, Connection] | OSError
-"""A node's worker and the supervisor's end of its pipe, or why it has none."""
+Launched = tuple[WorkerProcess, Connection] | OSError | Deferred
+"""A node's worker and the supervisor's end of its pipe, why it has none, or that it has
+none yet for no fault of its own (the fork server is still starting)."""
 
 
 @runtime_checkable
@@ -157,6 +158,9 @@ class WorkerHandle:
     restore_problems: tuple[str, ...] | None = None
     check_at: float = math.inf
     """When the loop looks at this worker next (:mod:`agentpool.supervisor.deadlines`)."""
+    deferred: bool = False
+    """Its last start was put off, not failed (the fork server was still starting, or its
+    batch's deadline came first): the next attempt is no restart."""
 
     @property
     def pid(self) -> int | None:
@@ -209,6 +213,7 @@ class WorkerHandle:
         self.inbox = bytearray()
         self.restore_problems = None
         self.exit_code, self.exit_reason = None, ""
+        self.deferred = False
 
 
 class ForkServerLauncher:
@@ -221,6 +226,8 @@ class ForkServerLauncher:
 
     def __call__(self, node: str, inputs: NodeInputs | None) -> tuple[WorkerProcess, Connection]:
         (result,) = self.many([(node, inputs)])
+        if isinstance(result, Deferred):
+            raise OSError(result.why)
         if isinstance(result, OSError):
             raise result
         return result
@@ -244,7 +251,7 @@ class ForkServerLauncher:
         results: list[Launched] = []
         for result, (ours, theirs) in zip(spawned, pipes, strict=True):
             theirs.close()  # the worker's copy is in the worker now (or in no one)
-            if isinstance(result, OSError):
+            if isinstance(result, OSError | Deferred):
                 ours.close()
                 results.append(result)
             else:

@@ -234,6 +234,7 @@ class Supervisor:
             self._reconcile_scope(now)
         if look:
             self.table.look_after_scope(now)
+        self.table.start_queued(now)
         changed = self._changed_inputs()
         self._offer_hardware(changed)
         self._deliver_inputs(changed, now)
@@ -350,7 +351,7 @@ class Supervisor:
             self._scope_stale = True  # the rest next turn, so reports keep flowing
         batch = [WorkerHandle(node) for node in missing[:MAX_STARTS_PER_TURN]]
         self.workers.update((h.node, h) for h in batch)
-        self.table.start_many(batch, now)
+        self.table.queue_start(batch)
 
     # -- sending inputs: only the latest, only when the pipe can take it -------------------------
 

@@ -37,7 +37,7 @@ from prometheus_client.registry import Collector
 from agentpool.backoff import reconnect_cap
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
-from agentpool.errors import ConfigError, KubeError
+from agentpool.errors import ConfigError, KubeError, StartupError
 from agentpool.hardware.catalog import Catalog, load_catalog
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
@@ -51,7 +51,7 @@ from agentpool.kube.writehold import WriteHold
 from agentpool.logs import setup_logging
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import grace_for
-from agentpool.proctitle import TITLE_PREFIX, set_title
+from agentpool.proctitle import TITLE_PREFIX, enable, set_title
 from agentpool.supervisor import memcgroup
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.collector import FastMultiProcessCollector
@@ -93,10 +93,6 @@ class _Service(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-class StartupError(Exception):
-    """Start-up cannot go on; the message is printed as is."""
 
 
 def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack) -> str:
@@ -286,9 +282,10 @@ def _run(
     early: Prelaunch | None,
 ) -> int:
     # Before any thread starts, so that the threads' names (top -H) say agentpool too.
+    enable(settings.diagnostics.proctitle)
     set_title(supervisor_title(settings), "agentpool")
     if early is None:
-        early = prelaunch(settings.multiproc_dir)
+        early = prelaunch(settings.multiproc_dir, settings.diagnostics)
     metrics_dir, fork_server = early.metrics_dir, early.fork_server
     if early.private_metrics:
         stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)

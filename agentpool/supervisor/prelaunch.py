@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentpool.config.settings import DiagnosticsSettings
 from agentpool.errors import ConfigError
 from agentpool.supervisor.forkclient import ForkServer
 
@@ -102,13 +103,15 @@ class Prelaunch:
             shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
 
-def prelaunch(multiproc_dir: str | None) -> Prelaunch:
+def prelaunch(multiproc_dir: str | None, diagnostics: DiagnosticsSettings | None = None
+              ) -> Prelaunch:
     """Raise the descriptor limit, prepare the metrics directory (``multiproc_dir``, or a
-    temporary one) and put it in the environment, then launch the fork server."""
+    temporary one) and put it in the environment, then launch the fork server (with
+    ``diagnostics``)."""
     capacity = node_capacity(raise_fd_limit())
     metrics_dir, private = prepare_metrics_dir(multiproc_dir)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    fork_server = ForkServer()
+    fork_server = ForkServer(diagnostics)
     try:
         fork_server.ensure_running()
     except BaseException:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from logging import ERROR, INFO, WARNING
 
 from agentpool.config.settings import Settings
+from agentpool.errors import PipeProtocolError
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.pool.fence import FenceTimes
@@ -29,7 +30,7 @@ from agentpool.supervisor.clusterview import ClusterView, heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.elastic import ElasticPool
-from agentpool.supervisor.forkclient import ForkServerStarting
+from agentpool.supervisor.forkclient import Deferred
 from agentpool.supervisor.handles import (
     Launch,
     StopReason,
@@ -45,7 +46,6 @@ from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import (
     DUMP_SIGNAL,
     EXIT_FENCED,
-    ProtocolError,
     Stopped,
     StopWorker,
     Ticked,
@@ -131,11 +131,11 @@ class WorkerTable:
         self.deadlines = Deadlines(loop_period_s)
         """When to look at each worker next (:meth:`schedule` whenever one's deadlines
         move earlier)."""
-        self.looked_at = 0
-        """Workers looked at by :meth:`look` so far (for the tests)."""
         self._full_pass_at = 0.0
         self._looking: list[WorkerHandle] = []
         """The workers :meth:`look` took, until :meth:`look_after_scope` is done with them."""
+        self._to_start: list[WorkerHandle] = []
+        """Workers to start at the end of the turn (:meth:`start_queued`), in one batch."""
 
     # -- when to look at a worker ----------------------------------------------------------------
 
@@ -158,7 +158,6 @@ class WorkerTable:
             self._full_pass_at = now + FULL_PASS_S
             due = list(self.workers.values())
         self._looking = [h for h in due if self.workers.get(h.node) is h]
-        self.looked_at += len(self._looking)
         for handle in self._looking:
             self._check_heartbeat(handle, now)
             self._enforce_kill_deadline(handle, now)
@@ -168,12 +167,15 @@ class WorkerTable:
         """The rest of a look: restarts that are due (of nodes still owned), fence renewals;
         then when to look at each again."""
         looking, self._looking = self._looking, []
+        restarts: list[WorkerHandle] = []
         for handle in looking:
             if self.workers.get(handle.node) is not handle:
                 continue  # forgotten meanwhile
-            self._restart_if_due(handle, now)
+            if self._restart_due(handle, now):
+                restarts.append(handle)
             self.send_fence(handle, now)
             self.schedule(handle, now)
+        self.queue_start(restarts)
 
     def note_stalled(self, now: float) -> None:
         """Schedule the heartbeat limit of each worker whose pipe began refusing messages."""
@@ -207,7 +209,7 @@ class WorkerTable:
             return
         try:
             messages, closed = receive(conn.fileno(), handle.inbox)
-        except ProtocolError as exc:
+        except PipeProtocolError as exc:
             what = "worker for node %s (pid %s) sent %s: stopping it"
             node_log(ERROR, handle.node, what, handle.pid, exc)
             self.io.close_conn(handle)
@@ -439,8 +441,16 @@ class WorkerTable:
             node_log(WARNING, handle.node, message, handle.pid or handle.lingering)
         handle.kill_at = None
 
-    def start(self, handle: WorkerHandle, now: float) -> None:
-        self.start_many([handle], now)
+    def queue_start(self, handles: Sequence[WorkerHandle]) -> None:
+        """Start these handles' workers with the turn's others (:meth:`start_queued`)."""
+        self._to_start += handles
+
+    def start_queued(self, now: float) -> None:
+        """Start the turn's workers, restarts and new nodes together: one batch, so one
+        deadline at the fork server per turn."""
+        queued, self._to_start = self._to_start, []
+        if queued:
+            self.start_many(queued, now)
 
     def start_many(self, handles: Sequence[WorkerHandle], now: float) -> None:
         """Start each handle's worker with its node's current inputs, in one batch."""
@@ -450,16 +460,11 @@ class WorkerTable:
         try:
             starts = [(h.node, i) for h, i in zip(handles, inputs, strict=True)]
             results = launch_all(self.launch, starts)
-        except ForkServerStarting:  # a new fork server warming up: not these nodes' failure
-            for handle in handles:
-                handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
-                self.schedule(handle, now)
-            self.changed = True
-            return
         except OSError as exc:  # EMFILE before any fork: each node's failure
             results = [exc] * len(handles)
         for handle, node_inputs, result in zip(handles, inputs, results, strict=True):
-            if isinstance(result, ForkServerStarting):
+            if isinstance(result, Deferred):  # not this node's failure: again next turn
+                handle.deferred = True
                 handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
                 self.schedule(handle, now)
                 self.changed = True
@@ -479,13 +484,17 @@ class WorkerTable:
             self.schedule(handle, now)  # the fence's renewal
             self.changed = True
 
-    def _restart_if_due(self, handle: WorkerHandle, now: float) -> None:
+    def _restart_due(self, handle: WorkerHandle, now: float) -> bool:
+        """Whether the node's worker starts again now: a restart, counted and logged, unless
+        its last start was only deferred."""
         due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
-        if due and handle.process is None and handle.lingering is None:
+        if not (due and handle.process is None and handle.lingering is None):
+            return False
+        if not handle.deferred:
             handle.policy.on_restart()
             message = "restarting worker for node %s (restart %d)"
             node_log(INFO, handle.node, message, handle.policy.restarts)
-            self.start(handle, now)
+        return True
 
     # -- fences: the deadlines after which workers stop on their own ---------------------------
 

@@ -34,13 +34,12 @@ from typing import Any
 from agentpool.backends.sysfs.files import Originals
 from agentpool.config.settings import WorkerSettings
 from agentpool.controller.node import NodeController
-from agentpool.errors import FencedError, shown
+from agentpool.errors import FencedError, PipeProtocolError, shown
 from agentpool.logs import setup_logging
 from agentpool.proctitle import set_title, worker_title
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import TickResult
 from agentpool.worker import cadence
-from agentpool.worker.faults import faults_for, tick_with_faults
 from agentpool.worker.fence import WorkerFence
 from agentpool.worker.metricspace import MetricsRoom, room_checked
 from agentpool.worker.nodefiles import metrics_id
@@ -50,7 +49,6 @@ from agentpool.worker.protocol import (
     REFRESH_S,
     TICKED,
     Fence,
-    ProtocolError,
     Stopped,
     StopWorker,
     TickReport,
@@ -108,51 +106,12 @@ class StopFlag:
         return self.signum is not None
 
 
-_PROBE_DIR = os.environ.get("AGENTPOOL_MEMORY_PROBE") or None
-"""Benchmarks only (bench/memory.py): a directory where each worker appends its own
-``/proc/self/smaps_rollup`` at its life's stages. Unset in production, where no tick
-pays anything for it (the tick function is only wrapped when it is set)."""
-PROBE_TICKS = (1, 2, 10, 60, 300, 600)
-"""Ticks after which a probed worker records its memory."""
-
-
-def probe(node: str, stage: str) -> None:
-    if _PROBE_DIR is None:
-        return
-    fields = {}
-    with open("/proc/self/smaps_rollup", encoding="ascii") as f:
-        for line in f:
-            head, _, rest = line.partition(":")
-            if rest.strip().endswith("kB"):
-                fields[head] = int(rest.split()[0])
-    uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
-    with open(os.path.join(_PROBE_DIR, metrics_id(node)), "a", encoding="ascii") as f:
-        f.write(
-            f"{stage} {time.monotonic():.3f} pss={fields.get('Pss', 0)} uss={uss} "
-            f"anon={fields.get('Anonymous', 0)} modules={len(sys.modules)}\n"
-        )
-
-
-def _probed(node: str, tick: Callable[[], TickResult]) -> Callable[[], TickResult]:
-    count = 0
-
-    def probed_tick() -> TickResult:
-        nonlocal count
-        result = tick()
-        count += 1
-        if count in PROBE_TICKS:
-            probe(node, f"tick{count}")
-        return result
-
-    return probed_tick
-
-
-def _idle() -> None:
-    """The ``idle`` fault (benchmarks): sleep until SIGTERM or the parent's death, exit 0."""
-    _die_with_parent()
-    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
-    while True:
-        signal.pause()
+Tick = Callable[[], TickResult]
+WorkerHook = Callable[[str], Callable[[Tick], Tick] | None]
+"""The diagnostics option ``AGENTPOOL_WORKER_HOOK``'s seam (loaded once, in the fork
+server): a worker calls it with its node first thing, before it sets itself up, and wraps
+its tick in what it returns (None: the tick is left as it is). What tests and benchmarks
+do to a worker goes through it: faults, memory probes (:mod:`agentpool.sim`)."""
 
 
 def _use_node_metrics_files(node: str) -> MetricsRoom | None:
@@ -233,7 +192,7 @@ def set_up(
 
     originals = Originals(Path(journal) if journal else None)
     controller = NodeController(settings.controller, node, NodeMetrics(node), originals)
-    tick = _settling(room, tick_with_faults(node, controller.tick))
+    tick = _settling(room, controller.tick)
     if inputs is not None:
         controller.update(inputs)
     return controller, tick, fence
@@ -245,6 +204,7 @@ def run_worker(
     conn: Connection,
     journal: str | None,
     inputs: NodeInputs | None = None,
+    hook: WorkerHook | None = None,
 ) -> None:
     """Entry point of a worker process; never returns (exits with a status).
 
@@ -253,19 +213,17 @@ def run_worker(
     costing a status write) while the first pipe message is on its way.
     Whatever fails, from the first line on, ends in :data:`EXIT_CRASH` after
     restoring what could be restored, never in multiprocessing's generic 1.
+    ``hook`` is the :data:`WorkerHook` the diagnostics named, if any.
     """
     code = 0
     reason = ""
     controller: NodeController | None = None
     try:
-        if "idle" in faults_for(node):
-            _idle()
-        probe(node, "bootstrap")
+        wrap = hook(node) if hook is not None else None
         stop = become_worker(node)
         controller, tick, fence = set_up(node, settings, journal, inputs)
-        if _PROBE_DIR is not None:
-            probe(node, "setup")
-            tick = _probed(node, tick)
+        if wrap is not None:
+            tick = wrap(tick)
         if loop(controller, tick, settings, conn, stop, fence):
             reason = fence.reason(time.monotonic())
             log.error("node %s: %s", node, reason)
@@ -377,7 +335,7 @@ def _turns(
                     fence.update(message.times)
                     continue
                 if not isinstance(message, NodeInputs):
-                    raise ProtocolError(f"an unexpected message: {type(message).__name__}")
+                    raise PipeProtocolError(f"an unexpected message: {type(message).__name__}")
                 controller.update(message)
                 next_tick = time.monotonic()  # act on a change at once
             if closed:

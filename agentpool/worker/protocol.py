@@ -20,7 +20,7 @@ raises whatever unpickling a corrupt frame raises. The framing is
 ``Connection.send``'s own (a 4-byte big-endian length, then the pickle).
 
 Anything else than whole, well-formed :class:`TickReport` and :class:`Stopped`
-messages from a worker is a :class:`ProtocolError` (:func:`receive`): the
+messages from a worker is a :class:`~agentpool.errors.PipeProtocolError` (:func:`receive`): the
 supervisor stops that worker (and restarts it after its backoff), and goes
 on. A worker that reads one exits through its crash path, restoring its host.
 """
@@ -34,6 +34,7 @@ import struct
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
+from agentpool.errors import PipeProtocolError
 from agentpool.pool.fence import FenceTimes
 from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 
@@ -50,10 +51,6 @@ MAX_MESSAGE = 16 << 20
 """The largest message either end reads (a report or a node's inputs is a few KiB): a
 longer frame is junk, not something to wait for."""
 _LENGTH = struct.Struct("!i")
-
-
-class ProtocolError(Exception):
-    """A worker sent something that is not a whole, well-formed message (says what)."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +145,7 @@ def read_frames(fd: int, inbox: bytearray) -> tuple[list[object], bool]:
 
     ``inbox`` keeps the part of a frame that has not fully arrived, between
     calls. Returns the unpickled messages and whether the other end is
-    closed. Raises :class:`ProtocolError` for a frame of an impossible
+    closed. Raises :class:`PipeProtocolError` for a frame of an impossible
     length, one that does not unpickle, or one cut short by the end of the
     pipe; the messages before it are lost with the peer.
     """
@@ -175,14 +172,14 @@ def read_frames(fd: int, inbox: bytearray) -> tuple[list[object], bool]:
     while len(inbox) >= _LENGTH.size:
         (size,) = _LENGTH.unpack_from(inbox)
         if not 0 < size <= MAX_MESSAGE:
-            raise ProtocolError(f"a frame of {size} bytes")
+            raise PipeProtocolError(f"a frame of {size} bytes")
         if len(inbox) < _LENGTH.size + size:
             break  # the rest is on its way
         payload = bytes(inbox[_LENGTH.size : _LENGTH.size + size])
         del inbox[: _LENGTH.size + size]
         messages.append(TICKED_MESSAGE if payload == TICKED else _unpickle(payload))
     if closed and inbox:
-        raise ProtocolError(f"{len(inbox)} bytes of a frame cut short by the end of the pipe")
+        raise PipeProtocolError(f"{len(inbox)} bytes of a frame cut short by the end of the pipe")
     return messages, closed
 
 
@@ -191,7 +188,7 @@ def receive(fd: int, inbox: bytearray) -> tuple[list[TickReport | Ticked | Stopp
     messages, closed = read_frames(fd, inbox)
     for message in messages:
         if not well_formed(message):
-            raise ProtocolError(f"an unexpected message: {type(message).__name__}")
+            raise PipeProtocolError(f"an unexpected message: {type(message).__name__}")
     return [m for m in messages if isinstance(m, TickReport | Ticked | Stopped)], closed
 
 
@@ -200,7 +197,7 @@ def _unpickle(payload: bytes) -> object:
         return pickle.loads(payload)
     except Exception as exc:  # a corrupt pickle raises anything at all
         problem = f"{type(exc).__name__}: {exc}"
-        raise ProtocolError(f"a frame that does not unpickle ({problem})") from exc
+        raise PipeProtocolError(f"a frame that does not unpickle ({problem})") from exc
 
 
 def well_formed(message: object) -> bool:

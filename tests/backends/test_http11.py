@@ -13,7 +13,7 @@ import pytest
 
 from agentpool.backends import http11, httpclient
 from agentpool.backends.cpu_http import RAPL_ACTION, post_control, read_package_power
-from agentpool.errors import HttpBackendError
+from agentpool.errors import HttpBackendError, HttpProtocolError
 from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
 from tests.backends.conftest import OK_S
@@ -96,7 +96,7 @@ def test_a_request_is_written_whole_headers_and_body_as_one_piece() -> None:
 def test_a_header_or_target_that_would_smuggle_a_line_is_refused(
     target: str, headers: dict[str, str]
 ) -> None:
-    with pytest.raises(http11.ProtocolError):
+    with pytest.raises(HttpProtocolError):
         http11.request_bytes("GET", target, "h:1", headers, None)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from agentpool.config.options import (
+    DIAGNOSTICS,
     OPTIONS,
     AgentMode,
     DvfsControllerKind,
@@ -17,7 +18,13 @@ from agentpool.config.options import (
     StaleAction,
     defaults,
 )
-from agentpool.config.settings import DvfsSettings, ElasticSettings, Settings, load_settings
+from agentpool.config.settings import (
+    DiagnosticsSettings,
+    DvfsSettings,
+    ElasticSettings,
+    Settings,
+    load_settings,
+)
 from agentpool.errors import ConfigError
 from agentpool.pool.assignment import Assignment
 from agentpool.resources.routing import (
@@ -28,6 +35,7 @@ from agentpool.resources.routing import (
     Routing,
     SourceType,
 )
+from agentpool.sim import workerfaults
 
 POOL = {"AGENT_MODE": "pool"}
 DAEMON = {"NODE_NAME": "worker-0"}
@@ -143,6 +151,20 @@ def test_shard_id_from_pool_shard_id_or_pod_ordinal(raw: dict[str, str], shard_i
     assert load_settings({**POOL, **raw}).pool_shard_id == shard_id
 
 
+def test_diagnostics_default_to_what_production_runs_and_parse() -> None:
+    assert load_settings(POOL).diagnostics == DiagnosticsSettings(
+        pack_code=True, type_tags=True, immortalize=True, fill_holes=True, proctitle=True,
+        worker_hook=None,
+    )
+    hook = workerfaults.hook_spec("idle:a,raise-in-tick:b")
+    off = load_settings({**POOL, "AGENTPOOL_PACK_CODE": "0", "AGENTPOOL_TYPE_TAGS": "false",
+                         "AGENTPOOL_IMMORTALIZE": "off", "AGENTPOOL_FILL_HOLES": "no",
+                         "AGENTPOOL_PROCTITLE": "0", "AGENTPOOL_WORKER_HOOK": f" {hook} "})
+    assert off.diagnostics == DiagnosticsSettings(False, False, False, False, False, hook)
+    assert all(opt.help.startswith(DIAGNOSTICS) for opt in OPTIONS if opt.env.startswith(
+        "AGENTPOOL_"))
+
+
 def test_none_values_take_the_default() -> None:
     raw: dict[str, str | None] = {opt.env: None for opt in OPTIONS}
     raw["NODE_NAME"] = "n"
@@ -252,6 +274,23 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "HTTP_TOKEN_FILE": "/nonexistent/token"}, "HTTP_TOKEN_FILE", "/nonexistent/token"),
     ({**POOL, "HTTP_CLIENT_KEY": "/tls.key"}, "HTTP_CLIENT_CERT", ""),
     ({**POOL, "HTTP_CLIENT_CERT": "/tls.crt"}, "HTTP_CLIENT_KEY", ""),
+    ({**POOL, "AGENTPOOL_PACK_CODE": "0.5"}, "AGENTPOOL_PACK_CODE", "0.5"),
+    ({**POOL, "AGENTPOOL_TYPE_TAGS": "later"}, "AGENTPOOL_TYPE_TAGS", "later"),
+    ({**POOL, "AGENTPOOL_IMMORTALIZE": "2"}, "AGENTPOOL_IMMORTALIZE", "2"),
+    ({**POOL, "AGENTPOOL_FILL_HOLES": "none"}, "AGENTPOOL_FILL_HOLES", "none"),
+    ({**POOL, "AGENTPOOL_PROCTITLE": "-"}, "AGENTPOOL_PROCTITLE", "-"),
+    # A hook is checked by loading it: no function, no module, a factory that refuses.
+    ({**POOL, "AGENTPOOL_WORKER_HOOK": "agentpool.sim"}, "AGENTPOOL_WORKER_HOOK", "agentpool.sim"),
+    (
+        {**POOL, "AGENTPOOL_WORKER_HOOK": "agentpool.sim.nothing:faults"},
+        "AGENTPOOL_WORKER_HOOK",
+        "agentpool.sim.nothing:faults",
+    ),
+    (
+        {**POOL, "AGENTPOOL_WORKER_HOOK": "agentpool.sim.workerfaults:faults=explode:a"},
+        "AGENTPOOL_WORKER_HOOK",
+        "agentpool.sim.workerfaults:faults=explode:a",
+    ),
 ]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from agentpool.sim import workerfaults
 from agentpool.sim.cgroups import MemoryCgroup, available
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
@@ -45,7 +46,7 @@ def test_a_worker_over_the_memory_limit_is_oom_killed_and_restarted_alone() -> N
     with SimCluster() as cluster, MemoryCgroup("agentpool-oom") as cgroup:
         cluster.add_node("fine")
         faults = ",".join(f"leak-in-tick:{node}" for node in LEAKY)
-        agent = cluster.start_agent({"AGENTPOOL_FAULTS": faults}, wrap=cgroup.wrap())
+        agent = cluster.start_agent(workerfaults.env(faults), wrap=cgroup.wrap())
         agent.wait_ready()
         wait_until(lambda: cluster.status("fine").get("result") == "applied", 20)
         fine_pid = worker_pids(agent)["fine"]

@@ -173,9 +173,9 @@ def test_stop_returns_promptly_with_a_watch_open(api_emulator: ApiEmulator, api:
 
 
 def test_unknown_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
-    from agentpool.errors import KubeError
+    from agentpool.errors import KubePermanentError
 
-    with pytest.raises(KubeError, match="cannot load Kubernetes configuration"):
+    with pytest.raises(KubePermanentError, match="cannot load Kubernetes configuration"):
         load_client(str(tmp_path / "missing"))
 
 

@@ -6,7 +6,12 @@ import logging
 
 import pytest
 
-from agentpool.errors import KubeError, KubeTemporaryError, KubeUnreachableError
+from agentpool.errors import (
+    KubeError,
+    KubePermanentError,
+    KubeTemporaryError,
+    KubeUnreachableError,
+)
 from agentpool.kube.reachability import Reachability, level_of
 
 LOGGER = "agentpool.kube.reachability"
@@ -50,7 +55,7 @@ def test_an_outage_is_told_once_then_once_a_minute_then_once_over(
     ("error", "level"),
     [(KubeUnreachableError("watch nodes: no answer"), logging.DEBUG),
      (KubeTemporaryError("patch: HTTP 503", 503), logging.WARNING),
-     (KubeError("list: HTTP 403", 403), logging.WARNING)],
+     (KubePermanentError("list: HTTP 403", 403), logging.WARNING)],
 )
 def test_only_requests_without_an_answer_are_left_to_the_outage_account(
     error: KubeError, level: int

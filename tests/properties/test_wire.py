@@ -14,6 +14,7 @@ gets requests of any shape, and must answer or exit quietly, never crash.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pickle
 import select
@@ -299,7 +300,8 @@ def requests(draw: st.DrawFn) -> tuple[bytes, int, bytes]:
         st.binary(max_size=40),
     ))
     size = draw(st.one_of(st.just(len(payload)), st.integers(0, 2**32 - 1)))
-    header = HEADER.pack(size)
+    deadline = draw(st.one_of(st.just(math.inf), st.floats()))  # NaN and the past: forks nothing
+    header = HEADER.pack(size, deadline)
     header = draw(st.sampled_from([header, header[:2], b""]))
     return header, draw(st.sampled_from([2, 2, 0, 1, 3])), payload
 
@@ -308,7 +310,7 @@ def requests(draw: st.DrawFn) -> tuple[bytes, int, bytes]:
 @given(request=requests())
 # A header without the descriptors it needs: the server may close before the rest is sent
 # (a clean-clone CI run met the closed socket in the test's own send).
-@example(request=(HEADER.pack(100), 0, pickle.dumps(("a", 2411, None, None))))
+@example(request=(HEADER.pack(100, math.inf), 0, pickle.dumps(("a", 2411, None, None))))
 def test_any_request_to_the_fork_server_is_answered_or_ends_it_quietly(
     tmp_path_factory: pytest.TempPathFactory, request: tuple[bytes, int, bytes]
 ) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agentpool.sim import workerfaults
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import no_rapl, read_int, read_only_rapl
@@ -69,7 +70,7 @@ def test_a_worker_that_raises_every_tick_backs_off_alone() -> None:
     with SimCluster() as cluster:
         cluster.add_node("buggy")
         cluster.add_node("fine")
-        agent = cluster.start_agent({"AGENTPOOL_FAULTS": "raise-in-tick:buggy"})
+        agent = cluster.start_agent(workerfaults.env("raise-in-tick:buggy"))
         agent.wait_ready()
         wait_until(lambda: restarts(agent, "buggy") >= 2, 20)
         assert cluster.status("buggy")["message"].startswith(

@@ -11,6 +11,7 @@ import time
 
 import psutil
 
+from agentpool.sim import workerfaults
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import read_int
@@ -44,7 +45,7 @@ def test_a_crash_looping_worker_backs_off_and_does_not_delay_the_others() -> Non
     with SimCluster() as cluster:
         for name in ("bad", "good"):
             cluster.add_node(name)
-        agent = cluster.start_agent({"AGENTPOOL_FAULTS": "crash-at-start:bad"})
+        agent = cluster.start_agent(workerfaults.env("crash-at-start:bad"))
         agent.wait_ready()
         wait_until(lambda: cluster.status("good").get("result") == "applied", 20)
         wait_until(lambda: restarts(agent, "bad") >= 2, 20)
@@ -92,7 +93,7 @@ def test_a_hung_worker_is_killed_by_the_heartbeat_and_restarted() -> None:
         cluster.add_node("stuck")
         agent = cluster.start_agent(
             {
-                "AGENTPOOL_FAULTS": "hang-in-tick:stuck",
+                **workerfaults.env("hang-in-tick:stuck"),
                 "HEARTBEAT_TIMEOUT": "2s",
                 "SHUTDOWN_TIMEOUT": "2s",
             }
@@ -197,7 +198,7 @@ def test_a_hung_worker_flooded_with_changes_cannot_block_the_loop() -> None:
         cluster.add_node("fine")
         agent = cluster.start_agent(
             {
-                "AGENTPOOL_FAULTS": "hang-in-tick:stuck",
+                **workerfaults.env("hang-in-tick:stuck"),
                 "HEARTBEAT_TIMEOUT": "5s",
                 "SHUTDOWN_TIMEOUT": "2s",
             }

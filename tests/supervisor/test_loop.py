@@ -29,9 +29,10 @@ from agentpool.kube.writehold import WriteHold
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, Result, TickResult
 from agentpool.supervisor.clusterview import heartbeat_limit
-from agentpool.supervisor.handles import Launched, StopReason, WorkerState
+from agentpool.supervisor.deadlines import Deadlines
+from agentpool.supervisor.forkclient import Deferred
+from agentpool.supervisor.handles import Launched, StopReason, WorkerHandle, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
-from agentpool.supervisor.workers import FULL_PASS_S
 from agentpool.worker.cadence import early_s
 from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import Fence, Stopped, TickReport
@@ -124,24 +125,41 @@ def test_a_silent_worker_is_terminated_then_killed_then_restarted() -> None:
         assert len(loop.launcher.started) == 2
 
 
+class CountingDeadlines(Deadlines):
+    """The worker table's deadlines, counting the workers each look takes as due."""
+
+    def __init__(self, loop_period_s: float) -> None:
+        super().__init__(loop_period_s)
+        self.taken = 0
+
+    def due(self, now: float) -> list[WorkerHandle]:
+        found = super().due(now)
+        self.taken += len(found)
+        return found
+
+
 def test_quiet_workers_are_looked_at_when_a_deadline_of_theirs_falls_due() -> None:
     # Three workers ticking every 10 s, heartbeat limit 30 s, so silence fences of 30 s,
     # renewed at the tick time before half of each is spent; the loop turns every 0.1 s
-    # for a simulated minute. A worker's moments: its renewals, the full pass every 30 s.
+    # for a simulated minute. A worker's moments: its renewals (the full pass every 30 s
+    # looks at each as well, whatever its deadlines).
     with Loop(heartbeat_timeout_s=30.0) as loop:
+        table = loop.supervisor.table
+        table.deadlines = counting = CountingDeadlines(table.deadlines.loop_period_s)
         loop.nodes("a", "b", "c")
         loop.turn()
         workers = loop.launcher.started
         assert len(workers) == 3
-        before = loop.supervisor.table.looked_at
+        before = counting.taken
         for step in range(600):
             if step % 100 == 0:
                 for worker in workers:
                     worker.report()
             loop.turn(0.1)
-        looked_at = loop.supervisor.table.looked_at - before
-        # 3 x (6 renewals + 2 full passes); looking at each at every turn would be 1,800.
-        assert 3 * 6 <= looked_at <= 3 * (6 + 60 / FULL_PASS_S), looked_at
+        looked_at = counting.taken - before
+        # Each worker for each of its 6 renewals, and for nothing else (the two full
+        # passes aside); looking at each at every turn would be 1,800.
+        assert looked_at == 3 * 6
         assert all(w.process.signals == [] for w in workers)
         for worker in workers:
             _, *renewed = fences_of(worker)  # the first came with the start
@@ -295,15 +313,19 @@ def test_a_failed_spawn_backs_off_with_the_reason_in_the_status() -> None:
 
 
 class BatchLauncher(FakeLauncher):
-    """A launcher that starts a batch in one call; ``refuse`` nodes get an OSError each."""
+    """A launcher that starts a batch in one call; ``refuse`` nodes get an OSError each, and
+    every node is deferred while ``starting`` (its fork server's warm-up)."""
 
     def __init__(self, refuse: set[str]) -> None:
         super().__init__()
         self.refuse = refuse
+        self.starting = False
         self.batches: list[list[str]] = []
 
     def many(self, starts: list[tuple[str, NodeInputs | None]]) -> list[Launched]:
         self.batches.append([node for node, _ in starts])
+        if self.starting:
+            return [Deferred("fork server (pid 1) is still starting")] * len(starts)
         return [OSError(errno.ENOMEM, "Cannot allocate memory") if node in self.refuse
                 else self(node, inputs) for node, inputs in starts]
 
@@ -323,6 +345,32 @@ def test_a_turns_starts_go_to_the_launcher_in_one_batch_and_a_refused_one_backs_
         loop.turn()  # the rest at the next turn, in a batch of their own
         assert launcher.batches[1] == names[MAX_STARTS_PER_TURN:]
         assert sorted(w.node for w in launcher.started) == [n for n in names if n != "n07"]
+
+
+def test_starts_wait_for_a_fork_server_still_starting_and_nothing_counts_as_failed() -> None:
+    launcher = BatchLauncher(refuse=set())
+    launcher.starting = True
+    with Loop(launcher) as loop:
+        loop.nodes("a", "b")
+        loop.turn()
+        assert launcher.batches == [["a", "b"]]
+        assert launcher.started == []
+        for name in "ab":
+            handle = loop.handle(name)
+            assert handle.state is WorkerState.BACKOFF
+            assert handle.policy.failures == 0
+            assert handle.last_failure == ""
+            assert loop.status.last(name) is None  # no "not started" status written
+        loop.turn()  # asked again one loop period later, in one batch, still starting
+        assert launcher.batches[1:] == [["a", "b"]]
+        launcher.starting = False
+        loop.turn()
+        assert launcher.batches[2:] == [["a", "b"]]
+        assert sorted(w.node for w in launcher.started) == ["a", "b"]
+        for name in "ab":
+            handle = loop.handle(name)
+            assert handle.state is WorkerState.STARTING
+            assert (handle.policy.failures, handle.policy.restarts) == (0, 0)  # no restart
 
 
 def test_an_unexpected_error_stops_everything_in_order_with_a_nonzero_exit() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agentpool.config.settings import DiagnosticsSettings
 from agentpool.errors import ConfigError
 from agentpool.supervisor.forkclient import SERVER_MODULE
 from agentpool.supervisor.prelaunch import node_capacity, prelaunch
@@ -45,6 +47,25 @@ def test_the_fork_server_inherits_the_metrics_dir_and_is_stopped_with_it(
         early.close()
     assert not server.is_running()
     assert tmp_path.is_dir()  # configured: never removed
+
+
+def test_the_fork_server_lays_out_its_heap_as_the_diagnostics_say(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    off = DiagnosticsSettings(pack_code=False, type_tags=False, immortalize=False,
+                              fill_holes=False)
+    with caplog.at_level(logging.INFO, logger="agentpool.supervisor.forkclient"):
+        early = prelaunch(None, off)
+        try:
+            assert early.fork_server.wait_ready(READY_S)
+        finally:
+            early.close()
+    report = [r.getMessage().partition("): ")[2] for r in caplog.records]
+    assert "code packing skipped: AGENTPOOL_PACK_CODE=false" in report
+    assert "immortal heap skipped: AGENTPOOL_IMMORTALIZE=false" in report
+    assert not [line for line in report if line.startswith(("type version tags", "holes "))]
+    assert report[-1].startswith("heap frozen: ")
 
 
 def test_a_private_metrics_dir_is_removed_on_close(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,8 +8,8 @@ import sys
 import threading
 
 import psutil
-import pytest
 
+from agentpool import proctitle
 from agentpool.proctitle import argv_area, comm_for, name_thread
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
@@ -43,7 +43,8 @@ def test_the_argv_area_is_read_after_a_comm_with_spaces_and_parentheses() -> Non
 
 SCRIPT = """
 import os, sys
-from agentpool.proctitle import set_title
+from agentpool.proctitle import enable, set_title
+enable(os.environ.get("ENABLE", "1") == "1")
 ok = set_title(os.environ["TITLE"], os.environ["COMM"])
 sys.stdout.write(f"{ok}\\n")
 sys.stdout.flush()
@@ -117,17 +118,18 @@ def test_a_thread_gets_its_python_name_in_the_kernel_cut_to_15_bytes() -> None:
     assert comm(os.getpid()) != "event-recorder"  # the process keeps its own name
 
 
-def test_agentpool_proctitle_0_leaves_thread_names_alone(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("AGENTPOOL_PROCTITLE", "0")
-    done, name = named_in_thread("event-recorder")
+def test_disabled_titles_leave_thread_names_alone() -> None:
+    proctitle.enable(False)
+    try:
+        done, name = named_in_thread("event-recorder")
+    finally:
+        proctitle.enable(True)
     assert not done
     assert name != "event-recorder"
 
 
-def test_agentpool_proctitle_0_leaves_the_names_alone() -> None:
-    answer, line, name = renamed("agentpool: node n-1", "ap:n-1", AGENTPOOL_PROCTITLE="0")
+def test_disabled_titles_leave_the_names_alone() -> None:
+    answer, line, name = renamed("agentpool: node n-1", "ap:n-1", ENABLE="0")
     assert answer == "False"
     assert line.split(b"\0")[:2] == [sys.executable.encode(), b"-c"]
     assert name != "ap:n-1"
@@ -160,4 +162,24 @@ def test_real_workers_the_fork_server_and_the_supervisor_say_what_they_are() -> 
         expected = {"informer-nodes", "informer-teleme", "status-writer", "event-recorder",
                     "psutil", "metrics-http", "nodehardware"}
         assert expected <= thread_comms(agent.pid), thread_comms(agent.pid)
+        assert agent.terminate() == 0
+
+
+def test_agentpool_proctitle_false_leaves_every_process_and_thread_as_it_was() -> None:
+    # The switch reaches the supervisor from its environment, the fork server on its
+    # command line, and the workers from the fork server.
+    with SimCluster() as cluster:
+        cluster.add_node("kwok-node-1")
+        agent = cluster.start_agent({"AGENTPOOL_PROCTITLE": "false"})
+        agent.wait_ready(30)
+        (pid,) = wait_until(lambda: p if len(p := agent.worker_pids()) == 1 else None,
+                            30).values()
+        (server,) = [c for c in psutil.Process(agent.pid).children()
+                     if SERVER_MODULE in " ".join(c.cmdline())]
+        python = os.path.basename(sys.executable)[:15]  # as the kernel names what it runs
+        assert comm(agent.pid) == python
+        assert comm(server.pid) == python
+        assert comm(pid) == python
+        assert cmdline(pid).startswith(sys.executable.encode() + b"\0-m\0" + SERVER_MODULE.encode())
+        assert not {"informer-nodes", "status-writer", "metrics-http"} & thread_comms(agent.pid)
         assert agent.terminate() == 0

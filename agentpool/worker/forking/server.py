@@ -1,14 +1,18 @@
 """The lean fork server (zygote): the process every worker is forked from, and its loop.
 
-Run as ``python -m agentpool.worker.forking.server FD`` by
+Run as ``python -m agentpool.worker.forking.server FD [DIAGNOSTICS]`` by
 :class:`agentpool.supervisor.forkclient.ForkServer`, with one end of a
-socket pair as ``FD``. It imports only what a worker runs (and warms and
-freezes it: :mod:`agentpool.worker.forking.preload`), never the Kubernetes
-client, click or multiprocessing's start-up machinery. Each request names a
-node and carries the worker's arguments and two descriptors (the worker's
-end of its pipe and the write end of an exit-status pipe); the server forks,
-and the child goes straight into :func:`run_worker` with its arguments
-already in memory, so a worker copies only the pages it writes itself.
+socket pair as ``FD`` and the diagnostics settings as JSON (defaults without
+them). It imports only what a worker runs (and warms and freezes it, as the
+diagnostics allow: :mod:`agentpool.worker.forking.preload`), never the
+Kubernetes client, click or multiprocessing's start-up machinery. A worker
+hook the diagnostics name is loaded here too, once for every worker. Each
+request names a node and carries the worker's arguments and two descriptors
+(the worker's end of its pipe and the write end of an exit-status pipe); the
+server forks, and the child goes straight into :func:`run_worker` with its
+arguments already in memory, so a worker copies only the pages it writes
+itself. A request the server comes to after its deadline (the supervisor
+stopped waiting for its batch) is answered at once, without a fork.
 
 The server reaps its children: when one exits it writes the exit code
 (negative: killed by that signal) to the child's status pipe and closes it,
@@ -20,25 +24,36 @@ workers follow on their parent-death signal, restoring their hosts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import selectors
 import signal
 import socket
 import sys
+import time
 from multiprocessing.connection import Connection
 
-from agentpool.config.settings import WorkerSettings
-from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, set_title
+from agentpool.config.parsers import load_hook
+from agentpool.config.settings import DiagnosticsSettings, WorkerSettings
+from agentpool.proctitle import COMM_PREFIX, TITLE_PREFIX, enable, set_title
 from agentpool.resources.nodeinputs import NodeInputs
-from agentpool.worker.forking import preload  # imports, warms and freezes the heap
+from agentpool.worker.forking import preload
 from agentpool.worker.forking.descriptors import close_all
-from agentpool.worker.forking.wire import HEADER, MAX_REQUEST, READY, REPLY, STATUS, recv_exact
-from agentpool.worker.main import EXIT_CRASH, probe, run_worker
+from agentpool.worker.forking.wire import (
+    HEADER,
+    MAX_REQUEST,
+    READY,
+    REPLY,
+    STATUS,
+    TOO_LATE,
+    recv_exact,
+)
+from agentpool.worker.main import EXIT_CRASH, WorkerHook, run_worker
 
 
-def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
-    """One request: the worker's arguments, and its pipe and status descriptors.
+def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int], float]:
+    """One request: the worker's arguments, its pipe and status descriptors, its deadline.
 
     Anything else than a request of our supervisor's (cut short, the wrong
     descriptors, a payload that is not the four arguments of a worker) ends
@@ -49,7 +64,7 @@ def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
     if not header:
         raise EOFError
     header += recv_exact(sock, HEADER.size - len(header))
-    (size,) = HEADER.unpack(header)
+    size, deadline = HEADER.unpack(header)
     if size > MAX_REQUEST or len(fds) != 2:
         raise EOFError  # not our supervisor talking: stop rather than guess
     try:
@@ -60,7 +75,7 @@ def _receive(sock: socket.socket) -> tuple[tuple[object, ...], list[int]]:
         raise EOFError(f"a request that does not unpickle: {exc!r}") from exc
     if not _worker_args(args):
         raise EOFError(f"a request that is not a worker's arguments: {type(args).__name__}")
-    return tuple(args), fds
+    return tuple(args), fds, deadline
 
 
 def _worker_args(args: object) -> bool:
@@ -76,7 +91,9 @@ def _worker_args(args: object) -> bool:
     )
 
 
-def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None:
+def _child(
+    args: tuple[object, ...], conn_fd: int, inherited: list[int], hook: WorkerHook | None
+) -> None:
     """In the forked worker: drop the server's descriptors and handlers, then run."""
     try:
         signal.set_wakeup_fd(-1)
@@ -87,15 +104,15 @@ def _child(args: tuple[object, ...], conn_fd: int, inherited: list[int]) -> None
         assert isinstance(settings, WorkerSettings)
         assert journal is None or isinstance(journal, str)
         assert inputs is None or isinstance(inputs, NodeInputs)
-        probe(node, "fork")
-        run_worker(node, settings, Connection(conn_fd), journal, inputs)
+        run_worker(node, settings, Connection(conn_fd), journal, inputs, hook)
     finally:
         os._exit(EXIT_CRASH)  # run_worker never returns; anything else is a crash
 
 
 class _Server:
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, hook: WorkerHook | None) -> None:
         self.control = control
+        self.hook = hook
         self.children: dict[int, int] = {}
         """pid -> write end of its status pipe."""
         self.selector: selectors.DefaultSelector | None = None
@@ -114,11 +131,17 @@ class _Server:
             for key, _ in selector.select():
                 if key.fileobj is self.control:
                     try:
-                        args, (conn_fd, status_fd) = _receive(self.control)
+                        args, (conn_fd, status_fd), deadline = _receive(self.control)
                     except (EOFError, OSError):
                         return
+                    if time.monotonic() < deadline:
+                        answer = self._fork(args, conn_fd, status_fd)
+                    else:  # the supervisor no longer waits for it: it asks again later
+                        os.close(conn_fd)
+                        os.close(status_fd)
+                        answer = TOO_LATE
                     try:
-                        self.control.sendall(REPLY.pack(self._fork(args, conn_fd, status_fd)))
+                        self.control.sendall(REPLY.pack(answer))
                     except OSError:  # the supervisor is gone
                         return
                 else:
@@ -139,7 +162,7 @@ class _Server:
             os.close(conn_fd)
             return -(exc.errno or 1)
         if pid == 0:
-            _child(args, conn_fd, inherited)
+            _child(args, conn_fd, inherited, self.hook)
         os.close(conn_fd)  # the worker's now; the server keeps only its status pipe
         self.children[pid] = status_fd
         return pid
@@ -161,15 +184,21 @@ class _Server:
 
 def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[1]))
+    diagnostics = DiagnosticsSettings(**json.loads(argv[2])) if len(argv) > 2 else (
+        DiagnosticsSettings())
+    enable(diagnostics.proctitle)
+    # Before the heap is frozen: the hook's objects are shared by every worker.
+    hook = load_hook(diagnostics.worker_hook) if diagnostics.worker_hook else None
+    lines = preload.prepare(diagnostics)
     # Tools find the fork server by its module's name in its command line: keep it there.
     set_title(f"{TITLE_PREFIX}fork server ({__spec__.name if __spec__ else __name__})",
               f"{COMM_PREFIX}forkserver")
-    report = "\n".join(preload.REPORT).encode()
+    report = "\n".join(lines).encode()
     try:
         control.sendall(READY.pack(len(report)) + report)
     except OSError:  # the supervisor is gone already
         return 0
-    _Server(control).serve()
+    _Server(control, hook).serve()
     return 0
 
 

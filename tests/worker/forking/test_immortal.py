@@ -144,28 +144,28 @@ def test_a_forked_child_no_longer_copies_the_pages_it_only_reads() -> None:
 
 
 PRELOAD_SCRIPT = """
-import agentpool.worker.forking.preload
+import sys
+from agentpool.config.settings import DiagnosticsSettings
+from agentpool.worker.forking import preload
+preload.prepare(DiagnosticsSettings(immortalize=sys.argv[1] == "true"))
 from agentpool.controller.node import NodeController
 from agentpool.worker.forking import immortal
 print(immortal.is_immortal(NodeController.tick), immortal.is_immortal(NodeController))
 """
 
 
-@pytest.mark.parametrize("setting", ["default", "0"])
+@pytest.mark.parametrize("immortalize", [True, False])
 def test_the_fork_servers_preload_leaves_its_heap_immortal_where_supported(
-    setting: str,
+    immortalize: bool,
 ) -> None:
-    # What the fork server imports before its first fork: on 3.12/3.13 the worker's
-    # code is immortal by then, unless AGENTPOOL_IMMORTALIZE=0; on 3.11 nothing is.
-    env = {k: v for k, v in os.environ.items() if k != "AGENTPOOL_IMMORTALIZE"}
-    if setting != "default":
-        env["AGENTPOOL_IMMORTALIZE"] = setting
+    # What the fork server prepares before its first fork: on 3.12/3.13 the worker's
+    # code is immortal by then, unless AGENTPOOL_IMMORTALIZE is off; on 3.11 nothing is.
     out = subprocess.run(
-        [sys.executable, "-c", PRELOAD_SCRIPT], env=env, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-c", PRELOAD_SCRIPT, str(immortalize).lower()], capture_output=True,
+        text=True, timeout=120, check=False,
     )
     assert out.returncode == 0, out.stderr
-    expected = immortal.supported() and setting == "default"
+    expected = immortal.supported() and immortalize
     assert out.stdout.split() == [str(expected), str(expected)]
 
 
@@ -238,8 +238,9 @@ from agentpool.worker.forking import warmup
 def broken(stage):
     raise RuntimeError("no temporary directory")
 warmup.run = broken
+from agentpool.config.settings import DiagnosticsSettings
 from agentpool.worker.forking import preload
-print("\\n".join(preload.REPORT))
+print("\\n".join(preload.prepare(DiagnosticsSettings())))
 """
 
 

@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
@@ -19,18 +20,26 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentpool.config.settings import Settings
+from agentpool.config.settings import DiagnosticsSettings, Settings
 from agentpool.resources.nodeinputs import NodeInputs
+from agentpool.sim import workerfaults
 from agentpool.sim.polling import wait_until
+from agentpool.sim.throttle import SlowForks
 from agentpool.supervisor.forkclient import (
+    DISCARD_WAIT_S,
+    KILL_WAIT_S,
+    LATE_ANSWER_S,
     LOST_EXIT_CODE,
+    MAX_BATCH,
     SERVER_MODULE,
+    SPAWN_BOUND_S,
     SPAWN_TIMEOUT_S,
+    Deferred,
     ForkedWorker,
     ForkServer,
-    ForkServerStarting,
     SpawnRequest,
 )
+from agentpool.supervisor.orphans import spare_pids
 from agentpool.worker.forking.descriptors import close_all
 from agentpool.worker.forking.wire import HEADER
 from agentpool.worker.main import EXIT_CRASH
@@ -153,7 +162,10 @@ def test_a_dead_fork_server_takes_its_workers_and_is_replaced(server: ForkServer
     assert pid is not None
     wait_until(lambda: not psutil.pid_exists(pid) or _zombie(pid), DEADLINE_S)
     # The next spawn starts a new server, which is not ready at once: no spawn waits for it.
-    with pytest.raises(ForkServerStarting):
+    requests = [SpawnRequest(f"n{i}", Settings().worker(), None, None, -1) for i in range(3)]
+    deferred = server.spawn_many(requests)
+    assert [type(d) for d in deferred] == [Deferred] * 3
+    with pytest.raises(OSError, match="still starting"):
         spawn(server, "n1")
     assert server.wait_ready(60.0)
     again, conn2 = spawn(server, "n1")
@@ -202,12 +214,126 @@ def test_a_stuck_fork_server_cannot_stall_a_spawn_and_is_replaced(server: ForkSe
     assert exit_code(worker) == 0
 
 
+def batch(server: ForkServer, count: int) -> tuple[list[ForkedWorker | OSError | Deferred],
+                                                  float, list[Connection]]:
+    """Ask for ``count`` workers in one batch: the results, how long it took, and the
+    supervisor's ends of their pipes."""
+    settings = Settings(reconcile_interval_s=5.0).worker()
+    pipes = [Pipe(duplex=True) for _ in range(count)]
+    requests = [SpawnRequest(f"s{i}", settings, None, None, theirs.fileno())
+                for i, (_, theirs) in enumerate(pipes)]
+    began = time.monotonic()
+    try:
+        results = server.spawn_many(requests)
+    finally:
+        for _, theirs in pipes:
+            theirs.close()
+    return results, time.monotonic() - began, [ours for ours, _ in pipes]
+
+
+def stop_all(results: list[ForkedWorker | OSError | Deferred], pipes: list[Connection]) -> None:
+    for worker in results:
+        if isinstance(worker, ForkedWorker):
+            worker.terminate()
+            exit_code(worker)
+            worker.close()
+    for conn in pipes:
+        conn.close()
+
+
+def test_a_batch_larger_than_the_socket_takes_is_cut_to_its_first_requests(
+    server: ForkServer,
+) -> None:
+    results, _, pipes = batch(server, MAX_BATCH + 2)
+    assert [type(r) for r in results[MAX_BATCH:]] == [Deferred, Deferred]
+    assert all("more than 64 starts at once" in r.why for r in results[MAX_BATCH:]
+               if isinstance(r, Deferred))
+    assert any(isinstance(r, ForkedWorker) for r in results[:MAX_BATCH])
+    stop_all(results, pipes)
+
+
+def test_a_server_that_comes_back_after_the_deadline_forks_nothing_late(
+    server: ForkServer,
+) -> None:
+    # Stopped through the batch's deadline, then running again: every request is answered
+    # at once, without a fork (the supervisor no longer waits for it), and the server
+    # stays, serving the next batch.
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(SPAWN_TIMEOUT_S + LATE_ANSWER_S / 4,
+                             lambda: os.kill(pid, signal.SIGCONT))
+    resume.start()
+    try:
+        results, took, pipes = batch(server, 16)
+    finally:
+        resume.join()
+    assert [type(r) for r in results] == [Deferred] * 16, results
+    assert all("after its batch's 2s deadline" in r.why for r in results
+               if isinstance(r, Deferred))
+    assert took < SPAWN_TIMEOUT_S + LATE_ANSWER_S
+    assert psutil.Process(pid).children() == []
+    stop_all(results, pipes)
+    results, _, pipes = batch(server, 4)
+    assert server.pid == pid
+    assert [type(r) for r in results] == [ForkedWorker] * 4
+    stop_all(results, pipes)
+
+
+def test_a_slow_fork_server_cannot_hold_a_batch_past_its_bound(server: ForkServer) -> None:
+    # A fork takes 0.3 s: every answer comes well within a timeout per answer, and 64 of
+    # them took about 20 s. With one deadline the batch returns by its bound, the workers
+    # forked by then started and the others deferred; the server, slow but not stuck, stays.
+    pid = server.pid
+    assert pid is not None
+    with SlowForks(pid, period_s=0.3):
+        results, took, pipes = batch(server, 64)
+    assert took < SPAWN_BOUND_S + 1.0, took
+    forked = [r for r in results if isinstance(r, ForkedWorker)]
+    assert 0 < len(forked) < 64
+    assert [type(r) for r in results[len(forked):]] == [Deferred] * (64 - len(forked))
+    assert server.pid == pid
+    stop_all(results, pipes)
+
+
+class UnkillableServer(ForkServer):
+    """A fork server SIGKILL does not end at once. Stands in for a process in
+    uninterruptible sleep (a hung driver or NFS call), which cannot be made here on demand:
+    the server is SIGSTOPped (it ignores the closed socket) and the SIGKILL is not sent."""
+
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        self.killed = process.pid
+
+
+def test_a_server_sigkill_does_not_end_is_not_waited_for_and_is_reaped_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    server = UnkillableServer()
+    assert server.wait_ready(60.0)
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        server.stop(timeout=DISCARD_WAIT_S)
+        assert time.monotonic() - began < DISCARD_WAIT_S + KILL_WAIT_S + 1.0
+        assert server.killed == pid
+        assert pid in spare_pids  # still ours to reap: the PID 1 reaper leaves it alone
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    finally:
+        os.kill(pid, signal.SIGKILL)  # the uninterruptible call returns: it dies
+    wait_until(lambda: _zombie(pid), DEADLINE_S)
+    server.stop()  # any later call of the client reaps it
+    assert not psutil.pid_exists(pid)
+    assert pid not in spare_pids
+
+
 def test_the_ready_message_carries_the_preload_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setenv("AGENTPOOL_IMMORTALIZE", "0")
-    fresh = ForkServer()
+    fresh = ForkServer(DiagnosticsSettings(immortalize=False))
     with caplog.at_level(logging.INFO, logger="agentpool.supervisor.forkclient"):
         try:
             assert fresh.wait_ready(60.0)
@@ -218,7 +344,7 @@ def test_the_ready_message_carries_the_preload_report(
     packed = "code packing: the " if sys.version_info >= (3, 12) else "code packing skipped: "
     assert any(packed in line for line in lines), lines
     assert any("holes filled: " in line for line in lines), lines
-    assert any("immortal heap skipped: AGENTPOOL_IMMORTALIZE=0" in line for line in lines)
+    assert any("immortal heap skipped: AGENTPOOL_IMMORTALIZE=false" in line for line in lines)
     assert any("heap frozen" in line for line in lines)
 
 
@@ -277,7 +403,7 @@ def test_a_request_that_is_not_a_workers_arguments_ends_the_server_quietly(
     r, w = os.pipe()
     try:
         payload = pickle.dumps(0)
-        socket.send_fds(ours, [HEADER.pack(len(payload))], [r, w])
+        socket.send_fds(ours, [HEADER.pack(len(payload), time.monotonic() + 60)], [r, w])
         ours.sendall(payload)
         assert process.wait(DEADLINE_S) == 0
         assert (tmp_path / "stderr").read_text() == ""
@@ -297,8 +423,8 @@ def test_a_crashing_worker_says_why_and_with_which_inputs(
     # last message names the exception and the desired state it was enforcing, and the
     # supervisor logs it with the death (and puts it in the status and metrics).
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setenv("AGENTPOOL_FAULTS", "raise-in-tick:n1")
-    fork_server = ForkServer()
+    fork_server = ForkServer(DiagnosticsSettings(
+        worker_hook=workerfaults.hook_spec("raise-in-tick:n1")))
     try:
         assert fork_server.wait_ready(60.0)
         ours, theirs = Pipe(duplex=True)
