@@ -156,5 +156,5 @@ def test_host_nodes_are_published_within_two_intervals_of_their_first_tick_simul
         agent = cluster.start_agent(env)
         agent.wait_ready(60)
         _published_after_first_tick(cluster, names, interval)
-        assert all(read_int(f) == 50_000_000 for f in pl1_files(trees))  # 100 W over 2 zones
+        assert all(read_int(f) == 100_000_000 for f in pl1_files(trees))  # 100 W per package
         assert agent.terminate() == 0
