@@ -49,7 +49,7 @@ def tp(sources: Any = None, controls: Any = None) -> dict[str, Any]:
 def test_contract_example() -> None:
     policy = parse_power_profile(npp(policy={"name": "manual-sample"}))
     assert policy == PowerPolicy("worker-0-eco", "worker-0", Profile.ECO, 120.0, "manual-sample")
-    assert policy.label == "eco"
+    assert policy.label == "worker-0-eco"  # the policy object's name, as Joulie's agent labels it
 
 
 # JSON may carry the cap as an int or a float; it comes out as float watts either way.
