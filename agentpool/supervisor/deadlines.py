@@ -25,7 +25,8 @@ import itertools
 import math
 
 from agentpool.supervisor import fences
-from agentpool.supervisor.handles import WorkerHandle, WorkerState
+from agentpool.supervisor.handles import WorkerHandle
+from agentpool.supervisor.lifecycle import WorkerState
 
 
 def next_check(

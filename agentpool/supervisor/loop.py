@@ -56,12 +56,8 @@ from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.echoes import Echoes
 from agentpool.supervisor.elastic import ElasticPool
-from agentpool.supervisor.handles import (
-    Launch,
-    StopReason,
-    WorkerHandle,
-    WorkerState,
-)
+from agentpool.supervisor.handles import Launch, WorkerHandle
+from agentpool.supervisor.lifecycle import StopReason, WorkerState
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.memlimit import MemoryBudget, Refusals
 from agentpool.supervisor.orphans import reap_orphans

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.proctitle import name_thread
 from agentpool.resources.nodeinputs import NodeApi
-from agentpool.supervisor.handles import WorkerState
+from agentpool.supervisor.lifecycle import REPORTED_STATES, WorkerState
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class SupervisorCollector(Collector):
         usage: dict[str, tuple[float, float]] = {}
         live: set[int] = set()
         for node, view in snap.workers.items():
-            if view.pid is None or view.state in (WorkerState.BACKOFF,):
+            if view.pid is None or view.state is WorkerState.BACKOFF:
                 continue
             live.add(view.pid)
             try:
@@ -179,9 +179,9 @@ def _worker_families(snap: Snapshot) -> list[Metric]:
     by_state = GaugeMetricFamily(
         "agentpool_workers", "Worker processes by state", labels=["state"]
     )
-    counts = Counter(view.state for view in snap.workers.values())
-    for state in WorkerState:
-        by_state.add_metric([state.value], counts.get(state, 0))
+    counts = Counter(view.state.reported for view in snap.workers.values())
+    for state in REPORTED_STATES:
+        by_state.add_metric([state], counts.get(state, 0))
     restarts = CounterMetricFamily(
         "agentpool_worker_restarts", "Restarts of a node's worker", labels=["node"]
     )

@@ -31,14 +31,8 @@ from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.forkclient import Deferred
-from agentpool.supervisor.handles import (
-    Launch,
-    StopReason,
-    WorkerHandle,
-    WorkerState,
-    launch_all,
-    pid_running,
-)
+from agentpool.supervisor.handles import Launch, WorkerHandle, launch_all, pid_running
+from agentpool.supervisor.lifecycle import StopReason, WorkerState
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.statuses import StatusRouter
 from agentpool.supervisor.twinview import hardware_inputs

@@ -31,7 +31,8 @@ from agentpool.results import Backend, Result, TickResult
 from agentpool.supervisor.clusterview import heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines
 from agentpool.supervisor.forkclient import Deferred
-from agentpool.supervisor.handles import Launched, StopReason, WorkerHandle, WorkerState
+from agentpool.supervisor.handles import Launched, WorkerHandle
+from agentpool.supervisor.lifecycle import StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
 from agentpool.worker.cadence import early_s
 from agentpool.worker.nodefiles import metrics_id
