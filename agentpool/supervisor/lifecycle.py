@@ -71,8 +71,10 @@ _REPORTED = {
 LIVE = frozenset({WorkerState.STARTING, WorkerState.RUNNING})
 """A live process that is expected to tick: its heartbeat counts."""
 
-HAS_PROCESS = frozenset({WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING})
-"""The states in which the handle holds the node's process (and its sentinel)."""
+ALIVE = frozenset({WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING,
+                   WorkerState.LINGERING})
+"""A process of the node may still run (its own, or a lingering predecessor): none other
+may start for it."""
 
 _S = WorkerState
 TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {

@@ -40,7 +40,6 @@ import queue
 import signal
 import time
 from collections.abc import Callable
-from logging import INFO
 from typing import Any
 
 from agentpool.config.settings import Settings
@@ -51,19 +50,17 @@ from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.writehold import WriteHold
 from agentpool.nodeevents.hooks import NodeEvents
 from agentpool.resources.nodeinputs import NodeInputs
-from agentpool.supervisor import statuses
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.echoes import Echoes
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.handles import Launch, WorkerHandle
-from agentpool.supervisor.lifecycle import StopReason, WorkerState
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.memlimit import MemoryBudget, Refusals
 from agentpool.supervisor.orphans import reap_orphans
-from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
+from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector
 from agentpool.supervisor.statuses import StatusRouter, StatusSink
-from agentpool.supervisor.workers import KILL_GRACE_S, WorkerTable, node_log
+from agentpool.supervisor.workers import KILL_GRACE_S, WorkerTable
 from agentpool.worker.nodefiles import NodeFiles
 
 log = logging.getLogger(__name__)
@@ -231,9 +228,10 @@ class Supervisor:
         if look:
             self.table.look_after_scope(now)
         self.table.start_queued(now)
-        changed = self._changed_inputs()
-        self._offer_hardware(changed)
-        self._deliver_inputs(changed, now)
+        changed, self._inputs_changed = self._inputs_changed, set()
+        inputs = self.table.changed_inputs(changed)
+        self._offer_hardware(inputs)
+        self.table.deliver(inputs, now)
         self.table.note_stalled(now)
         if check:
             reap_orphans()
@@ -329,41 +327,16 @@ class Supervisor:
                 f"this pod owns {len(owned)} nodes but RLIMIT_NOFILE covers "
                 f"{self.max_workers}: raise the limit or add shards"
             )
-        for node, handle in list(self.workers.items()):
-            if node in owned or handle.stop_reason is StopReason.SCOPE:
-                continue
-            if handle.lingering is not None:  # settled, and forgotten, once it is gone
-                handle.stop_reason = StopReason.SCOPE
-            elif handle.process is None:  # in backoff: nothing runs, just forget it
-                node_log(INFO, node, "node %s left this pod's scope (its worker was in backoff)")
-                self.table.forget(node)
-            else:
-                node_log(INFO, node, "node %s left this pod's scope: stopping its worker")
-                self.table.stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
+        self.table.let_go(owned, now)
         # A node still stopping from an earlier scope loss keeps its handle until the
-        # worker is gone; _settle then marks the scope stale and it starts again here.
+        # worker is gone; the table then says the scope may have changed, and it starts
+        # again here.
         missing = self.refusals.admit(sorted(owned - self.workers.keys()), len(self.workers))
         if len(missing) > MAX_STARTS_PER_TURN:
             self._scope_stale = True  # the rest next turn, so reports keep flowing
-        batch = [WorkerHandle(node) for node in missing[:MAX_STARTS_PER_TURN]]
-        self.workers.update((h.node, h) for h in batch)
-        self.table.queue_start(batch)
+        self.table.add(missing[:MAX_STARTS_PER_TURN])
 
     # -- sending inputs: only the latest, only when the pipe can take it -------------------------
-
-    def _changed_inputs(self) -> dict[str, NodeInputs]:
-        """The inputs of running workers' nodes that may have changed since the last turn."""
-        changed, self._inputs_changed = self._inputs_changed, set()
-        inputs: dict[str, NodeInputs] = {}
-        for node in changed:
-            handle = self.workers.get(node)
-            if handle is None:
-                continue
-            self.table.note_api(node)
-            if handle.conn is None or handle.state is WorkerState.STOPPING:
-                continue
-            inputs[node] = self.view.inputs_for(node)
-        return inputs
 
     def _offer_hardware(self, changed: dict[str, NodeInputs]) -> None:
         """What each changed node's NodeHardware depends on, to its publisher (when it is
@@ -378,30 +351,6 @@ class Supervisor:
         for node, inputs in changed.items():
             self.table.offer_hardware(node, inputs)
 
-    def _deliver_inputs(self, changed: dict[str, NodeInputs], now: float) -> None:
-        for node, inputs in changed.items():
-            handle = self.workers[node]
-            handle.unsent = None if inputs == handle.last_sent else inputs
-            if handle.unsent is not None:
-                self.table.set_heartbeat(handle, inputs, now)
-            self.io.flush(handle, now)
-        writable, self.io.writable = self.io.writable, set()
-        for node in writable - changed.keys():
-            if (pending := self.workers.get(node)) is not None:
-                self.io.flush(pending, now)
-
-    def _worker_view(self, h: WorkerHandle, now: float) -> WorkerView:
-        backoff = h.state is WorkerState.BACKOFF and h.process is None
-        # A worker that ticks again is not failing, whatever its count of deaths in a row
-        # (reset only after ten healthy minutes, by the restart policy).
-        failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
-        return WorkerView(
-            h.state, h.policy.restarts, h.pid, self.table.apis.get(h.node),
-            failures=h.policy.failures, crash_looping=failing and h.policy.crash_looping,
-            next_restart_at=time.time() + max(0.0, h.restart_at - now) if backoff else None,
-            last_failure=h.last_failure if failing else "",
-        )
-
     def _publish(self, now: float) -> None:
         self.table.changed = self.table.gone = False
         self._publish_after = now + self.loop_period_s
@@ -409,7 +358,7 @@ class Supervisor:
         s = self.settings
         self.collector.publish(
             Snapshot(
-                workers={node: self._worker_view(h, now) for node, h in self.workers.items()},
+                workers=self.table.views(now),
                 shard_id=s.pool_shard_id,
                 shards=max(1, s.pool_shards),
                 synced=synced,
@@ -425,19 +374,12 @@ class Supervisor:
         """Stop every worker at once, SIGKILL all that overstay together, write final statuses."""
         now = self.clock()
         deadline = now + self.settings.shutdown_timeout_s
-        for handle in self.workers.values():
-            if handle.process is not None and handle.process.exitcode is None:
-                self.table.stop(handle, StopReason.SHUTDOWN, now, self.settings.shutdown_timeout_s)
-            else:
-                handle.stop_reason = StopReason.SHUTDOWN
+        self.table.stop_all(now, self.settings.shutdown_timeout_s)
         self.table.await_exits(deadline)
         if self.table.running():
             self.table.kill_all()
             self.table.await_exits(self.clock() + KILL_GRACE_S)
-        for node, handle in self.workers.items():
-            result = statuses.agent_stopped(self.settings, handle.restore_problems)
-            result = statuses.with_gpu(result, handle.last_result)
-            self.statuses.offer(node, result, force=True)
+        self.table.offer_final_statuses()
         for writer in self.statuses.writers():
             left = deadline - self.clock()
             if not writer.flush(timeout=max(FINAL_STATUS_MIN_S, left)):

@@ -32,8 +32,16 @@ from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.forkclient import Deferred
 from agentpool.supervisor.handles import Launch, WorkerHandle, launch_all, pid_running
-from agentpool.supervisor.lifecycle import StopReason, WorkerState
+from agentpool.supervisor.lifecycle import (
+    ALIVE,
+    LIVE,
+    StopReason,
+    Then,
+    WorkerState,
+    after_exit,
+)
 from agentpool.supervisor.loopio import LoopIO
+from agentpool.supervisor.selfmetrics import WorkerView
 from agentpool.supervisor.statuses import StatusRouter
 from agentpool.supervisor.twinview import hardware_inputs
 from agentpool.worker.nodefiles import NodeFiles
@@ -207,7 +215,7 @@ class WorkerTable:
             what = "worker for node %s (pid %s) sent %s: stopping it"
             node_log(ERROR, handle.node, what, handle.pid, exc)
             self.io.close_conn(handle)
-            if handle.state in (WorkerState.STARTING, WorkerState.RUNNING):
+            if handle.state in LIVE:
                 self.stop(handle, StopReason.PROTOCOL, now, KILL_GRACE_S)
             return
         except OSError:
@@ -224,7 +232,7 @@ class WorkerTable:
                 self.statuses.offer(handle.node, handle.last_result)
         elif isinstance(message, TickReport):
             if handle.state is WorkerState.STARTING:
-                handle.state = WorkerState.RUNNING
+                handle.transition(WorkerState.RUNNING)
                 self.changed = True
                 node_log(INFO, handle.node, "worker for node %s running (pid %s)", handle.pid)
             previous, result = handle.last_result, message.result
@@ -253,20 +261,17 @@ class WorkerTable:
             if process.exitcode is None:  # not gone after all: wait for the next wake-up
                 continue
             self._read_from(handle, now)  # a Stopped message may still be in the pipe
-            handle.exit_code = process.exitcode
-            handle.exit_how = self.deaths.describe(process.exitcode,
-                                                   expected=handle.stop_reason is not None)
+            how = self.deaths.describe(process.exitcode, expected=handle.stop_reason is not None)
             pid = process.pid
             self.io.unregister(process.sentinel)
             process.close()
-            handle.process = None
+            handle.ended(process.exitcode, how)
             self.changed = self.gone = True
             self.io.close_conn(handle)
             if pid is not None and pid_running(pid):
                 # Reported dead by a fork server that lost it, yet still restoring the
                 # host: one process per node, so nothing starts until it is gone.
-                handle.lingering, handle.state = pid, WorkerState.STOPPING
-                handle.kill_at = now + self.settings.shutdown_timeout_s
+                handle.lingers(pid, now + self.settings.shutdown_timeout_s)
                 self.schedule(handle, now)
                 message = "worker for node %s (pid %s) %s but is still running: waiting for it"
                 node_log(WARNING, node, message, pid, handle.exit_how)
@@ -274,34 +279,33 @@ class WorkerTable:
             self._settle(handle, pid, now)
 
     def _settle(self, handle: WorkerHandle, pid: int | None, now: float) -> None:
-        """The node's process is gone for sure: forget it, or schedule its restart."""
+        """The node's process is gone for sure: do what the restart decision says."""
         node, how, reason = handle.node, handle.exit_how, handle.stop_reason
         self.files.worker_gone(node)
-        if reason in (StopReason.SCOPE, StopReason.SHUTDOWN):
-            if handle.exit_code == EXIT_FENCED:  # it stopped on its own before it was asked
-                why = handle.exit_reason or "its fence passed"
-                message = "worker for node %s (pid %s) stopped on its own: %s"
-                node_log(WARNING, node, message, pid, why)
-            else:
-                node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
-            if self.node_events is not None:
-                self.node_events.stopped(node, self._why_stopped(node, reason),
-                                         handle.restore_problems)
-            if reason is StopReason.SCOPE:
-                self._final_scope_status(handle)
-                self.forget(node)
-                self.rescope = True  # it may have come back meanwhile
-            return
-        if reason is None and handle.exit_code == EXIT_FENCED:
+        decision = after_exit(reason, handle.exit_code)
+        if decision.then is Then.START_AGAIN:
             self._fenced_itself(handle, pid, now)
             return
-        cause = "died"
-        if reason is StopReason.HEARTBEAT:
-            cause = "unresponsive, killed"
-        elif reason is StopReason.PROTOCOL:
-            cause = "sent a corrupt message, stopped"
-        delay = self._back_off(handle, now, handle.started_at)
-        self._report_failure(handle, pid, cause, how, handle.exit_reason, delay)
+        if decision.then is Then.BACK_OFF:
+            delay = self._back_off(handle, now, handle.started_at)
+            self._report_failure(handle, pid, decision.cause, how, handle.exit_reason, delay)
+            return
+        assert reason is not None  # FORGET, STAY_STOPPED: the supervisor stopped it
+        if handle.exit_code == EXIT_FENCED:  # it stopped on its own before it was asked
+            why = handle.exit_reason or "its fence passed"
+            message = "worker for node %s (pid %s) stopped on its own: %s"
+            node_log(WARNING, node, message, pid, why)
+        else:
+            node_log(INFO, node, "worker for node %s (pid %s) stopped: %s", pid, how)
+        if self.node_events is not None:
+            self.node_events.stopped(node, self._why_stopped(node, reason),
+                                     handle.restore_problems)
+        if decision.then is Then.FORGET:
+            self._final_scope_status(handle)
+            self.forget(node)
+            self.rescope = True  # it may have come back meanwhile
+        else:
+            handle.stopped()
 
     def _report_failure(
         self, handle: WorkerHandle, pid: int | None, cause: str, how: str, reason: str,
@@ -339,8 +343,7 @@ class WorkerTable:
         why = handle.exit_reason or "its fence passed"
         message = "worker for node %s (pid %s) stopped on its own: %s"
         node_log(WARNING, handle.node, message, pid, why)
-        handle.state, handle.restart_at = WorkerState.BACKOFF, now
-        handle.stop_reason, handle.kill_at = None, None
+        handle.wait_until(now)
         self.schedule(handle, now)
         self.changed = True
 
@@ -355,8 +358,8 @@ class WorkerTable:
             self._check_lingering(handle, now)
 
     def _check_lingering(self, handle: WorkerHandle, now: float) -> None:
-        if handle.lingering is not None and not pid_running(handle.lingering):
-            pid, handle.lingering = handle.lingering, None
+        pid = handle.lingering
+        if handle.state is WorkerState.LINGERING and pid is not None and not pid_running(pid):
             self._settle(handle, pid, now)
 
     def _final_scope_status(self, handle: WorkerHandle) -> None:
@@ -385,7 +388,9 @@ class WorkerTable:
 
     def forget(self, node: str) -> None:
         """A node left this pod's scope: drop its worker entry and its files."""
-        self.workers.pop(node, None)
+        handle = self.workers.pop(node, None)
+        if handle is not None:
+            handle.stopped()
         if self.elastic is not None:
             self.elastic.stopped(node)  # its worker is gone: the claim may be released
         self.changed = self.gone = True
@@ -408,16 +413,28 @@ class WorkerTable:
         handle.dump_stack()
         self.stop(handle, StopReason.HEARTBEAT, now, KILL_GRACE_S)
 
+    def stop_all(self, now: float, grace: float) -> None:
+        """The supervisor stops: every process asked to stop, SIGKILL after ``grace``; what
+        no longer runs is stopped for good."""
+        for handle in self.workers.values():
+            process = handle.process
+            if process is not None and process.exitcode is None:
+                self.stop(handle, StopReason.SHUTDOWN, now, grace)
+            elif handle.state is WorkerState.BACKOFF:
+                handle.stopped()
+            else:  # exited and not reaped yet, or lingering: nothing left to signal
+                handle.to_stop(StopReason.SHUTDOWN, handle.kill_at)
+
     def set_heartbeat(self, handle: WorkerHandle, inputs: NodeInputs, now: float) -> None:
         """The worker is being given ``inputs``; its heartbeat limit follows them."""
         handle.heartbeat_s = heartbeat_limit(self.settings, inputs.telemetry_profile)
         self.schedule(handle, now)
 
     def stop(self, handle: WorkerHandle, reason: StopReason, now: float, grace: float) -> None:
-        handle.state = WorkerState.STOPPING
+        """Ask the node's process to stop for ``reason`` (a stop message, SIGTERM), SIGKILL
+        after ``grace``."""
+        handle.to_stop(reason, now + grace)
         self.changed = True
-        handle.stop_reason = reason
-        handle.kill_at = now + grace
         self.schedule(handle, now)
         handle.unsent = None
         if handle.conn is not None and not handle.outbox:
@@ -446,6 +463,29 @@ class WorkerTable:
         if queued:
             self.start_many(queued, now)
 
+    # -- scope: which nodes have a worker ------------------------------------------------------
+
+    def let_go(self, owned: set[str] | frozenset[str], now: float) -> None:
+        """Stop, or forget, the worker of each node not in ``owned`` (once: a worker
+        stopping for scope already is left to finish)."""
+        for node, handle in list(self.workers.items()):
+            if node in owned or handle.stop_reason is StopReason.SCOPE:
+                continue
+            if handle.state is WorkerState.LINGERING:  # settled, and forgotten, once gone
+                handle.to_stop(StopReason.SCOPE, handle.kill_at)
+            elif handle.state is WorkerState.BACKOFF:  # nothing runs: just forget it
+                node_log(INFO, node, "node %s left this pod's scope (its worker was in backoff)")
+                self.forget(node)
+            else:
+                node_log(INFO, node, "node %s left this pod's scope: stopping its worker")
+                self.stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
+
+    def add(self, nodes: Sequence[str]) -> None:
+        """A worker for each of ``nodes`` (none has one), started with the turn's others."""
+        batch = [WorkerHandle(node) for node in nodes]
+        self.workers.update((h.node, h) for h in batch)
+        self.queue_start(batch)
+
     def start_many(self, handles: Sequence[WorkerHandle], now: float) -> None:
         """Start each handle's worker with its node's current inputs, in one batch."""
         inputs = [self.view.inputs_for(h.node) for h in handles]
@@ -458,8 +498,8 @@ class WorkerTable:
             results = [exc] * len(handles)
         for handle, node_inputs, result in zip(handles, inputs, results, strict=True):
             if isinstance(result, Deferred):  # not this node's failure: again next turn
+                handle.wait_until(now + self.loop_period_s)
                 handle.deferred = True
-                handle.state, handle.restart_at = WorkerState.BACKOFF, now + self.loop_period_s
                 self.schedule(handle, now)
                 self.changed = True
                 continue
@@ -481,8 +521,7 @@ class WorkerTable:
     def _restart_due(self, handle: WorkerHandle, now: float) -> bool:
         """Whether the node's worker starts again now: a restart, counted and logged, unless
         its last start was only deferred."""
-        due = handle.state is WorkerState.BACKOFF and now >= handle.restart_at
-        if not (due and handle.process is None and handle.lingering is None):
+        if handle.state is not WorkerState.BACKOFF or now < handle.restart_at:
             return False
         if not handle.deferred:
             handle.policy.on_restart()
@@ -507,12 +546,68 @@ class WorkerTable:
         for handle in self.workers.values():
             self.send_fence(handle, now)
 
+    # -- inputs: only the latest, only when the pipe can take it -----------------------------
+
+    def changed_inputs(self, nodes: set[str]) -> dict[str, NodeInputs]:
+        """Of ``nodes``, whose inputs may have changed, the inputs of those whose worker
+        takes inputs (its API noted for each that has a worker)."""
+        inputs: dict[str, NodeInputs] = {}
+        for node in nodes:
+            handle = self.workers.get(node)
+            if handle is None:
+                continue
+            self.note_api(node)
+            if handle.conn is None or handle.state is WorkerState.STOPPING:
+                continue
+            inputs[node] = self.view.inputs_for(node)
+        return inputs
+
+    def deliver(self, inputs: dict[str, NodeInputs], now: float) -> None:
+        """Hand each worker its node's new ``inputs`` (the latest only, the heartbeat limit
+        following them), and the pipes that can take more what waits for them."""
+        for node, node_inputs in inputs.items():
+            handle = self.workers[node]
+            handle.unsent = None if node_inputs == handle.last_sent else node_inputs
+            if handle.unsent is not None:
+                self.set_heartbeat(handle, node_inputs, now)
+            self.io.flush(handle, now)
+        writable, self.io.writable = self.io.writable, set()
+        for node in writable - inputs.keys():
+            if (pending := self.workers.get(node)) is not None:
+                self.io.flush(pending, now)
+
+    # -- what the supervisor says of its workers ------------------------------------------------
+
+    def views(self, now: float) -> dict[str, WorkerView]:
+        """Every worker as ``/metrics`` shows it."""
+        return {node: self._view(h, now) for node, h in self.workers.items()}
+
+    def _view(self, h: WorkerHandle, now: float) -> WorkerView:
+        backoff = h.state is WorkerState.BACKOFF
+        # A worker that ticks again is not failing, whatever its count of deaths in a row
+        # (reset only after ten healthy minutes, by the restart policy).
+        failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
+        return WorkerView(
+            h.state, h.policy.restarts, h.pid, self.apis.get(h.node),
+            failures=h.policy.failures, crash_looping=failing and h.policy.crash_looping,
+            next_restart_at=time.time() + max(0.0, h.restart_at - now) if backoff else None,
+            last_failure=h.last_failure if failing else "",
+        )
+
+    def offer_final_statuses(self) -> None:
+        """Each node's status once the supervisor stopped its worker."""
+        for node, handle in self.workers.items():
+            result = statuses.agent_stopped(self.settings, handle.restore_problems)
+            result = statuses.with_gpu(result, handle.last_result)
+            self.statuses.offer(node, result, force=True)
+
     def starting(self) -> bool:
         """Whether a worker was started and has not reported its first tick yet."""
         return any(h.state is WorkerState.STARTING for h in self.workers.values())
 
     def running(self) -> set[str]:
-        return {n for n, h in self.workers.items() if h.process is not None or h.lingering}
+        """The nodes a process of which may still run (their own, or a lingering one)."""
+        return {n for n, h in self.workers.items() if h.state in ALIVE}
 
     def await_exits(self, deadline: float) -> None:
         while self.running():
