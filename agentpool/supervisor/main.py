@@ -41,7 +41,7 @@ from agentpool.errors import ConfigError, KubeError, StartupError
 from agentpool.hardware.catalog import Catalog, load_catalog
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
-from agentpool.kube.informer import Informer
+from agentpool.kube.informer import Informer, InformerEvent
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.reachability import Reachability
@@ -54,14 +54,17 @@ from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, enable, set_title
 from agentpool.supervisor import memcgroup
 from agentpool.supervisor.clusterview import ClusterView
+from agentpool.supervisor.collaborators import Cluster, Reporting, Spawning
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.diskspace import DiskSpace, watched_dirs
+from agentpool.supervisor.echoes import EventFeed
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
+from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.memlimit import MemoryBudget
 from agentpool.supervisor.prelaunch import (
     FDS_PER_NODE,
@@ -108,7 +111,7 @@ def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack
 def _informer_factory(
     settings: Settings,
     api: KubeApi,
-    supervisor: Supervisor,
+    feed: Callable[[InformerEvent], None],
     counters: ApiCounters,
     on_error: Callable[[], None],
 ) -> Callable[[Resource], Informer]:
@@ -127,7 +130,7 @@ def _informer_factory(
         return Informer(
             api,
             kind,
-            supervisor.feed,
+            feed,
             label_selector=nodes_label if kind is Resource.NODES else None,
             field_selector=nodes_field if kind is Resource.NODES else None,
             watch_timeout_s=settings.watch_timeout_s,
@@ -353,25 +356,17 @@ def _run(
         recorder = EventRecorder(api, settings.pod_name or socket.gethostname())
         restores = settings.restore_on_exit and not settings.simulate_only
         node_events = NodeEvents(recorder, restores)
+    io = LoopIO()
+    feed = EventFeed(io.wake)
     supervisor = Supervisor(
         settings,
-        ForkServerLauncher(fork_server, settings.worker(), files),
-        view,
-        status,
-        collector,
-        files,
-        lambda: readiness.synced(),
-        max_workers=capacity,
-        twin_status=twin_status,
-        hardware=hardware,
-        spec_confirmed_at=spec_confirmed_at,
-        elastic=elastic,
-        node_events=node_events,
-        write_hold=hold,
-        memory=memory,
-        deaths=Deaths(cgroup),
+        Cluster(view, feed, lambda: readiness.synced(), spec_confirmed_at, elastic),
+        Spawning(ForkServerLauncher(fork_server, settings.worker(), files), files,
+                 Deaths(cgroup), max_workers=capacity, memory=memory),
+        Reporting(collector, status, twin_status, hardware, node_events, write_hold=hold),
+        io,
     )
-    stack.callback(supervisor.close)
+    stack.callback(io.close)
 
     def on_watched(kind: Resource, watched: bool) -> None:
         if kind is Resource.NODE_HARDWARES:
@@ -380,8 +375,8 @@ def _run(
             hardware.enabled = watched
 
     # Closures: discovery and readiness are made below, before anything calls them.
-    make = _informer_factory(settings, api, supervisor, counters, lambda: discovery.wake())
-    watches = Watches(make, supervisor.feed, on_watched)
+    make = _informer_factory(settings, api, feed, counters, lambda: discovery.wake())
+    watches = Watches(make, feed, on_watched)
     discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
     readiness = _Readiness(
         watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S, api.reachability,

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.proctitle import name_thread
 from agentpool.resources.nodeinputs import NodeApi
+from agentpool.supervisor.handles import WorkerHandle
 from agentpool.supervisor.lifecycle import REPORTED_STATES, WorkerState
 
 
@@ -41,6 +42,20 @@ class WorkerView:
     """Unix time of the next start of a worker in backoff."""
     last_failure: str = ""
     """How its last failure went (died, killed as hung, not started; and why)."""
+
+
+def worker_view(h: WorkerHandle, api: NodeApi | None, now: float, wall: float) -> WorkerView:
+    """How ``/metrics`` shows a worker at ``now`` on the loop's clock, ``wall`` in Unix time."""
+    backoff = h.state is WorkerState.BACKOFF
+    # A worker that ticks again is not failing, whatever its count of deaths in a row
+    # (reset only after ten healthy minutes, by the restart policy).
+    failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
+    return WorkerView(
+        h.state, h.policy.restarts, h.pid, api,
+        failures=h.policy.failures, crash_looping=failing and h.policy.crash_looping,
+        next_restart_at=wall + max(0.0, h.restart_at - now) if backoff else None,
+        last_failure=h.last_failure if failing else "",
+    )
 
 
 @dataclass(frozen=True)
