@@ -27,6 +27,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
@@ -295,7 +296,7 @@ def _run(
     # The metrics server is stopped after everything but the directories (or not at all,
     # see run): the kubelet probes a pod until its container exits.
     serving = stack.enter_context(contextlib.ExitStack())
-    stack.callback(fork_server.stop)  # after supervisor.close (registered later) stops workers
+    stack.callback(fork_server.stop)  # after everything registered later
     capacity = early.capacity
     if capacity < 1:
         raise StartupError(
@@ -337,9 +338,34 @@ def _run(
     catalog = _catalog(settings)
     hardware = HardwarePublisher(api, hold=hold, catalog=catalog)
     view = ClusterView(settings, catalog)
-    desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
     cgroup = memcgroup.find()
     memory = MemoryBudget(cgroup.limit_bytes() if cgroup is not None else None)
+    io = stack.enter_context(contextlib.closing(LoopIO()))  # closed once the threads stopped
+    feed = EventFeed(io.wake)
+    elastic, replicas_watch = _elastic_pool(settings, api, io.wake)
+    recorder, node_events = None, None
+    if settings.events:
+        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
+        recorder = EventRecorder(api, settings.pod_name or socket.gethostname())
+        restores = settings.restore_on_exit and not settings.simulate_only
+        node_events = NodeEvents(recorder, restores)
+
+    def on_watched(kind: Resource, watched: bool) -> None:
+        if kind is Resource.NODE_HARDWARES:
+            # Simulate-only mode too: Joulie's agent publishes before its simulate-only
+            # check, and its scheduler and tests wait for it (nothing of a host is written).
+            hardware.enabled = watched
+
+    rediscover = threading.Event()  # a watch failed: its kind's CRD may be gone
+    make = _informer_factory(settings, api, feed, counters, rediscover.set)
+    watches = Watches(make, feed, on_watched)
+    discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove,
+                              wake=rediscover)
+    readiness = _Readiness(
+        watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S, api.reachability,
+        recorder,
+    )
+    desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
 
     def spec_confirmed_at(now: float) -> float | None:
         # Before a desired-state kind is watched there is no desired state to go stale. A
@@ -349,38 +375,13 @@ def _run(
                 for i in readiness.informers() if i.resource in desired]
         return min(seen, default=None)
 
-    elastic, replicas_watch = _elastic_pool(settings, api)
-    recorder, node_events = None, None
-    if settings.events:
-        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
-        recorder = EventRecorder(api, settings.pod_name or socket.gethostname())
-        restores = settings.restore_on_exit and not settings.simulate_only
-        node_events = NodeEvents(recorder, restores)
-    io = LoopIO()
-    feed = EventFeed(io.wake)
     supervisor = Supervisor(
         settings,
-        Cluster(view, feed, lambda: readiness.synced(), spec_confirmed_at, elastic),
+        Cluster(view, feed, readiness.synced, spec_confirmed_at, elastic),
         Spawning(ForkServerLauncher(fork_server, settings.worker(), files), files,
                  Deaths(cgroup), max_workers=capacity, memory=memory),
         Reporting(collector, status, twin_status, hardware, node_events, write_hold=hold),
         io,
-    )
-    stack.callback(io.close)
-
-    def on_watched(kind: Resource, watched: bool) -> None:
-        if kind is Resource.NODE_HARDWARES:
-            # Simulate-only mode too: Joulie's agent publishes before its simulate-only
-            # check, and its scheduler and tests wait for it (nothing of a host is written).
-            hardware.enabled = watched
-
-    # Closures: discovery and readiness are made below, before anything calls them.
-    make = _informer_factory(settings, api, feed, counters, lambda: discovery.wake())
-    watches = Watches(make, feed, on_watched)
-    discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
-    readiness = _Readiness(
-        watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S, api.reachability,
-        recorder,
     )
     disk_space = DiskSpace(watched_dirs(metrics_dir, files.state_dir))
     extra: list[Collector] = [disk_space]
@@ -398,7 +399,6 @@ def _run(
     if recorder is not None:
         services.append(recorder)  # stopped before the API client: it writes what it can
     if elastic is not None and replicas_watch is not None:
-        elastic.wake = supervisor.io.wake
         services += [elastic, replicas_watch]
     for component in services:
         component.start()
@@ -432,9 +432,10 @@ def _catalog(settings: Settings) -> Catalog | None:
 
 
 def _elastic_pool(
-    settings: Settings, api: KubeApi
+    settings: Settings, api: KubeApi, wake: Callable[[], None]
 ) -> tuple[ElasticPool | None, ReplicasWatch | None]:
-    """Lease membership's pieces (docs/modes.md: elastic pool), or (None, None) when static."""
+    """Lease membership's pieces (docs/modes.md: elastic pool), or (None, None) when static;
+    ``wake`` turns the loop when a lease result is in."""
     elastic = settings.elastic
     if settings.mode is not AgentMode.POOL or not elastic.lease:
         return None, None
@@ -443,7 +444,7 @@ def _elastic_pool(
     grace = grace_for(settings.shutdown_timeout_s)
     leases = LeaseClient(api, settings.pod_name, elastic.statefulset, elastic.lease_duration_s,
                          grace)
-    pool = ElasticPool(elastic, leases, grace, settings.shutdown_timeout_s)
+    pool = ElasticPool(elastic, leases, grace, settings.shutdown_timeout_s, wake=wake)
     watch = ReplicasWatch(api, elastic.statefulset, pool.replicas, settings.watch_timeout_s)
     return pool, watch
 
