@@ -35,6 +35,10 @@ when its guard holds:
 14. publish (the table changed and a publish is due): the metrics snapshot,
     at most once a loop period but at once when a worker is gone.
 
+So a turn touches only the workers that have something to say (see
+:mod:`agentpool.supervisor.loopio`) and those whose own moment came; the
+rest of its work is once a loop period.
+
 The worker table (:mod:`agentpool.supervisor.workers`) carries out what
 concerns one worker, and each of its operations returns what it changed; the
 loop decides, from the cluster view and the elastic pool, which nodes need
@@ -124,7 +128,7 @@ class Supervisor:
         self._inputs_changed: set[str] = set()
         """Nodes whose inputs may differ from what their worker was last sent."""
         self._hardware_served = False
-        """Whether the NodeHardware publisher was enabled at the last delivery of inputs."""
+        """Whether the NodeHardware publisher was enabled at the last turn."""
         self._scope_stale = True
         """Which nodes this pod owns may have changed: reconcile the worker table."""
         self._awaiting_sync = False
@@ -202,7 +206,7 @@ class Supervisor:
             self._note(table.start_queued(now))
         hardware = self.reporting.hardware
         served = hardware is not None and hardware.enabled
-        if self._inputs_changed or io.writable or served is not self._hardware_served:  # 11
+        if self._inputs_changed or io.writable or served != self._hardware_served:  # 11
             self._deliver_inputs(served, now)
         if io.stalled:  # 12
             table.note_stalled(now)

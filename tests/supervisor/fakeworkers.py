@@ -98,6 +98,21 @@ class FakeProcess:
         os.close(self._r)
 
 
+class IdleProcess:
+    """The process of a handle driven by hand, alive, with no sentinel: for tests that
+    never signal it (its pid is made up) nor wait for it."""
+
+    pid = 1234
+    exitcode = None
+    sentinel = -1
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class FakeWorker:
     node: str

@@ -10,22 +10,12 @@ from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.handles import WorkerHandle
 from agentpool.supervisor.lifecycle import StopReason, WorkerState
 
-
-class _Process:
-    pid = 1234
-    exitcode = None
-    sentinel = -1
-
-    def terminate(self) -> None: ...
-
-    def kill(self) -> None: ...
-
-    def close(self) -> None: ...
+from .fakeworkers import IdleProcess
 
 
 def running(node: str, last_seen: float, heartbeat_s: float = 60.0) -> WorkerHandle:
     handle = WorkerHandle(node)
-    handle.started(_Process(), None, last_seen)  # type: ignore[arg-type]  # no pipe yet
+    handle.started(IdleProcess(), None, last_seen)  # type: ignore[arg-type]  # no pipe yet
     handle.transition(WorkerState.RUNNING)
     handle.heartbeat_s = heartbeat_s
     return handle

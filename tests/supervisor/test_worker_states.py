@@ -24,6 +24,8 @@ from agentpool.supervisor.lifecycle import (
 )
 from agentpool.worker.protocol import EXIT_FENCED
 
+from .fakeworkers import IdleProcess
+
 S = WorkerState
 
 LEGAL = {
@@ -49,18 +51,6 @@ LEGAL = {
 }
 
 
-class _Process:
-    pid = 4321
-    exitcode = None
-    sentinel = -1
-
-    def terminate(self) -> None: ...
-
-    def kill(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
 def reach(state: WorkerState) -> WorkerHandle:
     """A handle brought to ``state`` by legal moves only, its fields as they would be."""
     handle = WorkerHandle("a")
@@ -69,7 +59,7 @@ def reach(state: WorkerState) -> WorkerHandle:
     if state is S.BACKOFF:
         handle.back_off(now=10.0, started_at=10.0)
         return handle
-    handle.started(_Process(), None, 10.0)  # type: ignore[arg-type]  # no pipe needed
+    handle.started(IdleProcess(), None, 10.0)  # type: ignore[arg-type]  # no pipe needed
     if state is S.RUNNING:
         handle.transition(S.RUNNING)
     elif state is S.STOPPING:
@@ -120,7 +110,7 @@ def test_every_other_move_is_refused_and_changes_nothing(
 
 def test_the_moves_set_what_each_state_holds() -> None:
     handle = WorkerHandle("a")
-    process = _Process()
+    process = IdleProcess()
     handle.started(process, None, 5.0)  # type: ignore[arg-type]
     assert (handle.state, handle.process, handle.started_at) == (S.STARTING, process, 5.0)
     handle.to_stop(StopReason.HEARTBEAT, 7.0)
