@@ -26,7 +26,7 @@ import math
 
 from agentpool.supervisor import fences
 from agentpool.supervisor.handles import WorkerHandle
-from agentpool.supervisor.lifecycle import LIVE, WorkerState
+from agentpool.supervisor.lifecycle import LIVE, WAITING, WorkerState
 
 
 def next_check(
@@ -44,7 +44,7 @@ def next_check(
         at = min(at, handle.kill_at)
     if state is WorkerState.LINGERING:
         at = min(at, now + loop_period_s)  # no sentinel: look again
-    elif state is WorkerState.BACKOFF:
+    elif state in WAITING:
         at = min(at, handle.restart_at)
     renewal = fences.renewal_at(handle, elastic, interval_s)
     if renewal is not None:

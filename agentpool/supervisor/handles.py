@@ -111,7 +111,7 @@ class WorkerHandle:
     started_at: float = 0.0
     last_seen: float = 0.0
     restart_at: float = 0.0
-    """BACKOFF: when the next start is due."""
+    """BACKOFF, DEFERRED: when the next start is due."""
     stop_reason: StopReason | None = None
     """STOPPING, LINGERING, STOPPED: why the supervisor wants the process gone (None in a
     LINGERING one that died on its own); the restart decision's input."""
@@ -148,9 +148,6 @@ class WorkerHandle:
     restore_problems: tuple[str, ...] | None = None
     check_at: float = math.inf
     """When the loop looks at this worker next (:mod:`agentpool.supervisor.deadlines`)."""
-    deferred: bool = False
-    """Its last start was put off, not failed (the fork server was still starting, or its
-    batch's deadline came first): the next attempt is no restart."""
 
     @property
     def pid(self) -> int | None:
@@ -176,7 +173,6 @@ class WorkerHandle:
         self.inbox = bytearray()
         self.restore_problems = None
         self.exit_code, self.exit_reason = None, ""
-        self.deferred = False
 
     def to_stop(self, reason: StopReason, kill_at: float | None) -> None:
         """The supervisor wants the node's process gone for ``reason``, SIGKILL at ``kill_at``
@@ -202,6 +198,11 @@ class WorkerHandle:
         self.transition(WorkerState.BACKOFF)
         self.restart_at = at
         self.stop_reason, self.kill_at, self.lingering = None, None, None
+
+    def put_off(self, at: float) -> None:
+        """Its start was put off, through no fault of its own: DEFERRED until ``at``."""
+        self.transition(WorkerState.DEFERRED)
+        self.restart_at = at
 
     def back_off(self, now: float, started_at: float) -> float:
         """Its process is gone (or never started), a failure: BACKOFF for the restart

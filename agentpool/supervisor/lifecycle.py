@@ -45,6 +45,10 @@ class WorkerState(enum.Enum):
     ``kill_at``."""
     BACKOFF = "backoff"
     """No process: it died, or could not be started; the next start is at ``restart_at``."""
+    DEFERRED = "deferred"
+    """No process, for no fault of its own: its start was put off (the fork server was
+    still starting, or its batch's spawn deadline came first); tried again at
+    ``restart_at``, one loop period on, and not counted as a restart."""
     STOPPED = "stopped"
     """Gone for good: its node left this pod (the handle is dropped), or the supervisor
     stopped it at shutdown (kept for its final status)."""
@@ -65,8 +69,12 @@ _REPORTED = {
     WorkerState.STOPPING: "stopping",
     WorkerState.LINGERING: "stopping",
     WorkerState.BACKOFF: "backoff",
+    WorkerState.DEFERRED: "backoff",
     WorkerState.STOPPED: "stopping",
 }
+
+WAITING = frozenset({WorkerState.BACKOFF, WorkerState.DEFERRED})
+"""No process: the next start is due at ``restart_at``."""
 
 LIVE = frozenset({WorkerState.STARTING, WorkerState.RUNNING})
 """A live process that is expected to tick: its heartbeat counts."""
@@ -78,8 +86,8 @@ may start for it."""
 
 _S = WorkerState
 TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
-    # launched; or not started (a failure, or a fork server still starting)
-    _S.NEW: frozenset({_S.STARTING, _S.BACKOFF}),
+    # launched; not started (a failure); put off
+    _S.NEW: frozenset({_S.STARTING, _S.BACKOFF, _S.DEFERRED}),
     # first tick; asked to stop (hung, a corrupt message, scope, shutdown); died while its
     # pid runs on; died
     _S.STARTING: frozenset({_S.RUNNING, _S.STOPPING, _S.LINGERING, _S.BACKOFF}),
@@ -89,8 +97,10 @@ TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
     _S.STOPPING: frozenset({_S.STOPPING, _S.LINGERING, _S.BACKOFF, _S.STOPPED}),
     # told what its end means (scope, shutdown); gone: restarted, or for good
     _S.LINGERING: frozenset({_S.LINGERING, _S.BACKOFF, _S.STOPPED}),
-    # restarted; a restart that failed; its node left, or the supervisor stops
-    _S.BACKOFF: frozenset({_S.STARTING, _S.BACKOFF, _S.STOPPED}),
+    # restarted; a restart that failed, or was put off; its node left, or the supervisor
+    # stops
+    _S.BACKOFF: frozenset({_S.STARTING, _S.BACKOFF, _S.DEFERRED, _S.STOPPED}),
+    _S.DEFERRED: frozenset({_S.STARTING, _S.BACKOFF, _S.DEFERRED, _S.STOPPED}),
     _S.STOPPED: frozenset(),
 }
 """Every legal move, from each state to the states it may go to."""

@@ -25,7 +25,7 @@ from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.proctitle import name_thread
 from agentpool.resources.nodeinputs import NodeApi
 from agentpool.supervisor.handles import WorkerHandle
-from agentpool.supervisor.lifecycle import REPORTED_STATES, WorkerState
+from agentpool.supervisor.lifecycle import REPORTED_STATES, WAITING, WorkerState
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class WorkerView:
 
 def worker_view(h: WorkerHandle, api: NodeApi | None, now: float, wall: float) -> WorkerView:
     """How ``/metrics`` shows a worker at ``now`` on the loop's clock, ``wall`` in Unix time."""
-    backoff = h.state is WorkerState.BACKOFF
+    backoff = h.state in WAITING
     # A worker that ticks again is not failing, whatever its count of deaths in a row
     # (reset only after ten healthy minutes, by the restart policy).
     failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
@@ -149,7 +149,7 @@ class SupervisorCollector(Collector):
         usage: dict[str, tuple[float, float]] = {}
         live: set[int] = set()
         for node, view in snap.workers.items():
-            if view.pid is None or view.state is WorkerState.BACKOFF:
+            if view.pid is None or view.state in WAITING:
                 continue
             live.add(view.pid)
             try:
@@ -230,7 +230,7 @@ def _worker_families(snap: Snapshot) -> list[Metric]:
     )
     for node, view in sorted(snap.workers.items()):
         restarts.add_metric([node], view.restarts)
-        if view.pid is not None and view.state is not WorkerState.BACKOFF:
+        if view.pid is not None and view.state not in WAITING:
             pids.add_metric([node], view.pid)
         if view.api is not None:
             apis.add_metric([node, view.api.value], 1)

@@ -30,7 +30,15 @@ from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.endings import Endings, node_log
 from agentpool.supervisor.forkclient import Deferred
 from agentpool.supervisor.handles import WorkerHandle, launch_all, pid_running
-from agentpool.supervisor.lifecycle import ALIVE, LIVE, StopReason, Then, WorkerState, after_exit
+from agentpool.supervisor.lifecycle import (
+    ALIVE,
+    LIVE,
+    WAITING,
+    StopReason,
+    Then,
+    WorkerState,
+    after_exit,
+)
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.selfmetrics import WorkerView, worker_view
 from agentpool.supervisor.statuses import StatusRouter
@@ -401,7 +409,7 @@ class WorkerTable:
                 continue
             if handle.state is WorkerState.LINGERING:  # settled, and forgotten, once gone
                 handle.to_stop(StopReason.SCOPE, handle.kill_at)
-            elif handle.state is WorkerState.BACKOFF:  # nothing runs: just forget it
+            elif handle.state in WAITING:  # nothing runs: just forget it
                 node_log(INFO, node, "node %s left this pod's scope (its worker was in backoff)")
                 changed |= self.forget(node)
             else:
@@ -436,8 +444,7 @@ class WorkerTable:
             results = [exc] * len(handles)
         for handle, node_inputs, result in zip(handles, inputs, results, strict=True):
             if isinstance(result, Deferred):  # not this node's failure: again next turn
-                handle.wait_until(now + self.loop_period_s)
-                handle.deferred = True
+                handle.put_off(now + self.loop_period_s)
                 self.schedule(handle, now)
                 continue
             if isinstance(result, OSError):  # EMFILE, ENOMEM, an unreachable fork server
@@ -458,10 +465,10 @@ class WorkerTable:
 
     def _restart_due(self, handle: WorkerHandle, now: float) -> bool:
         """Whether the node's worker starts again now: a restart, counted and logged, unless
-        its last start was only deferred."""
-        if handle.state is not WorkerState.BACKOFF or now < handle.restart_at:
+        its last start was only put off."""
+        if handle.state not in WAITING or now < handle.restart_at:
             return False
-        if not handle.deferred:
+        if handle.state is WorkerState.BACKOFF:
             handle.policy.on_restart()
             message = "restarting worker for node %s (restart %d)"
             node_log(INFO, handle.node, message, handle.policy.restarts)
@@ -537,7 +544,7 @@ class WorkerTable:
             process = handle.process
             if process is not None and process.exitcode is None:
                 self.stop(handle, StopReason.SHUTDOWN, now, grace)
-            elif handle.state is WorkerState.BACKOFF:
+            elif handle.state in WAITING:
                 handle.stopped()
             else:  # exited and not reaped yet, or lingering: nothing left to signal
                 handle.to_stop(StopReason.SHUTDOWN, handle.kill_at)

@@ -358,7 +358,7 @@ def test_starts_wait_for_a_fork_server_still_starting_and_nothing_counts_as_fail
         assert launcher.started == []
         for name in "ab":
             handle = loop.handle(name)
-            assert handle.state is WorkerState.BACKOFF
+            assert handle.state is WorkerState.DEFERRED
             assert handle.policy.failures == 0
             assert handle.last_failure == ""
             assert loop.status.last(name) is None  # no "not started" status written

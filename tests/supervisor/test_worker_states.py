@@ -30,7 +30,8 @@ S = WorkerState
 
 LEGAL = {
     (S.NEW, S.STARTING),  # launched
-    (S.NEW, S.BACKOFF),  # not started: a failure, or the fork server still starting
+    (S.NEW, S.BACKOFF),  # not started: a failure
+    (S.NEW, S.DEFERRED),  # put off: the fork server still starting, the batch's deadline
     (S.STARTING, S.RUNNING),  # its first tick
     (S.STARTING, S.STOPPING),  # hung, a corrupt message, scope, shutdown
     (S.STARTING, S.LINGERING),  # died, its pid still running
@@ -47,7 +48,12 @@ LEGAL = {
     (S.LINGERING, S.STOPPED),
     (S.BACKOFF, S.STARTING),  # restarted
     (S.BACKOFF, S.BACKOFF),  # a restart that failed
+    (S.BACKOFF, S.DEFERRED),  # a restart put off
     (S.BACKOFF, S.STOPPED),  # its node left, or the supervisor stops
+    (S.DEFERRED, S.STARTING),
+    (S.DEFERRED, S.BACKOFF),
+    (S.DEFERRED, S.DEFERRED),
+    (S.DEFERRED, S.STOPPED),
 }
 
 
@@ -58,6 +64,9 @@ def reach(state: WorkerState) -> WorkerHandle:
         return handle
     if state is S.BACKOFF:
         handle.back_off(now=10.0, started_at=10.0)
+        return handle
+    if state is S.DEFERRED:
+        handle.put_off(10.5)
         return handle
     handle.started(IdleProcess(), None, 10.0)  # type: ignore[arg-type]  # no pipe needed
     if state is S.RUNNING:
@@ -125,8 +134,10 @@ def test_the_moves_set_what_each_state_holds() -> None:
     assert (handle.state, handle.restart_at) == (S.BACKOFF, 10.0 + delay)
     assert (handle.stop_reason, handle.kill_at, handle.lingering) == (None, None, None)
     assert handle.policy.failures == 1
-    handle.wait_until(11.0)  # no failure counted (a fork server still starting)
-    assert (handle.restart_at, handle.policy.failures) == (11.0, 1)
+    handle.put_off(11.0)  # no failure counted (a fork server still starting)
+    assert (handle.state, handle.restart_at, handle.policy.failures) == (S.DEFERRED, 11.0, 1)
+    handle.wait_until(12.0)  # a fenced exit's restart, at once: no failure either
+    assert (handle.state, handle.restart_at, handle.policy.failures) == (S.BACKOFF, 12.0, 1)
     handle.stopped()
     assert handle.state is S.STOPPED
     with pytest.raises(IllegalTransitionError):
