@@ -27,6 +27,7 @@ import psutil
 
 from agentpool.backoff import RestartPolicy
 from agentpool.config.settings import WorkerSettings
+from agentpool.errors import IllegalTransitionError
 from agentpool.pool.fence import FenceTimes
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import TickResult
@@ -34,7 +35,6 @@ from agentpool.supervisor.forkclient import Deferred, ForkServer, SpawnRequest
 from agentpool.supervisor.lifecycle import (
     LIVE,
     TRANSITIONS,
-    IllegalTransitionError,
     StopReason,
     WorkerState,
 )
@@ -157,7 +157,7 @@ class WorkerHandle:
 
     def transition(self, to: WorkerState) -> None:
         """Move to ``to``; a move the lifecycle does not allow raises
-        :class:`~agentpool.supervisor.lifecycle.IllegalTransitionError` and changes nothing."""
+        :class:`~agentpool.errors.IllegalTransitionError` and changes nothing."""
         if to not in TRANSITIONS[self.state]:
             raise IllegalTransitionError(self.node, self.state, to)
         self.state = to

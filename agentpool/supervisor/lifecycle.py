@@ -4,8 +4,8 @@ One node's worker, as the supervisor sees it, is in exactly one
 :class:`WorkerState`. :data:`TRANSITIONS` lists every move the lifecycle
 allows; :meth:`~agentpool.supervisor.handles.WorkerHandle.transition` is the
 only place a handle's state changes, and it refuses any other move with
-:class:`IllegalTransitionError` (a bug: the loop stops every worker in order and
-exits non-zero). The table, with a comment on each move, is the whole machine.
+:class:`~agentpool.errors.IllegalTransitionError` (a bug: the loop stops every
+worker in order and exits non-zero). The table, with a comment on each move, is the whole machine.
 
 Once a node's process is gone for sure, :func:`after_exit` reads what
 follows from one table (:data:`AFTER_EXIT`), by why the supervisor stopped
@@ -104,15 +104,6 @@ TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
     _S.STOPPED: frozenset(),
 }
 """Every legal move, from each state to the states it may go to."""
-
-
-class IllegalTransitionError(RuntimeError):
-    """A handle was asked for a move :data:`TRANSITIONS` does not allow: a bug in the
-    supervisor, refused before it could leave a node with two processes or none."""
-
-    def __init__(self, node: str, source: WorkerState, target: WorkerState) -> None:
-        self.node, self.source, self.target = node, source, target
-        super().__init__(f"worker of node {node}: no move from {source.name} to {target.name}")
 
 
 class StopReason(enum.StrEnum):

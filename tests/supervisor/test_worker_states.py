@@ -11,12 +11,12 @@ import itertools
 
 import pytest
 
+from agentpool.errors import IllegalTransitionError
 from agentpool.supervisor.handles import WorkerHandle
 from agentpool.supervisor.lifecycle import (
     AFTER_EXIT,
     REPORTED_STATES,
     TRANSITIONS,
-    IllegalTransitionError,
     StopReason,
     Then,
     WorkerState,
