@@ -7,6 +7,8 @@
     ├── StartupError           start-up cannot go on (no descriptors, no fork server, no
     │                          in-cluster configuration): exit 1, the message printed as is
     ├── CapacityError          more owned nodes than the descriptor limit allows: exit 1
+    ├── IllegalTransitionError a worker's handle asked for a move its lifecycle does not
+    │                          allow (a bug): every worker stopped in order, exit 1
     ├── SelectorError          a label selector that does not parse (POOL_NODE_SELECTOR's
     │                          parser turns it into a ConfigError)
     ├── ProfileError           malformed custom resource: status ``error`` naming the field
@@ -38,6 +40,7 @@ kept and callers catch one family.
 
 from __future__ import annotations
 
+import enum
 import reprlib
 
 _SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12 on
@@ -81,6 +84,16 @@ class StartupError(AgentError):
 
 class CapacityError(AgentError):
     """This pod owns more nodes than its descriptor limit lets it run workers for."""
+
+
+class IllegalTransitionError(AgentError):
+    """A worker's handle was asked for a move its lifecycle
+    (:mod:`agentpool.supervisor.lifecycle`) does not allow: a bug in the supervisor,
+    refused before it could leave a node with two processes or none."""
+
+    def __init__(self, node: str, source: enum.Enum, target: enum.Enum) -> None:
+        self.node, self.source, self.target = node, source, target
+        super().__init__(f"worker of node {node}: no move from {source.name} to {target.name}")
 
 
 class SelectorError(AgentError):

@@ -79,6 +79,11 @@ def limit_is(path: Path, want: int) -> bool:
         return False
 
 
+def clamped(uw: int, max_file: Path | None) -> int:
+    """A package limit as RAPL holds it: at most the zone's maximum, where it has one."""
+    return uw if max_file is None else min(uw, read_int(max_file))
+
+
 def worker_processes(agent: AgentProcess) -> list[psutil.Process]:
     """Workers are the fork server's children; the fork server is the supervisor's child."""
     try:
@@ -224,8 +229,9 @@ class Soak:
         def enforced(name: str) -> bool:
             if name in self.host_names:
                 tree = self.trees[name]
-                want = int(self.caps[name] / len(tree.packages) * 1_000_000)
-                return all(limit_is(z.pl1.limit_file, want) for z in tree.packages if z.pl1)
+                cap_uw = int(self.caps[name] * 1_000_000)  # each package's limit, clamped
+                return all(limit_is(z.pl1.limit_file, clamped(cap_uw, z.pl1.max_file))
+                           for z in tree.packages if z.pl1)
             requests = cluster.power.requests(node=name, kind="control")
             caps = [r.body.get("capWatts") for r in requests if isinstance(r.body, dict)]
             return bool(caps) and caps[-1] == self.caps[name]

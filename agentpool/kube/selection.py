@@ -141,6 +141,7 @@ class KindDiscovery:
         max_retry_s: float = MAX_RETRY_S,
         absent_confirm_s: float = ABSENT_CONFIRM_S,
         clock: Callable[[], float] = time.monotonic,
+        wake: threading.Event | None = None,
     ) -> None:
         self._api = api
         self.setting = setting
@@ -152,7 +153,9 @@ class KindDiscovery:
         self._confirm = absent_confirm_s
         self._clock = clock
         self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._wake = wake or threading.Event()
+        """Set: discover again soon (see :meth:`wake`); given, others may set it before this
+        object exists (the informers, made first, whose failures call for it)."""
         self.served: frozenset[Resource] = frozenset()
         """The Joulie kinds the last successful discovery listed."""
         self.watched: frozenset[Resource] = frozenset()

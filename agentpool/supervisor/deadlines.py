@@ -25,7 +25,8 @@ import itertools
 import math
 
 from agentpool.supervisor import fences
-from agentpool.supervisor.handles import WorkerHandle, WorkerState
+from agentpool.supervisor.handles import WorkerHandle
+from agentpool.supervisor.lifecycle import LIVE, WAITING, WorkerState
 
 
 def next_check(
@@ -34,15 +35,16 @@ def next_check(
     """The earliest moment something of this worker falls due (inf: nothing will);
     ``interval_s``, the reconcile interval, aligns fence renewals to the ticks' grid."""
     at = math.inf
-    if handle.state in (WorkerState.STARTING, WorkerState.RUNNING) and handle.process:
+    state = handle.state
+    if state in LIVE:
         at = handle.last_seen + handle.heartbeat_s
         if handle.outbox_since is not None:
             at = min(at, handle.outbox_since + handle.heartbeat_s)
     if handle.kill_at is not None:
         at = min(at, handle.kill_at)
-    if handle.lingering is not None:
+    if state is WorkerState.LINGERING:
         at = min(at, now + loop_period_s)  # no sentinel: look again
-    if handle.state is WorkerState.BACKOFF and handle.process is None:
+    elif state in WAITING:
         at = min(at, handle.restart_at)
     renewal = fences.renewal_at(handle, elastic, interval_s)
     if renewal is not None:

@@ -9,12 +9,15 @@ any other writer's status or a label change: at N = 1,000 with the
 loop for a turn that changed nothing. :class:`Echoes` drops a MODIFIED
 event whose kept part is what the last event of the object said, in the
 informer's thread; every other event (a list, an addition, a deletion, a
-kind the supervisor reads more of, as NodeHardware's status) goes on.
+kind the supervisor reads more of, as NodeHardware's status) goes on, through
+an :class:`EventFeed`, into the loop's queue, and wakes the loop.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from agentpool.kube.api import Resource
@@ -65,3 +68,19 @@ class Echoes:
                 return False
             last[name] = view
             return True
+
+
+class EventFeed:
+    """The informers' sink: each event that is news (:class:`Echoes`) is queued for the
+    loop, which it wakes. Called from informer threads; the loop drains :attr:`events`."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.echoes = Echoes()
+        self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
+        self._wake = wake
+
+    def __call__(self, event: InformerEvent) -> None:
+        if not self.echoes.news(event):
+            return
+        self.events.put(event)
+        self._wake()

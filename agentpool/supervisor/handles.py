@@ -1,4 +1,4 @@
-"""The supervisor's side of its workers: states, the handle kept per node, and spawning.
+"""The supervisor's side of its workers: the handle kept per node, and spawning.
 
 Workers are started through the lean fork server
 (:mod:`agentpool.supervisor.forkclient`): a clean, single-threaded process
@@ -7,13 +7,14 @@ that has imported only what a worker runs (see
 fork sharing those pages copy-on-write, and no worker inherits the
 supervisor's threads, sockets or locks. The supervisor only sees a
 :class:`WorkerProcess` and a pipe, through a :data:`Launch` function, so its
-decisions can be driven with stand-in processes on a fake clock.
+decisions can be driven with stand-in processes on a fake clock. A handle's state
+changes only through :meth:`WorkerHandle.transition`, by the moves of
+:mod:`agentpool.supervisor.lifecycle`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import math
 import os
 import signal
@@ -26,35 +27,19 @@ import psutil
 
 from agentpool.backoff import RestartPolicy
 from agentpool.config.settings import WorkerSettings
+from agentpool.errors import IllegalTransitionError
 from agentpool.pool.fence import FenceTimes
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import TickResult
 from agentpool.supervisor.forkclient import Deferred, ForkServer, SpawnRequest
+from agentpool.supervisor.lifecycle import (
+    LIVE,
+    TRANSITIONS,
+    StopReason,
+    WorkerState,
+)
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import DUMP_SIGNAL
-
-
-class WorkerState(enum.StrEnum):
-    STARTING = "starting"
-    """Process started, no tick reported yet."""
-    RUNNING = "running"
-    """Reported at least one tick and is alive."""
-    STOPPING = "stopping"
-    """Asked to stop (SIGTERM sent); waiting for it to restore the host and exit."""
-    BACKOFF = "backoff"
-    """Died unexpectedly, or could not be started; waiting for its restart time."""
-
-
-class StopReason(enum.StrEnum):
-    SCOPE = "scope"
-    """The node was deleted, lost the selector's labels, or belongs to another shard."""
-    SHUTDOWN = "shutdown"
-    """The supervisor is stopping."""
-    HEARTBEAT = "heartbeat"
-    """The worker stopped reporting ticks, or stopped reading its pipe; it is restarted."""
-    PROTOCOL = "protocol"
-    """The worker wrote something that is not a message (a corrupt or cut frame); it is
-    restarted."""
 
 
 class WorkerProcess(Protocol):
@@ -118,15 +103,20 @@ class WorkerHandle:
 
     node: str
     policy: RestartPolicy = field(default_factory=RestartPolicy)
-    state: WorkerState = WorkerState.BACKOFF
+    state: WorkerState = field(default=WorkerState.NEW, init=False)
+    """Written by :meth:`transition` only."""
     process: WorkerProcess | None = None
+    """The node's process while the state is STARTING, RUNNING or STOPPING."""
     conn: Connection | None = None
     started_at: float = 0.0
     last_seen: float = 0.0
     restart_at: float = 0.0
+    """BACKOFF, DEFERRED: when the next start is due."""
     stop_reason: StopReason | None = None
+    """STOPPING, LINGERING, STOPPED: why the supervisor wants the process gone (None in a
+    LINGERING one that died on its own); the restart decision's input."""
     kill_at: float | None = None
-    """When a stopping worker (or a lingering predecessor) gets SIGKILL."""
+    """When a stopping worker (or a lingering predecessor) gets SIGKILL (None once sent)."""
     heartbeat_s: float = 0.0
     """How long the worker may stay silent before it is killed (set with its inputs)."""
     last_sent: NodeInputs | None = None
@@ -144,8 +134,8 @@ class WorkerHandle:
     inbox: bytearray = field(default_factory=bytearray)
     """The part of the worker's next message that has arrived so far."""
     lingering: int | None = None
-    """Pid of this node's previous process, reported dead but still running (it lost its
-    fork server and is restoring the host): no new worker starts until it is gone."""
+    """LINGERING: the pid of the node's previous process, reported dead but still running
+    (it lost its fork server and is restoring the host)."""
     exit_how: str = ""
     """How the last process ended, for the log and status once it is settled."""
     exit_code: int | None = None
@@ -158,30 +148,85 @@ class WorkerHandle:
     restore_problems: tuple[str, ...] | None = None
     check_at: float = math.inf
     """When the loop looks at this worker next (:mod:`agentpool.supervisor.deadlines`)."""
-    deferred: bool = False
-    """Its last start was put off, not failed (the fork server was still starting, or its
-    batch's deadline came first): the next attempt is no restart."""
 
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
+    # -- the lifecycle's moves (agentpool/supervisor/lifecycle.py) -----------------------------
+
+    def transition(self, to: WorkerState) -> None:
+        """Move to ``to``; a move the lifecycle does not allow raises
+        :class:`~agentpool.errors.IllegalTransitionError` and changes nothing."""
+        if to not in TRANSITIONS[self.state]:
+            raise IllegalTransitionError(self.node, self.state, to)
+        self.state = to
+
+    def started(self, process: WorkerProcess, conn: Connection, now: float) -> None:
+        """A process was launched for this node with the inputs ``last_sent``: STARTING."""
+        self.transition(WorkerState.STARTING)
+        self.process, self.conn = process, conn
+        self.started_at = self.last_seen = now
+        self.stop_reason, self.kill_at = None, None
+        self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
+        self.fence_sent = self.fence_unsent = None
+        self.inbox = bytearray()
+        self.restore_problems = None
+        self.exit_code, self.exit_reason = None, ""
+
+    def to_stop(self, reason: StopReason, kill_at: float | None) -> None:
+        """The supervisor wants the node's process gone for ``reason``, SIGKILL at ``kill_at``
+        (the table sends the stop message and the signals): STOPPING. A lingering
+        predecessor stays LINGERING; ``reason`` says what its end will mean."""
+        lingers = self.state is WorkerState.LINGERING
+        self.transition(WorkerState.LINGERING if lingers else WorkerState.STOPPING)
+        self.stop_reason, self.kill_at = reason, kill_at
+
+    def ended(self, exit_code: int | None, how: str) -> None:
+        """Its process ended (the table reaped it, and moves the handle on at once)."""
+        self.process = None
+        self.exit_code, self.exit_how = exit_code, how
+
+    def lingers(self, pid: int, kill_at: float) -> None:
+        """Its process was reported dead, yet ``pid`` still runs: LINGERING until it is gone,
+        SIGKILL at ``kill_at``."""
+        self.transition(WorkerState.LINGERING)
+        self.lingering, self.kill_at = pid, kill_at
+
+    def wait_until(self, at: float) -> None:
+        """No process (any more): BACKOFF, the next start at ``at``."""
+        self.transition(WorkerState.BACKOFF)
+        self.restart_at = at
+        self.stop_reason, self.kill_at, self.lingering = None, None, None
+
+    def put_off(self, at: float) -> None:
+        """Its start was put off, through no fault of its own: DEFERRED until ``at``."""
+        self.transition(WorkerState.DEFERRED)
+        self.restart_at = at
+
+    def back_off(self, now: float, started_at: float) -> float:
+        """Its process is gone (or never started), a failure: BACKOFF for the restart
+        policy's delay, which is returned."""
+        delay = self.policy.on_death(started_at, now)
+        self.wait_until(now + delay)
+        return delay
+
+    def stopped(self) -> None:
+        """Gone for good (its node left, or the supervisor stops): STOPPED."""
+        self.transition(WorkerState.STOPPED)
+        self.kill_at, self.lingering = None, None
+
+    # -- looking at it -------------------------------------------------------------------------
+
     def hung(self, now: float) -> str | None:
         """Why a starting or running worker counts as hung at ``now``, if it does."""
-        if self.state not in (WorkerState.STARTING, WorkerState.RUNNING) or self.process is None:
+        if self.state not in LIVE:
             return None
         if now - self.last_seen > self.heartbeat_s:
             return f"silent for {now - self.last_seen:.0f}s"
         if self.outbox_since is not None and now - self.outbox_since > self.heartbeat_s:
             return f"not reading its pipe for {now - self.outbox_since:.0f}s"
         return None
-
-    def back_off(self, now: float, started_at: float) -> float:
-        """Its process is gone (or never started): wait before the next start; the delay."""
-        delay = self.policy.on_death(started_at, now)
-        self.state, self.restart_at = WorkerState.BACKOFF, now + delay
-        self.stop_reason, self.kill_at = None, None
-        return delay
 
     def dump_stack(self) -> None:
         """Ask the worker to write its threads' stacks to the log (it keeps running)."""
@@ -201,19 +246,6 @@ class WorkerHandle:
                 os.kill(self.lingering, signal.SIGKILL)
             return True
         return False
-
-    def started(self, process: WorkerProcess, conn: Connection, now: float) -> None:
-        """A process was launched for this node with the inputs ``last_sent``."""
-        self.process, self.conn = process, conn
-        self.state = WorkerState.STARTING
-        self.started_at = self.last_seen = now
-        self.stop_reason, self.kill_at = None, None
-        self.unsent, self.outbox, self.outbox_since = None, bytearray(), None
-        self.fence_sent = self.fence_unsent = None
-        self.inbox = bytearray()
-        self.restore_problems = None
-        self.exit_code, self.exit_reason = None, ""
-        self.deferred = False
 
 
 class ForkServerLauncher:

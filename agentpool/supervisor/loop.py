@@ -2,35 +2,52 @@
 
 Threads feed it (informers, signal wake-ups) through queues and a self-pipe;
 everything that changes worker state happens here, in one thread, so there
-are no locks around the worker table. Each turn of the loop:
+are no locks around the worker table. A turn of the loop waits for something
+to do (at most one loop period), then runs these phases in order, each only
+when its guard holds:
 
-1. act on recorded signals (handlers only record them);
-2. apply informer events to the :class:`ClusterView`;
-3. read worker reports (tick results double as heartbeats);
-4. notice dead workers, decode how they died, schedule restarts with backoff,
-   but never start a node's new process while its previous one still runs;
-5. kill workers that went silent or stopped reading their pipe (their stack
-   dumped to the log first), SIGKILL workers that overstayed a stop;
-6. start/stop workers so that exactly the owned nodes have one, and hand each
-   worker its node's latest inputs, and its fence (the deadlines after which
-   it stops on its own: :mod:`agentpool.supervisor.fences`), when its pipe can
-   take them.
+1. signals (one was recorded): SIGTERM or SIGINT ends the loop;
+2. events (an informer event is queued): applied to the :class:`ClusterView`,
+   noting whose inputs and whether the scope may have changed;
+3. reports (a worker's pipe is readable): tick results, which double as
+   heartbeats;
+4. deaths (a worker's exit sentinel fired): each settled by the restart
+   decision (:mod:`agentpool.supervisor.lifecycle`), or waited for while its
+   process still runs (never two processes for a node);
+5. elastic (an elastic pool): lease renewals and the handoff's actions;
+6. checks (once a loop period): the desired state's freshness;
+7. looks (a worker's own moment came: :mod:`agentpool.supervisor.deadlines`):
+   hung workers killed (their stack dumped to the log first), overstayed stops
+   SIGKILLed, lingering predecessors looked for;
+8. scope (the owned nodes may have changed, or the caches are not listed yet):
+   workers of nodes no longer owned stopped, workers for new ones queued, a
+   batch a turn;
+9. follow-ups of 7, once the scope is known: restarts that are due queued,
+   fence renewals (:mod:`agentpool.supervisor.fences`);
+10. starts (some are queued): restarts and new nodes together, one batch at
+    the fork server, so one spawn deadline per turn;
+11. inputs (some changed, a pipe drained, or NodeHardware became served or
+    not): each worker's latest inputs, the NodeHardware they imply, what waits
+    for a pipe;
+12. stalled pipes (a pipe began refusing): their heartbeat limit scheduled;
+13. housekeeping (once a loop period): orphans reaped (PID 1), status writes
+    held while workers start;
+14. publish (the table changed and a publish is due): the metrics snapshot,
+    at most once a loop period but at once when a worker is gone.
+
+So a turn touches only the workers that have something to say (see
+:mod:`agentpool.supervisor.loopio`) and those whose own moment came; the
+rest of its work is once a loop period.
 
 The worker table (:mod:`agentpool.supervisor.workers`) carries out what
-concerns one worker (steps 3 to 5, starts and stops); the loop decides,
-from the cluster view and the elastic pool, which nodes need one.
+concerns one worker, and each of its operations returns what it changed; the
+loop decides, from the cluster view and the elastic pool, which nodes need
+one, and keeps what is still to do between turns.
 
 Nothing in a turn may block or escape: sends to a worker never block (see
 :mod:`agentpool.worker.protocol`), a worker that cannot be started backs
 off like one that died, and an unexpected exception ends the loop through
 the same orderly shutdown as SIGTERM, with a non-zero exit status.
-
-A turn touches only the workers that have something to say (see
-:mod:`agentpool.supervisor.loopio`) and those whose own moment came (a
-heartbeat limit, a kill deadline, a restart, a fence renewal:
-:mod:`agentpool.supervisor.deadlines`); the loop's own checks (the desired
-state's freshness, orphans, the first listing) run once per ``loop_period_s``;
-the metrics snapshot is rebuilt when the worker table changed.
 """
 
 from __future__ import annotations
@@ -40,35 +57,22 @@ import queue
 import signal
 import time
 from collections.abc import Callable
-from logging import INFO
 from typing import Any
 
 from agentpool.config.settings import Settings
 from agentpool.errors import CapacityError
 from agentpool.kube.api import Resource
-from agentpool.kube.informer import InformerEvent, Relisted
-from agentpool.kube.nodehardware import HardwarePublisher
+from agentpool.kube.informer import Relisted
 from agentpool.kube.writehold import WriteHold
-from agentpool.nodeevents.hooks import NodeEvents
-from agentpool.resources.nodeinputs import NodeInputs
-from agentpool.supervisor import statuses
-from agentpool.supervisor.clusterview import ClusterView
-from agentpool.supervisor.deaths import Deaths
-from agentpool.supervisor.echoes import Echoes
+from agentpool.supervisor.collaborators import Cluster, Reporting, Spawning
 from agentpool.supervisor.elastic import ElasticPool
-from agentpool.supervisor.handles import (
-    Launch,
-    StopReason,
-    WorkerHandle,
-    WorkerState,
-)
+from agentpool.supervisor.handles import WorkerHandle
 from agentpool.supervisor.loopio import LoopIO
-from agentpool.supervisor.memlimit import MemoryBudget, Refusals
+from agentpool.supervisor.memlimit import Refusals
 from agentpool.supervisor.orphans import reap_orphans
-from agentpool.supervisor.selfmetrics import Snapshot, SupervisorCollector, WorkerView
-from agentpool.supervisor.statuses import StatusRouter, StatusSink
-from agentpool.supervisor.workers import KILL_GRACE_S, WorkerTable, node_log
-from agentpool.worker.nodefiles import NodeFiles
+from agentpool.supervisor.selfmetrics import Snapshot
+from agentpool.supervisor.statuses import StatusRouter
+from agentpool.supervisor.workers import KILL_GRACE_S, Changed, WorkerTable
 
 log = logging.getLogger(__name__)
 
@@ -89,76 +93,49 @@ class Supervisor:
     def __init__(
         self,
         settings: Settings,
-        launch: Launch,
-        view: ClusterView,
-        status: StatusSink | None,
-        collector: SupervisorCollector,
-        files: NodeFiles,
-        synced: Callable[[], bool],
+        cluster: Cluster,
+        spawning: Spawning,
+        reporting: Reporting,
+        io: LoopIO,
         clock: Callable[[], float] = time.monotonic,
         loop_period_s: float = LOOP_PERIOD_S,
-        max_workers: int | None = None,
-        twin_status: StatusSink | None = None,
-        hardware: HardwarePublisher | None = None,
-        spec_confirmed_at: Callable[[float], float | None] | None = None,
-        elastic: ElasticPool | None = None,
-        node_events: NodeEvents | None = None,
-        write_hold: WriteHold | None = None,
-        memory: MemoryBudget | None = None,
-        deaths: Deaths | None = None,
     ) -> None:
         self.settings = settings
-        self.write_hold = write_hold
-        """Holds status and NodeHardware writes while workers start (enforce first)."""
-        self.node_events = node_events
-        """Kubernetes Events on the Nodes (docs/metrics.md: Node events); None with EVENTS=false."""
-        self.spec_confirmed_at = spec_confirmed_at
-        """Given now, when the API last confirmed the desired state (now while its watches
-        work; None: nothing to confirm). SPEC_READ_TIMEOUT counts from there."""
-        self._spec_seen = clock()
-        self.hardware = hardware
-        """Publishes NodeHardware (NodeTwin API, once enabled)."""
-        self.twin_status = twin_status
-        """Writes NodeTwin ``status.controlStatus`` (NodeTwin API); ``status`` writes
-        TelemetryProfile status (profile API)."""
-        self.launch = launch
-        self.view = view
-        self.status = status
-        self.statuses = StatusRouter(
-            view, status, twin_status, holds=elastic.holds if elastic is not None else None
-        )
-        """Offers each node's status to the writer of the object that carries it."""
-        self.collector = collector
-        self.files = files
-        self.synced = synced
+        self.cluster = cluster
+        self.spawning = spawning
+        self.reporting = reporting
+        self.io = io
+        """The loop's descriptors; its owner closes it after ``run``."""
         self.clock = clock
         self.loop_period_s = loop_period_s
-        self.max_workers = max_workers
-        """How many workers the descriptor limit allows; owning more nodes is fatal."""
-        self.elastic = elastic
-        """Elastic pool membership and handoff; None in a static pool or a daemonset."""
-        self.events: queue.SimpleQueue[InformerEvent] = queue.SimpleQueue()
-        self.echoes = Echoes()
-        self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self.io = LoopIO()
-        self.table = WorkerTable(
-            settings, launch, view, self.statuses, files, self.io, clock, loop_period_s,
-            hardware, elastic, node_events, deaths,
-        )
+        self.view = cluster.view
+        self.feed = cluster.feed
+        self.elastic = cluster.elastic
+        self.write_hold = reporting.write_hold
+        elastic = cluster.elastic
+        self.statuses = StatusRouter(cluster.view, reporting.status, reporting.twin_status,
+                                     holds=elastic.holds if elastic is not None else None)
+        """Offers each node's status to the writer of the object that carries it."""
+        self.table = WorkerTable(settings, cluster, spawning, reporting, self.statuses, io,
+                                 clock, loop_period_s)
         """Every owned node's worker: starts, reports, deaths, restarts, stops."""
-        self.refusals = Refusals(memory or MemoryBudget(None), self.statuses)
+        self.refusals = Refusals(spawning.memory, self.statuses)
         """The owned nodes the pod's memory limit leaves without a worker."""
+        self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._spec_seen = clock()
         self._next_check = 0.0
         """When the loop's own checks (not a pass over the workers) are due next."""
         self._inputs_changed: set[str] = set()
         """Nodes whose inputs may differ from what their worker was last sent."""
-        self._hardware_enabled = False
+        self._hardware_served = False
         """Whether the NodeHardware publisher was enabled at the last turn."""
         self._scope_stale = True
         """Which nodes this pod owns may have changed: reconcile the worker table."""
         self._awaiting_sync = False
         """No worker starts before every cache has listed once."""
         self._stopping = False
+        self._unpublished = Changed.WORKERS
+        """What changed in the table since the last published snapshot."""
         self._published_synced: bool | None = None
         """``synced`` of the last published snapshot (the rest changes with the table)."""
         self._publish_after = 0.0
@@ -171,14 +148,6 @@ class Supervisor:
 
     # -- inputs from other threads -------------------------------------------------------------
 
-    def feed(self, event: InformerEvent) -> None:
-        """Informer sink (called from informer threads): wakes the loop for what may change
-        what it knows, not for its own status writes coming back (:mod:`.echoes`)."""
-        if not self.echoes.news(event):
-            return
-        self.events.put(event)
-        self.io.wake()
-
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.signals.put(signum)  # only record it; the loop acts
 
@@ -186,10 +155,6 @@ class Supervisor:
         self.io.wake_on_signals()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
-
-    def close(self) -> None:
-        """Release the selector and the wake-up pipe (after ``run``)."""
-        self.io.close()
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -208,73 +173,66 @@ class Supervisor:
         return self._shutdown(code)
 
     def turn(self) -> None:
-        """One turn of the loop: wait for something to do (at most one loop period), do it."""
-        busy = self._scope_stale or not self.events.empty()
-        due = min(self._next_check, self.table.next_look_at())
-        self.io.wait(0.0 if busy else max(0.0, min(self.loop_period_s, due - self.clock())))
+        """One turn: wait for something to do, then each phase of the module docstring
+        whose guard holds."""
+        self._wait()
         now = self.clock()
         self.loop_heartbeat = now
-        self._handle_signals()
-        if self._stopping:
-            return
-        self._apply_events()
-        self.table.read_reports(now)
-        self.table.reap(now)
-        self._turn_elastic(now)
+        io, table = self.io, self.table
+        if not self.signals.empty():  # 1
+            self._take_signals()
+            if self._stopping:
+                return
+        if not self.feed.events.empty():  # 2
+            self._apply_events()
+        if io.readable:  # 3
+            self._note(table.read_reports(now))
+        if io.exited:  # 4
+            self._note(table.reap(now))
+        if self.elastic is not None:  # 5
+            self._turn_elastic(self.elastic, now)
         check = now >= self._next_check
-        if check:
+        if check:  # 6
             self._next_check = now + self.loop_period_s
             self._check_spec_freshness(now)
-        look = now >= self.table.next_look_at()
-        if look:
-            self.table.look(now)
-        if self.table.rescope:
-            self.table.rescope, self._scope_stale = False, True
-        if self._scope_stale or (check and self._awaiting_sync):
+        looked = table.due(now) if now >= table.next_look_at() else None
+        if looked:  # 7
+            self._note(table.look(looked, now))
+        if self._scope_stale or (check and self._awaiting_sync):  # 8
             self._reconcile_scope(now)
-        if look:
-            self.table.look_after_scope(now)
-        self.table.start_queued(now)
-        changed = self._changed_inputs()
-        self._offer_hardware(changed)
-        self._deliver_inputs(changed, now)
-        self.table.note_stalled(now)
-        if check:
+        if looked:  # 9
+            table.follow_up(looked, now)
+        if table.queued:  # 10
+            self._note(table.start_queued(now))
+        hardware = self.reporting.hardware
+        served = hardware is not None and hardware.enabled
+        if self._inputs_changed or io.writable or served != self._hardware_served:  # 11
+            self._deliver_inputs(served, now)
+        if io.stalled:  # 12
+            table.note_stalled(now)
+        if check:  # 13
             reap_orphans()
         if self.write_hold is not None and (check or self._scope_stale):
-            # Looked at once a loop period (a pass over every worker), and at each batch
-            # of a mass start (whose first reports would otherwise be written at once).
-            if self._scope_stale or self.table.starting():
-                self.write_hold.hold()
-            else:
-                self.write_hold.release()
-        # A snapshot is of every worker: starts at most one a loop period, or a mass start
-        # (a change at nearly every turn) rebuilt it hundreds of times; exits at once.
-        due = check or self.table.gone or now >= self._publish_after
-        if (self.table.changed and due) or (check and self.synced() != self._published_synced):
+            self._hold_writes(self.write_hold)
+        if self._publish_due(now, check):  # 14
             self._publish(now)
 
-    def _turn_elastic(self, now: float) -> None:
-        """Elastic pool: renewals only while this loop turns; the handoff's actions say which
-        nodes may run, and each renewal moves every worker's fence."""
-        if self.elastic is None:
-            return
-        actions = self.elastic.turn(self.view.selected())
-        if self.node_events is not None:
-            for node, previous in self.elastic.takeovers().items():
-                self.node_events.taken_over(node, previous)
-        if actions:
-            running = self.view.elastic_running or set()
-            self.view.elastic_running = (running - actions.stop) | actions.start
-            self._scope_stale = True
-        for node in actions.stop - self.workers.keys():
-            self.elastic.stopped(node)  # never started (or already forgotten): nothing to stop
-        fence = self.elastic.worker_fence()
-        if fence != self.table.pod_fence:
-            self.table.pod_fence = fence
-            self.table.refresh_fences(now)
+    def _wait(self) -> None:
+        """Until something is to do: at once with events or a scope to reconcile, else at
+        the earliest of the next check, the next worker's moment and one loop period."""
+        busy = self._scope_stale or not self.feed.events.empty()
+        due = min(self._next_check, self.table.next_look_at())
+        self.io.wait(0.0 if busy else max(0.0, min(self.loop_period_s, due - self.clock())))
 
-    def _handle_signals(self) -> None:
+    def _note(self, changed: Changed) -> None:
+        """Keep what a table operation changed until the phase that acts on it."""
+        if changed is Changed.NOTHING:
+            return
+        self._unpublished |= changed
+        if Changed.SCOPE in changed:
+            self._scope_stale = True
+
+    def _take_signals(self) -> None:
         while True:
             try:
                 signum = self.signals.get_nowait()
@@ -285,9 +243,10 @@ class Supervisor:
                 self._stopping = True
 
     def _apply_events(self) -> None:
+        events = self.feed.events
         while True:
             try:
-                event = self.events.get_nowait()
+                event = events.get_nowait()
             except queue.Empty:
                 break
             self._inputs_changed |= self.view.apply(event)
@@ -297,11 +256,31 @@ class Supervisor:
             if isinstance(event, Relisted) or event.resource is Resource.NODES:
                 self._scope_stale = True
 
+    def _turn_elastic(self, elastic: ElasticPool, now: float) -> None:
+        """Elastic pool: renewals only while this loop turns; the handoff's actions say which
+        nodes may run, and each renewal moves every worker's fence."""
+        actions = elastic.turn(self.view.selected())
+        node_events = self.reporting.node_events
+        if node_events is not None:
+            for node, previous in elastic.takeovers().items():
+                node_events.taken_over(node, previous)
+        if actions:
+            running = self.view.elastic_running or set()
+            self.view.elastic_running = (running - actions.stop) | actions.start
+            self._scope_stale = True
+        for node in actions.stop - self.workers.keys():
+            elastic.stopped(node)  # never started (or already forgotten): nothing to stop
+        fence = elastic.worker_fence()
+        if fence != self.table.pod_fence:
+            self.table.pod_fence = fence
+            self.table.refresh_fences(now)
+
     def _check_spec_freshness(self, now: float) -> None:
         """Mark desired state stale once unconfirmed by the API for SPEC_READ_TIMEOUT."""
-        if self.spec_confirmed_at is None:
+        confirmed_at = self.cluster.spec_confirmed_at
+        if confirmed_at is None:
             return
-        confirmed = self.spec_confirmed_at(now)
+        confirmed = confirmed_at(now)
         self._spec_seen = now if confirmed is None else confirmed
         stale = now - self._spec_seen > self.settings.spec_read_timeout_s
         if stale == self.view.spec_stale:
@@ -317,103 +296,72 @@ class Supervisor:
             log.info("desired state confirmed again: enforcing it")
         self._inputs_changed |= set(self.workers)
 
-    # -- scope and starts ------------------------------------------------------------------------
-
     def _reconcile_scope(self, now: float) -> None:
         self._scope_stale = False
-        if not self.synced():
+        if not self.cluster.synced():
             # Until every cache has listed, a node may be known without its profiles, and
             # its worker would fall back to host controls: rescoped at each scan instead.
             self._awaiting_sync = True
             return
         self._awaiting_sync = False
         owned = self.view.owned()
-        if self.max_workers is not None and len(owned) > self.max_workers:
+        max_workers = self.spawning.max_workers
+        if max_workers is not None and len(owned) > max_workers:
             raise CapacityError(
                 f"this pod owns {len(owned)} nodes but RLIMIT_NOFILE covers "
-                f"{self.max_workers}: raise the limit or add shards"
+                f"{max_workers}: raise the limit or add shards"
             )
-        for node, handle in list(self.workers.items()):
-            if node in owned or handle.stop_reason is StopReason.SCOPE:
-                continue
-            if handle.lingering is not None:  # settled, and forgotten, once it is gone
-                handle.stop_reason = StopReason.SCOPE
-            elif handle.process is None:  # in backoff: nothing runs, just forget it
-                node_log(INFO, node, "node %s left this pod's scope (its worker was in backoff)")
-                self.table.forget(node)
-            else:
-                node_log(INFO, node, "node %s left this pod's scope: stopping its worker")
-                self.table.stop(handle, StopReason.SCOPE, now, self.settings.shutdown_timeout_s)
+        self._note(self.table.let_go(owned, now))
         # A node still stopping from an earlier scope loss keeps its handle until the
-        # worker is gone; _settle then marks the scope stale and it starts again here.
+        # worker is gone; the table then says the scope may have changed, and it starts
+        # again here.
         missing = self.refusals.admit(sorted(owned - self.workers.keys()), len(self.workers))
         if len(missing) > MAX_STARTS_PER_TURN:
             self._scope_stale = True  # the rest next turn, so reports keep flowing
-        batch = [WorkerHandle(node) for node in missing[:MAX_STARTS_PER_TURN]]
-        self.workers.update((h.node, h) for h in batch)
-        self.table.queue_start(batch)
+        self.table.add(missing[:MAX_STARTS_PER_TURN])
 
-    # -- sending inputs: only the latest, only when the pipe can take it -------------------------
-
-    def _changed_inputs(self) -> dict[str, NodeInputs]:
-        """The inputs of running workers' nodes that may have changed since the last turn."""
+    def _deliver_inputs(self, served: bool, now: float) -> None:
+        """The inputs of the workers' nodes that may have changed since the last turn, the
+        latest only, when their pipe takes them; what their NodeHardware depends on, to its
+        publisher while NodeHardware is ``served`` (once it becomes served, every worker's
+        node: their starts were offered to nobody)."""
         changed, self._inputs_changed = self._inputs_changed, set()
-        inputs: dict[str, NodeInputs] = {}
-        for node in changed:
-            handle = self.workers.get(node)
-            if handle is None:
-                continue
-            self.table.note_api(node)
-            if handle.conn is None or handle.state is WorkerState.STOPPING:
-                continue
-            inputs[node] = self.view.inputs_for(node)
-        return inputs
+        inputs, apis = self.table.changed_inputs(changed)
+        self._note(apis)
+        if served and not self._hardware_served:
+            self.table.offer_all_hardware(but=inputs)
+        self._hardware_served = served
+        for node, node_inputs in inputs.items():
+            self.table.offer_hardware(node, node_inputs)
+        self.table.deliver(inputs, now)
 
-    def _offer_hardware(self, changed: dict[str, NodeInputs]) -> None:
-        """What each changed node's NodeHardware depends on, to its publisher (when it is
-        enabled: NodeHardware is served). Once it becomes enabled, every running worker's
-        node: their starts were offered to nobody."""
-        enabled = self.hardware is not None and self.hardware.enabled
-        if enabled and not self._hardware_enabled:
-            for node, handle in self.workers.items():
-                if handle.last_sent is not None and node not in changed:
-                    self.table.offer_hardware(node, handle.last_sent)
-        self._hardware_enabled = enabled
-        for node, inputs in changed.items():
-            self.table.offer_hardware(node, inputs)
+    def _hold_writes(self, hold: WriteHold) -> None:
+        """Looked at once a loop period (a pass over every worker), and at each batch of a
+        mass start (whose first reports would otherwise be written at once)."""
+        if self._scope_stale or self.table.starting():
+            hold.hold()
+        else:
+            hold.release()
 
-    def _deliver_inputs(self, changed: dict[str, NodeInputs], now: float) -> None:
-        for node, inputs in changed.items():
-            handle = self.workers[node]
-            handle.unsent = None if inputs == handle.last_sent else inputs
-            if handle.unsent is not None:
-                self.table.set_heartbeat(handle, inputs, now)
-            self.io.flush(handle, now)
-        writable, self.io.writable = self.io.writable, set()
-        for node in writable - changed.keys():
-            if (pending := self.workers.get(node)) is not None:
-                self.io.flush(pending, now)
-
-    def _worker_view(self, h: WorkerHandle, now: float) -> WorkerView:
-        backoff = h.state is WorkerState.BACKOFF and h.process is None
-        # A worker that ticks again is not failing, whatever its count of deaths in a row
-        # (reset only after ten healthy minutes, by the restart policy).
-        failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
-        return WorkerView(
-            h.state, h.policy.restarts, h.pid, self.table.apis.get(h.node),
-            failures=h.policy.failures, crash_looping=failing and h.policy.crash_looping,
-            next_restart_at=time.time() + max(0.0, h.restart_at - now) if backoff else None,
-            last_failure=h.last_failure if failing else "",
-        )
+    def _publish_due(self, now: float, check: bool) -> bool:
+        """A snapshot is of every worker: starts are published at most once a loop period,
+        or a mass start (a change at nearly every turn) rebuilt it hundreds of times; exits
+        at once."""
+        unpublished = self._unpublished
+        if unpublished is not Changed.NOTHING and (
+            check or now >= self._publish_after or Changed.GONE in unpublished
+        ):
+            return True
+        return check and self.cluster.synced() != self._published_synced
 
     def _publish(self, now: float) -> None:
-        self.table.changed = self.table.gone = False
+        self._unpublished = Changed.NOTHING
         self._publish_after = now + self.loop_period_s
-        self._published_synced = synced = self.synced()
+        self._published_synced = synced = self.cluster.synced()
         s = self.settings
-        self.collector.publish(
+        self.reporting.collector.publish(
             Snapshot(
-                workers={node: self._worker_view(h, now) for node, h in self.workers.items()},
+                workers=self.table.views(now),
                 shard_id=s.pool_shard_id,
                 shards=max(1, s.pool_shards),
                 synced=synced,
@@ -429,19 +377,12 @@ class Supervisor:
         """Stop every worker at once, SIGKILL all that overstay together, write final statuses."""
         now = self.clock()
         deadline = now + self.settings.shutdown_timeout_s
-        for handle in self.workers.values():
-            if handle.process is not None and handle.process.exitcode is None:
-                self.table.stop(handle, StopReason.SHUTDOWN, now, self.settings.shutdown_timeout_s)
-            else:
-                handle.stop_reason = StopReason.SHUTDOWN
+        self.table.stop_all(now, self.settings.shutdown_timeout_s)
         self.table.await_exits(deadline)
         if self.table.running():
             self.table.kill_all()
             self.table.await_exits(self.clock() + KILL_GRACE_S)
-        for node, handle in self.workers.items():
-            result = statuses.agent_stopped(self.settings, handle.restore_problems)
-            result = statuses.with_gpu(result, handle.last_result)
-            self.statuses.offer(node, result, force=True)
+        self.table.endings.agent_stopped(self.workers.values())
         for writer in self.statuses.writers():
             left = deadline - self.clock()
             if not writer.flush(timeout=max(FINAL_STATUS_MIN_S, left)):
@@ -451,4 +392,3 @@ class Supervisor:
             log.error("%d workers could not be stopped: %s", len(left_over), sorted(left_over))
         log.info("all workers stopped")
         return code
-

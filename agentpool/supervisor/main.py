@@ -27,6 +27,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
@@ -41,7 +42,7 @@ from agentpool.errors import ConfigError, KubeError, StartupError
 from agentpool.hardware.catalog import Catalog, load_catalog
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.events import EventRecorder
-from agentpool.kube.informer import Informer
+from agentpool.kube.informer import Informer, InformerEvent
 from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.kube.reachability import Reachability
@@ -54,14 +55,17 @@ from agentpool.pool.fence import grace_for
 from agentpool.proctitle import TITLE_PREFIX, enable, set_title
 from agentpool.supervisor import memcgroup
 from agentpool.supervisor.clusterview import ClusterView
+from agentpool.supervisor.collaborators import Cluster, Reporting, Spawning
 from agentpool.supervisor.collector import FastMultiProcessCollector
 from agentpool.supervisor.deaths import Deaths
 from agentpool.supervisor.diskspace import DiskSpace, watched_dirs
+from agentpool.supervisor.echoes import EventFeed
 from agentpool.supervisor.elastic import ElasticPool
 from agentpool.supervisor.eventmetrics import EventMetrics
 from agentpool.supervisor.handles import ForkServerLauncher
 from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
+from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.memlimit import MemoryBudget
 from agentpool.supervisor.prelaunch import (
     FDS_PER_NODE,
@@ -108,7 +112,7 @@ def _private_or(configured: str | None, prefix: str, stack: contextlib.ExitStack
 def _informer_factory(
     settings: Settings,
     api: KubeApi,
-    supervisor: Supervisor,
+    feed: Callable[[InformerEvent], None],
     counters: ApiCounters,
     on_error: Callable[[], None],
 ) -> Callable[[Resource], Informer]:
@@ -127,7 +131,7 @@ def _informer_factory(
         return Informer(
             api,
             kind,
-            supervisor.feed,
+            feed,
             label_selector=nodes_label if kind is Resource.NODES else None,
             field_selector=nodes_field if kind is Resource.NODES else None,
             watch_timeout_s=settings.watch_timeout_s,
@@ -292,7 +296,7 @@ def _run(
     # The metrics server is stopped after everything but the directories (or not at all,
     # see run): the kubelet probes a pod until its container exits.
     serving = stack.enter_context(contextlib.ExitStack())
-    stack.callback(fork_server.stop)  # after supervisor.close (registered later) stops workers
+    stack.callback(fork_server.stop)  # after everything registered later
     capacity = early.capacity
     if capacity < 1:
         raise StartupError(
@@ -334,9 +338,34 @@ def _run(
     catalog = _catalog(settings)
     hardware = HardwarePublisher(api, hold=hold, catalog=catalog)
     view = ClusterView(settings, catalog)
-    desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
     cgroup = memcgroup.find()
     memory = MemoryBudget(cgroup.limit_bytes() if cgroup is not None else None)
+    io = stack.enter_context(contextlib.closing(LoopIO()))  # closed once the threads stopped
+    feed = EventFeed(io.wake)
+    elastic, replicas_watch = _elastic_pool(settings, api, io.wake)
+    recorder, node_events = None, None
+    if settings.events:
+        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
+        recorder = EventRecorder(api, settings.pod_name or socket.gethostname())
+        restores = settings.restore_on_exit and not settings.simulate_only
+        node_events = NodeEvents(recorder, restores)
+
+    def on_watched(kind: Resource, watched: bool) -> None:
+        if kind is Resource.NODE_HARDWARES:
+            # Simulate-only mode too: Joulie's agent publishes before its simulate-only
+            # check, and its scheduler and tests wait for it (nothing of a host is written).
+            hardware.enabled = watched
+
+    rediscover = threading.Event()  # a watch failed: its kind's CRD may be gone
+    make = _informer_factory(settings, api, feed, counters, rediscover.set)
+    watches = Watches(make, feed, on_watched)
+    discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove,
+                              wake=rediscover)
+    readiness = _Readiness(
+        watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S, api.reachability,
+        recorder,
+    )
+    desired = (Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES)
 
     def spec_confirmed_at(now: float) -> float | None:
         # Before a desired-state kind is watched there is no desired state to go stale. A
@@ -346,46 +375,13 @@ def _run(
                 for i in readiness.informers() if i.resource in desired]
         return min(seen, default=None)
 
-    elastic, replicas_watch = _elastic_pool(settings, api)
-    recorder, node_events = None, None
-    if settings.events:
-        # In a pod the hostname is the pod's name: a daemonset pod without POD_NAME still says.
-        recorder = EventRecorder(api, settings.pod_name or socket.gethostname())
-        restores = settings.restore_on_exit and not settings.simulate_only
-        node_events = NodeEvents(recorder, restores)
     supervisor = Supervisor(
         settings,
-        ForkServerLauncher(fork_server, settings.worker(), files),
-        view,
-        status,
-        collector,
-        files,
-        lambda: readiness.synced(),
-        max_workers=capacity,
-        twin_status=twin_status,
-        hardware=hardware,
-        spec_confirmed_at=spec_confirmed_at,
-        elastic=elastic,
-        node_events=node_events,
-        write_hold=hold,
-        memory=memory,
-        deaths=Deaths(cgroup),
-    )
-    stack.callback(supervisor.close)
-
-    def on_watched(kind: Resource, watched: bool) -> None:
-        if kind is Resource.NODE_HARDWARES:
-            # Simulate-only mode too: Joulie's agent publishes before its simulate-only
-            # check, and its scheduler and tests wait for it (nothing of a host is written).
-            hardware.enabled = watched
-
-    # Closures: discovery and readiness are made below, before anything calls them.
-    make = _informer_factory(settings, api, supervisor, counters, lambda: discovery.wake())
-    watches = Watches(make, supervisor.feed, on_watched)
-    discovery = KindDiscovery(api, settings.joulie_api, watches.add, watches.remove)
-    readiness = _Readiness(
-        watches, discovery, settings.watch_timeout_s + FRESHNESS_SLACK_S, api.reachability,
-        recorder,
+        Cluster(view, feed, readiness.synced, spec_confirmed_at, elastic),
+        Spawning(ForkServerLauncher(fork_server, settings.worker(), files), files,
+                 Deaths(cgroup), max_workers=capacity, memory=memory),
+        Reporting(collector, status, twin_status, hardware, node_events, write_hold=hold),
+        io,
     )
     disk_space = DiskSpace(watched_dirs(metrics_dir, files.state_dir))
     extra: list[Collector] = [disk_space]
@@ -403,7 +399,6 @@ def _run(
     if recorder is not None:
         services.append(recorder)  # stopped before the API client: it writes what it can
     if elastic is not None and replicas_watch is not None:
-        elastic.wake = supervisor.io.wake
         services += [elastic, replicas_watch]
     for component in services:
         component.start()
@@ -437,9 +432,10 @@ def _catalog(settings: Settings) -> Catalog | None:
 
 
 def _elastic_pool(
-    settings: Settings, api: KubeApi
+    settings: Settings, api: KubeApi, wake: Callable[[], None]
 ) -> tuple[ElasticPool | None, ReplicasWatch | None]:
-    """Lease membership's pieces (docs/modes.md: elastic pool), or (None, None) when static."""
+    """Lease membership's pieces (docs/modes.md: elastic pool), or (None, None) when static;
+    ``wake`` turns the loop when a lease result is in."""
     elastic = settings.elastic
     if settings.mode is not AgentMode.POOL or not elastic.lease:
         return None, None
@@ -448,7 +444,7 @@ def _elastic_pool(
     grace = grace_for(settings.shutdown_timeout_s)
     leases = LeaseClient(api, settings.pod_name, elastic.statefulset, elastic.lease_duration_s,
                          grace)
-    pool = ElasticPool(elastic, leases, grace, settings.shutdown_timeout_s)
+    pool = ElasticPool(elastic, leases, grace, settings.shutdown_timeout_s, wake=wake)
     watch = ReplicasWatch(api, elastic.statefulset, pool.replicas, settings.watch_timeout_s)
     return pool, watch
 

@@ -24,7 +24,8 @@ from prometheus_client.registry import Collector
 from agentpool.backoff import CRASH_LOOP_FAILURES
 from agentpool.proctitle import name_thread
 from agentpool.resources.nodeinputs import NodeApi
-from agentpool.supervisor.handles import WorkerState
+from agentpool.supervisor.handles import WorkerHandle
+from agentpool.supervisor.lifecycle import REPORTED_STATES, WAITING, WorkerState
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,20 @@ class WorkerView:
     """Unix time of the next start of a worker in backoff."""
     last_failure: str = ""
     """How its last failure went (died, killed as hung, not started; and why)."""
+
+
+def worker_view(h: WorkerHandle, api: NodeApi | None, now: float, wall: float) -> WorkerView:
+    """How ``/metrics`` shows a worker at ``now`` on the loop's clock, ``wall`` in Unix time."""
+    backoff = h.state in WAITING
+    # A worker that ticks again is not failing, whatever its count of deaths in a row
+    # (reset only after ten healthy minutes, by the restart policy).
+    failing = h.state is not WorkerState.RUNNING and h.policy.failures > 0
+    return WorkerView(
+        h.state, h.policy.restarts, h.pid, api,
+        failures=h.policy.failures, crash_looping=failing and h.policy.crash_looping,
+        next_restart_at=wall + max(0.0, h.restart_at - now) if backoff else None,
+        last_failure=h.last_failure if failing else "",
+    )
 
 
 @dataclass(frozen=True)
@@ -134,7 +149,7 @@ class SupervisorCollector(Collector):
         usage: dict[str, tuple[float, float]] = {}
         live: set[int] = set()
         for node, view in snap.workers.items():
-            if view.pid is None or view.state in (WorkerState.BACKOFF,):
+            if view.pid is None or view.state in WAITING:
                 continue
             live.add(view.pid)
             try:
@@ -179,9 +194,9 @@ def _worker_families(snap: Snapshot) -> list[Metric]:
     by_state = GaugeMetricFamily(
         "agentpool_workers", "Worker processes by state", labels=["state"]
     )
-    counts = Counter(view.state for view in snap.workers.values())
-    for state in WorkerState:
-        by_state.add_metric([state.value], counts.get(state, 0))
+    counts = Counter(view.state.reported for view in snap.workers.values())
+    for state in REPORTED_STATES:
+        by_state.add_metric([state], counts.get(state, 0))
     restarts = CounterMetricFamily(
         "agentpool_worker_restarts", "Restarts of a node's worker", labels=["node"]
     )
@@ -215,7 +230,7 @@ def _worker_families(snap: Snapshot) -> list[Metric]:
     )
     for node, view in sorted(snap.workers.items()):
         restarts.add_metric([node], view.restarts)
-        if view.pid is not None and view.state is not WorkerState.BACKOFF:
+        if view.pid is not None and view.state not in WAITING:
             pids.add_metric([node], view.pid)
         if view.api is not None:
             apis.add_metric([node, view.api.value], 1)

@@ -40,7 +40,7 @@ from agentpool.config.settings import Settings
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 from agentpool.supervisor.forkclient import SERVER_MODULE, ForkServer
-from agentpool.supervisor.handles import WorkerState
+from agentpool.supervisor.lifecycle import WorkerState
 from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport
 from tests.properties.budget import examples

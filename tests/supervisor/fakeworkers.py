@@ -15,7 +15,7 @@ import itertools
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,8 +29,11 @@ from agentpool.kube.writehold import WriteHold
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend, GpuTickResult, Result, TickResult
 from agentpool.supervisor.clusterview import ClusterView
+from agentpool.supervisor.collaborators import Cluster, Reporting, Spawning
+from agentpool.supervisor.echoes import EventFeed
 from agentpool.supervisor.handles import WorkerProcess
 from agentpool.supervisor.loop import Supervisor
+from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import TickReport
@@ -93,6 +96,21 @@ class FakeProcess:
 
     def close(self) -> None:
         os.close(self._r)
+
+
+class IdleProcess:
+    """The process of a handle driven by hand, alive, with no sentinel: for tests that
+    never signal it (its pid is made up) nor wait for it."""
+
+    pid = 1234
+    exitcode = None
+    sentinel = -1
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -180,6 +198,7 @@ class Loop:
         loop_period_s: float = 0.01,
         write_hold: WriteHold | None = None,
         hardware: HardwarePublisher | None = None,
+        spec_confirmed_at: Callable[[float], float | None] | None = None,
         **overrides: Any,
     ) -> None:
         options: dict[str, Any] = {
@@ -198,22 +217,22 @@ class Loop:
         metrics, state = (os.path.join(self._dirs.name, d) for d in ("metrics", "state"))
         os.makedirs(metrics)
         os.makedirs(state)
+        self.io = LoopIO()
+        cluster = Cluster(ClusterView(self.settings), EventFeed(self.io.wake),
+                          lambda: self.synced, spec_confirmed_at)
         self.supervisor = Supervisor(
             self.settings,
-            self.launcher,
-            ClusterView(self.settings),
-            self.status,
-            SupervisorCollector(ApiCounters()),
-            NodeFiles(metrics, state),
-            lambda: self.synced,
+            cluster,
+            Spawning(self.launcher, NodeFiles(metrics, state)),
+            Reporting(SupervisorCollector(ApiCounters()), self.status, hardware=hardware,
+                      write_hold=write_hold),
+            self.io,
             clock=self.clock,
             loop_period_s=loop_period_s,
-            write_hold=write_hold,
-            hardware=hardware,
         )
 
     def close(self) -> None:
-        self.supervisor.close()
+        self.io.close()
         for worker in self.launcher.started:
             worker.pipe.close()
         self._dirs.cleanup()

@@ -7,24 +7,17 @@ import math
 from agentpool.pool.fence import silence_fence
 from agentpool.supervisor import fences
 from agentpool.supervisor.deadlines import Deadlines, next_check
-from agentpool.supervisor.handles import WorkerHandle, WorkerState
+from agentpool.supervisor.handles import WorkerHandle
+from agentpool.supervisor.lifecycle import StopReason, WorkerState
 
-
-class _Process:
-    pid = 1234
-    exitcode = None
-    sentinel = -1
-
-    def terminate(self) -> None: ...
-
-    def kill(self) -> None: ...
-
-    def close(self) -> None: ...
+from .fakeworkers import IdleProcess
 
 
 def running(node: str, last_seen: float, heartbeat_s: float = 60.0) -> WorkerHandle:
-    handle = WorkerHandle(node, state=WorkerState.RUNNING, process=_Process())
-    handle.last_seen, handle.heartbeat_s = last_seen, heartbeat_s
+    handle = WorkerHandle(node)
+    handle.started(IdleProcess(), None, last_seen)  # type: ignore[arg-type]  # no pipe yet
+    handle.transition(WorkerState.RUNNING)
+    handle.heartbeat_s = heartbeat_s
     return handle
 
 
@@ -38,16 +31,18 @@ def test_the_earliest_of_a_workers_deadlines_is_its_next_moment() -> None:
     handle.fence_sent = silence_fence(100.0, 60.0)
     assert next_check(handle, elastic=False, now=100.0, loop_period_s=0.5) == 130.0  # half
     assert next_check(handle, elastic=True, now=100.0, loop_period_s=0.5) == 160.0  # leases
-    handle.state, handle.kill_at = WorkerState.STOPPING, 105.0
+    handle.to_stop(StopReason.HEARTBEAT, 105.0)
     assert next_check(handle, elastic=False, now=100.0, loop_period_s=0.5) == 105.0
-    handle.lingering = 99  # a predecessor without a sentinel: looked at every loop period
+    handle.ended(-15, "killed by SIGTERM")
+    handle.lingers(99, 105.0)  # a predecessor without a sentinel: looked at every loop period
     assert next_check(handle, elastic=False, now=104.0, loop_period_s=0.5) == 104.5
 
 
 def test_a_worker_in_backoff_is_due_at_its_restart_and_an_idle_one_never() -> None:
-    handle = WorkerHandle("a", state=WorkerState.BACKOFF, restart_at=42.0)
+    handle = WorkerHandle("a")
+    handle.wait_until(42.0)
     assert next_check(handle, elastic=False, now=0.0, loop_period_s=0.5) == 42.0
-    handle.state = WorkerState.STOPPING
+    handle.stopped()
     assert next_check(handle, elastic=False, now=0.0, loop_period_s=0.5) == math.inf
 
 

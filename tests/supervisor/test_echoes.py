@@ -85,11 +85,11 @@ def test_the_loop_is_not_woken_by_its_own_status_writes() -> None:
         [a] = loop.launcher.of("a")
         a.report()
         loop.turn()
-        assert loop.supervisor.events.empty()
+        assert loop.supervisor.feed.events.empty()
         loop.change(TP, with_status(telemetry("t-a", "a"), "7", control={"cpu": {}}))
-        assert loop.supervisor.events.empty()
+        assert loop.supervisor.feed.events.empty()
         loop.change(NPP, power("p-a", "a", 150))
-        assert not loop.supervisor.events.empty()
+        assert not loop.supervisor.feed.events.empty()
         loop.turn()
         sent = None
         while sent is None and a.pipe.poll(1.0):  # fences may come first

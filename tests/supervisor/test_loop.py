@@ -31,7 +31,8 @@ from agentpool.results import Backend, Result, TickResult
 from agentpool.supervisor.clusterview import heartbeat_limit
 from agentpool.supervisor.deadlines import Deadlines
 from agentpool.supervisor.forkclient import Deferred
-from agentpool.supervisor.handles import Launched, StopReason, WorkerHandle, WorkerState
+from agentpool.supervisor.handles import Launched, WorkerHandle
+from agentpool.supervisor.lifecycle import StopReason, WorkerState
 from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_TURN
 from agentpool.worker.cadence import early_s
 from agentpool.worker.nodefiles import metrics_id
@@ -181,7 +182,7 @@ def test_a_mass_start_is_published_once_a_loop_period_and_an_exit_at_once() -> N
     # for the next loop period; a worker that is gone leaves it at once (an elastic
     # handoff must never look like two pods holding one node).
     with Loop(loop_period_s=0.5) as loop:
-        collector = loop.supervisor.collector
+        collector = loop.supervisor.reporting.collector
         loop.nodes(*(f"n{i:03d}" for i in range(3 * MAX_STARTS_PER_TURN)))
         loop.turn()  # the loop's first check: the first batch, published
         first = collector._snapshot
@@ -357,7 +358,7 @@ def test_starts_wait_for_a_fork_server_still_starting_and_nothing_counts_as_fail
         assert launcher.started == []
         for name in "ab":
             handle = loop.handle(name)
-            assert handle.state is WorkerState.BACKOFF
+            assert handle.state is WorkerState.DEFERRED
             assert handle.policy.failures == 0
             assert handle.last_failure == ""
             assert loop.status.last(name) is None  # no "not started" status written
@@ -535,7 +536,7 @@ def test_node_files_follow_the_worker(reason: str) -> None:
     with Loop() as loop:
         loop.nodes("a")
         loop.turn()
-        files = loop.supervisor.files
+        files = loop.supervisor.spawning.files
         journal = files.journal("a")
         assert metrics_id("a") in journal
         assert journal.startswith(files.state_dir)
@@ -598,7 +599,7 @@ def test_a_node_whose_worker_keeps_dying_is_reported_crash_looping() -> None:
         loop.launcher.of("a")[-1].process.exit(-11)  # no last words this time
         loop.turn()
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(loop.supervisor.collector)
+        registry.register(loop.supervisor.reporting.collector)
         value = registry.get_sample_value
         assert value("agentpool_worker_crash_looping", {"node": "a"}) == 1
         assert value("agentpool_worker_crash_looping", {"node": "b"}) == 0

@@ -22,9 +22,13 @@ from agentpool.kube.informer import Relisted
 from agentpool.sim.polling import wait_until
 from agentpool.sim.throttle import SlowForks
 from agentpool.supervisor.clusterview import ClusterView
+from agentpool.supervisor.collaborators import Cluster, Reporting, Spawning
+from agentpool.supervisor.echoes import EventFeed
 from agentpool.supervisor.forkclient import SPAWN_BOUND_S, ForkServer
-from agentpool.supervisor.handles import ForkServerLauncher, WorkerState
+from agentpool.supervisor.handles import ForkServerLauncher
+from agentpool.supervisor.lifecycle import WorkerState
 from agentpool.supervisor.loop import MAX_STARTS_PER_TURN, Supervisor
+from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.worker.nodefiles import NodeFiles
 
@@ -52,9 +56,13 @@ def test_a_slow_fork_server_holds_no_turn_past_the_spawn_bound(
     settings = Settings(mode=AgentMode.POOL, reconcile_interval_s=5.0, shutdown_timeout_s=10.0)
     (tmp_path / "state").mkdir()
     files = NodeFiles(str(tmp_path / "metrics"), str(tmp_path / "state"))
+    io = LoopIO()
     supervisor = Supervisor(
-        settings, ForkServerLauncher(server, settings.worker(), files), ClusterView(settings),
-        None, SupervisorCollector(ApiCounters()), files, lambda: True,
+        settings,
+        Cluster(ClusterView(settings), EventFeed(io.wake), lambda: True),
+        Spawning(ForkServerLauncher(server, settings.worker(), files), files),
+        Reporting(SupervisorCollector(ApiCounters())),
+        io,
     )
     names = [f"n{i:02d}" for i in range(MAX_STARTS_PER_TURN)]
     supervisor.feed(Relisted(Resource.NODES, [node(n, **MANAGED) for n in names]))
@@ -73,7 +81,7 @@ def test_a_slow_fork_server_holds_no_turn_past_the_spawn_bound(
                 assert took < SPAWN_BOUND_S + 1.0, took
         handles = supervisor.workers
         assert set(handles) == set(names)
-        assert any(h.state is WorkerState.BACKOFF for h in handles.values())
+        assert any(h.state is WorkerState.DEFERRED for h in handles.values())
         assert server.pid == pid
         # Forking freely again, the deferred nodes start at the next turns, none counted as
         # failed or restarted, and every worker reports its first tick.
@@ -83,5 +91,5 @@ def test_a_slow_fork_server_holds_no_turn_past_the_spawn_bound(
     finally:
         supervisor.signals.put(signal.SIGTERM)
         supervisor.run()
-        supervisor.close()
+        io.close()
     assert psutil.Process(pid).children() == []

@@ -10,13 +10,13 @@ TIMEOUT_S = 300.0
 
 
 def test_the_desired_state_goes_stale_its_timeout_after_it_was_last_confirmed() -> None:
-    with Loop(loop_period_s=1.0, spec_read_timeout_s=TIMEOUT_S) as loop:
-        confirmed: list[float | None] = [None]  # None: its watch works
+    confirmed: list[float | None] = [None]  # None: its watch works
 
-        def confirmed_at(now: float) -> float:
-            return now if confirmed[0] is None else confirmed[0]
+    def confirmed_at(now: float) -> float:
+        return now if confirmed[0] is None else confirmed[0]
 
-        loop.supervisor.spec_confirmed_at = confirmed_at
+    with Loop(loop_period_s=1.0, spec_read_timeout_s=TIMEOUT_S,
+              spec_confirmed_at=confirmed_at) as loop:
         for _ in range(3 * int(TIMEOUT_S)):  # a working watch never goes stale
             loop.turn(1.0)
         assert not loop.supervisor.view.spec_stale
