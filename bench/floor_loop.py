@@ -50,7 +50,7 @@ def main() -> int:
         json.loads(conn.exchange(data, "POST", time.monotonic() + 5, 1 << 20).body)
 
     per_node = len(zones) // max(1, len(nodes))
-    share = int(args.cap * 1e6 / max(1, per_node))  # the cap split evenly, as the agent does
+    share = int(args.cap * 1e6)  # the cap on every package zone, as the agent writes it
 
     def host(index: int) -> None:
         for energy, limit in zones[index * per_node:(index + 1) * per_node]:
