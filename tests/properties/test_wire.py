@@ -17,7 +17,6 @@ import contextlib
 import math
 import os
 import pickle
-import select
 import shutil
 import signal
 import socket
@@ -26,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from multiprocessing.connection import Connection, Pipe
+from multiprocessing.connection import Connection, Pipe, wait
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from types import FrameType
@@ -230,7 +229,7 @@ def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer
 
 
 def _exit_code(status_fd: int, timeout: float) -> int | None:
-    ready, _, _ = select.select([status_fd], [], [], timeout)
+    ready = wait([status_fd], timeout)
     if not ready:
         return None
     data = os.read(status_fd, STATUS.size)

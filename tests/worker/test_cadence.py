@@ -10,11 +10,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import select
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection, Pipe
+from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
 import pytest
@@ -107,7 +106,7 @@ def test_two_workers_started_apart_tick_on_the_same_grid(
     finally:
         for conn, process, _ in workers:
             conn.send(StopWorker())
-            ready, _, _ = select.select([process.sentinel], [], [], DEADLINE_S)
+            ready = wait([process.sentinel], DEADLINE_S)
             assert ready, "a worker did not stop"
             process.close()
         trees.close()
@@ -162,7 +161,7 @@ def test_a_fence_just_before_the_tick_wakes_the_worker_to_tick_and_one_well_befo
             assert early < 0
         finally:
             ours.send(StopWorker())
-            ready, _, _ = select.select([process.sentinel], [], [], DEADLINE_S)
+            ready = wait([process.sentinel], DEADLINE_S)
             assert ready, "the worker did not stop"
             process.close()
             arrivals.join(DEADLINE_S)

@@ -9,10 +9,9 @@ would be one over another pod's.
 
 from __future__ import annotations
 
-import select
 import time
 from collections.abc import Iterator
-from multiprocessing.connection import Connection, Pipe
+from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,7 @@ class Worker:
         return sum(isinstance(m, TickReport | Ticked) for m in self.received)
 
     def wait_exit(self) -> int:
-        ready, _, _ = select.select([self.process.sentinel], [], [], DEADLINE_S)
+        ready = wait([self.process.sentinel], DEADLINE_S)
         assert ready, "the worker never exited"
         self.drain()
         code = self.process.exitcode

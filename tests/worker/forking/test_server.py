@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 import pickle
-import select
 import signal
 import socket
 import struct
@@ -14,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection, Pipe
+from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
 import psutil
@@ -70,7 +69,7 @@ def first_report(conn: Connection) -> TickReport:
 
 
 def exit_code(worker: ForkedWorker) -> int:
-    ready, _, _ = select.select([worker.sentinel], [], [], DEADLINE_S)
+    ready = wait([worker.sentinel], DEADLINE_S)
     assert ready, "the sentinel never fired"
     code = worker.exitcode
     assert code is not None
