@@ -21,7 +21,7 @@ from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import PoolDriver, Timings
-from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
+from tests.support.chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
 # Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

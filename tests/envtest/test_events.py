@@ -19,7 +19,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
-from tests.envtest.test_agent import as_agent, chart_rbac
+from tests.envtest.accounts import as_agent, chart_rbac
 
 EVENTS = "event.events.k8s.io/v1"
 CORE_EVENTS = "event.v1"

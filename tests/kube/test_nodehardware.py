@@ -28,18 +28,11 @@ from agentpool.sim.objects import node_twin, operator_status
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.tokenbucket import Budget
-from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
+from tests.support.clock import Clock
+from tests.support.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 CREATES = ("create", "nodehardwares")
 PATCHES = ("patch", "nodehardwares/status")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

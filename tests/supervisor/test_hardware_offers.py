@@ -1,6 +1,6 @@
 """When the supervisor hands a node's NodeHardware inputs to the publisher.
 
-The loop on a fake clock with stand-in workers (:mod:`.fakeworkers`), the
+The loop on a fake clock with stand-in workers (:mod:`tests.support.fakeworkers`), the
 publisher real, writing to the API emulator: every running worker's node
 gets its NodeHardware whether or not anything about it changed after the
 worker started, once NodeHardware is served, and again when the worker's
@@ -18,8 +18,7 @@ from agentpool.kube.api import KubeApi, load_client
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.results import GpuBackend, GpuSeen, GpuTickResult, Result
 from agentpool.sim.apiserver import ApiEmulator
-
-from .fakeworkers import Loop
+from tests.support.fakeworkers import Loop
 
 
 @pytest.fixture
