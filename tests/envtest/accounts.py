@@ -14,22 +14,23 @@ RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
               "RoleBinding")
 
 
-def chart_rbac(mode: str) -> list[dict[str, Any]]:
-    """The namespace and the RBAC objects of the chart rendered in ``mode``."""
+def chart_rbac(mode: str, **values: Any) -> list[dict[str, Any]]:
+    """The namespace and the RBAC objects of the chart rendered in ``mode``, with
+    ``values`` (``agent=`` adds to the agent's, the others are top-level keys)."""
+    values = {**values, "agent": {"mode": mode, **values.get("agent", {})}}
     helm = load_helm()
     with helm.Chart.load(CHART_DIR) as chart:
-        rendered = parse_manifests(
-            chart.render({"agent": {"mode": mode}}, name="joulie", namespace=NAMESPACE)
-        )
+        rendered = parse_manifests(chart.render(values, name="joulie", namespace=NAMESPACE))
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     return [namespace, *(o for o in rendered if o["kind"] in RBAC_KINDS)]
 
 
 @contextlib.contextmanager
-def chart_account(server: EnvtestServer, mode: str) -> Iterator[tuple[str, str]]:
+def chart_account(server: EnvtestServer, mode: str, **values: Any) -> Iterator[tuple[str, str]]:
     """(namespace, name) of the chart's ServiceAccount, its RBAC applied for that mode
-    (with the chart's default values) while in the block."""
-    objects = chart_rbac(mode)
+    (the chart's default values, and ``values`` as :func:`chart_rbac` takes them) while in
+    the block."""
+    objects = chart_rbac(mode, **values)
     server.api().apply(objects)
     (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
     yield NAMESPACE, account["metadata"]["name"]

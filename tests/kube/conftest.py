@@ -6,13 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentpool.kube.api import KubeApi, load_client
+from agentpool.kube.api import KubeApi
 from agentpool.sim.apiserver import ApiEmulator
+from tests.support.apiservers import kube_api_on
 
 
 @pytest.fixture
 def api(api_emulator: ApiEmulator) -> Iterator[KubeApi]:
-    assert api_emulator.kubeconfig is not None
-    client = KubeApi(load_client(str(api_emulator.kubeconfig)))
-    yield client
-    client.close()
+    with kube_api_on(api_emulator) as client:
+        yield client

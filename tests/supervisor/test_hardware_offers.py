@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from agentpool.kube.api import KubeApi, load_client
+from agentpool.kube.api import KubeApi
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.results import GpuBackend, GpuSeen, GpuTickResult, Result
 from agentpool.sim.apiserver import ApiEmulator
+from tests.support.apiservers import kube_api_on
 from tests.support.fakeworkers import Loop
 
 
@@ -30,10 +31,8 @@ def emu(tmp_path: Path) -> Iterator[ApiEmulator]:
 
 @pytest.fixture
 def api(emu: ApiEmulator) -> Iterator[KubeApi]:
-    assert emu.kubeconfig is not None
-    client = KubeApi(load_client(str(emu.kubeconfig)))
-    yield client
-    client.close()
+    with kube_api_on(emu) as client:
+        yield client
 
 
 def published(loop: Loop, publisher: HardwarePublisher, emu: ApiEmulator) -> list[str]:

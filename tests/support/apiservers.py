@@ -6,10 +6,14 @@ The fixtures that start them (``api_emulator``, ``kube_api``, ``envtest_server``
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from kubernetes import client, config
 
+from agentpool.kube.api import KubeApi, load_client
+from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.cluster import DirectApi
 from agentpool.sim.envtest import EnvtestServer
 
@@ -19,6 +23,17 @@ def kube_client(kubeconfig: Path) -> client.ApiClient:
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     return client.ApiClient(cfg)
+
+
+@contextlib.contextmanager
+def kube_api_on(emulator: ApiEmulator) -> Iterator[KubeApi]:
+    """The agent's own API client, on ``emulator`` through its kubeconfig."""
+    assert emulator.kubeconfig is not None
+    api = KubeApi(load_client(str(emulator.kubeconfig)))
+    try:
+        yield api
+    finally:
+        api.close()
 
 
 class Backend:
