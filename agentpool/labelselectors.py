@@ -12,7 +12,7 @@ that does not match must never get a controller. Grammar (as the API server's
     key>3          key<3        (integer comparisons, as the API server allows)
 
 The simulation kit's API emulator has its own implementation
-(:mod:`agentpool.sim.apiserver.labelselector`), and tests/selector_cases.py
+(:mod:`agentpool.sim.apiserver.labelselector`), and tests/support/selector_cases.py
 holds the cases both must get right.
 """
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from agentpool.cli import cli, settings_from
 from agentpool.config.options import OPTIONS
-from tests.config.test_settings import ERRORS
+from tests.support.config_errors import ERRORS
 
 
 def clean_env(**extra: str) -> dict[str, str]:

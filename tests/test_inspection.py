@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from agentpool.sim.sysfs.trees import amd_no_writable_limits, intel_2socket, no_rapl, read_only_rapl
-from tests.backends.sysfs_helpers import snapshot
+from tests.support.sysfs import snapshot
 
 
 def inspect(root: Path, *args: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentpool.labelselectors import Op, Requirement, SelectorError, parse_selector
-from tests.selector_cases import (
+from tests.support.selector_cases import (
     INVALID,
     LABEL_SETS,
     MATCHES,
@@ -113,7 +113,7 @@ def test_shared_invalid_selectors(selector: str) -> None:
 
 
 def test_where_the_agent_parts_ways_with_the_api_server() -> None:
-    # Documented divergences (tests/selector_cases.py): fixing one moves its case into
+    # Documented divergences (tests/support/selector_cases.py): fixing one moves its case into
     # the shared table.
     for selector, _ in SERVER_ONLY_MATCHES:
         with pytest.raises(SelectorError):

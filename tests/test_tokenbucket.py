@@ -15,23 +15,11 @@ import time
 import pytest
 
 from agentpool.tokenbucket import RateLimiter
-
-
-class Clock:
-    """Simulated seconds: the limiter's sleep moves them (stands in for time.monotonic)."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from tests.support.clock import Clock
 
 
 def test_a_burst_goes_at_once_then_one_every_1_over_qps() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     limiter = RateLimiter(4.0, 3, clock=clock, sleep=clock.sleep)
     released = []
     for _ in range(7):
@@ -41,7 +29,7 @@ def test_a_burst_goes_at_once_then_one_every_1_over_qps() -> None:
 
 
 def test_an_idle_limiter_fills_up_to_its_burst_and_no_more() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     limiter = RateLimiter(10.0, 2, clock=clock, sleep=clock.sleep)
     for _ in range(2):
         assert limiter.wait() == 0.0

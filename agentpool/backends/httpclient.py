@@ -249,7 +249,7 @@ _body_head: tuple[tuple[object, ...], bytes] | None = None
 
 def _action_body(node: str, action: str, fields: dict[str, Any], ts: str) -> bytes:
     """``{"node", "action", **fields, "ts"}`` as JSON, encoded once for as long as only the
-    ``ts`` changes (a steady tick posts the same cap each time: 0.9 instead of 4.5 us).
+    ``ts`` changes (a steady tick posts the same cap each time).
     Fields are compared with their types, as ``1 == 1.0 == True`` encode differently (only
     ``0.0`` and ``-0.0``, the same number to any reader, may then read alike). ``ts`` is
     RFC 3339: digits and ``-:.TZ``, nothing JSON escapes."""

@@ -19,15 +19,10 @@ heartbeat together forever after, in one burst of PATCHes.
 A heartbeat is timed from the offer of the result it wrote, not from when the
 write finished, and is due up to :data:`HEARTBEAT_EARLY_S` before its period
 is up. Offers come with the workers' ticks, on a grid that every worker
-shares (:mod:`agentpool.worker.cadence`), a little early when a fence renewal
-woke the worker (up to a second) and spread over the burst's few seconds. Timed
-from the write and due only once the period was up, a heartbeat missed its
-tick by a fraction of a second and waited a whole interval more, and the
-heartbeats of a pool drifted onto the ticks without a renewal: at a 20 s
-interval every other tick carried twice the PATCHes and the next none
-(measured, issue 26). Now a profile's heartbeat stays on its tick of the
-grid, the period is what it says, and a pool's heartbeats are spread over
-every tick.
+shares (:mod:`agentpool.worker.cadence`), a little early or spread over a
+burst's few seconds: so timed, a profile's heartbeat stays on its tick of the
+grid instead of slipping a whole interval, its period is what it says, and a
+pool's heartbeats stay spread over every tick.
 
 The writer thread may not die: a write that fails in any way is logged and
 retried (API errors that are worth it) or dropped, and the thread goes on.

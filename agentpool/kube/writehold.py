@@ -2,11 +2,10 @@
 
 At start-up (and whenever many nodes arrive at once) the supervisor starts a
 worker per node, and each first tick's result is a status PATCH and, with the
-NodeTwin API, a NodeHardware write. Written while the workers are still being
-started, those writes took more than half of the supervisor's CPU of a start-up
-and as much again of the API server's (issue 26: 1,000 nodes on two cores, the
-last cap applied 0.5-1 s later with them than without). The caps are what
-protects the hardware; the statuses say so a few seconds later.
+NodeTwin API, a NodeHardware write. Written while workers are still being
+started, those writes compete with the starts for the supervisor's CPU and the
+API server's, and delay the last caps. The caps are what protects the hardware;
+the statuses say so a few seconds later.
 
 The supervisor calls :meth:`WriteHold.hold` while workers it started have not
 reported their first tick, and :meth:`WriteHold.release` once none is left.

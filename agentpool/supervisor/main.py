@@ -89,8 +89,8 @@ FRESHNESS_SLACK_S = 30.0
 that often) plus this much."""
 OPEN_METRICS_FILES_PER_NODE = 3
 FORK_SERVER_READY_S = 120.0
-"""Its imports, warm-up and heap layout take 1.2-2.4 s here (issue 26's third round;
-about 0.5 s before it), ten times that on a loaded 2-core box."""
+"""Its imports, warm-up and heap layout take seconds; the bound leaves room for ten
+times that on a loaded 2-core box."""
 
 
 class _Service(Protocol):

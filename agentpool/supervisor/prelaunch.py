@@ -3,10 +3,8 @@
 The fork server needs seconds before it can fork (its imports, warm-up, code packing
 and heap layout: :mod:`agentpool.worker.forking.preload`), and no worker starts before
 it is ready. The supervisor's own imports (the Kubernetes client above all) and its
-first lists take about as long. Launched after those imports, as it once was, the
-server's preload came on top of them; launched here, from the command line right
-after the settings parse, the two overlap (issue 26: the first cap of 1,000 nodes
-applied about 1.1 s after the process started instead of 1.6 s).
+first lists take about as long, so the server is launched here, from the command line
+right after the settings parse, for the two to overlap instead of adding up.
 
 A worker inherits two things from the server that must be in place before it is
 launched: the descriptor limit, raised to the hard limit here, and

@@ -44,8 +44,8 @@ def next_tick(started: float, interval: float) -> float:
 
 def early_s(interval: float) -> float:
     """How long before its tick a worker woken for something else ticks at once instead of
-    sleeping again: the tick is due anyway, and a second wake-up is not free (on the VM of
-    BENCHMARKS.md, 0.11-0.14 ms of CPU, a third of a tick's). At most a quarter of an interval,
+    sleeping again: the tick is due anyway, and a second wake-up costs CPU of its own
+    (BENCHMARKS.md). At most a quarter of an interval,
     so the tick after it is still the next grid time (:func:`next_tick`). The supervisor
     sends silence-fence renewals this long before a grid time, so that they wake a worker
     for its tick rather than for themselves (:mod:`agentpool.supervisor.fences`)."""

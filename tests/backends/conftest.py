@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -14,9 +12,8 @@ import pytest
 from agentpool.backends.httpclient import MAX_BODY_BYTES
 from agentpool.sim.power.model import NodeConfig
 from agentpool.sim.power.server import PowerSim
+from tests.backends.scripted import Scripted
 
-OK_S = 10.0
-"""Timeout of requests that should succeed: generous, so a loaded CI box cannot fail them."""
 QUIET = NodeConfig(idle_watts=60.0, max_watts=260.0, load=0.5, noise_watts=0.0)  # 160 W
 
 
@@ -24,16 +21,6 @@ QUIET = NodeConfig(idle_watts=60.0, max_watts=260.0, load=0.5, noise_watts=0.0) 
 def sim() -> Iterator[PowerSim]:
     with PowerSim(defaults=QUIET, huge_bytes=MAX_BODY_BYTES + 4096) as s:
         yield s
-
-
-@dataclass
-class Scripted:
-    """What the tiny server answers, and what it was asked."""
-
-    status: int = 200
-    body: bytes = b""
-    content_type: str = "application/json"
-    requests: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +63,6 @@ def scripted(scripted_server: tuple[Scripted, str]) -> tuple[Scripted, str]:
     script.status, script.body, script.content_type = 200, b"", "application/json"
     script.requests.clear()
     return script, url
-
-
-def answer(script: Scripted, payload: Any, status: int = 200) -> None:
-    script.status = status
-    script.body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
 
 
 # -- telemetry --------------------------------------------------------------------------------

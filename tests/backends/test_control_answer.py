@@ -24,7 +24,7 @@ from agentpool.backends.httpclient import (
 )
 from agentpool.durations import utc_timestamp
 from agentpool.results import Result
-from tests.properties.budget import examples
+from tests.support.budget import examples
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 

@@ -22,7 +22,7 @@ from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
 from agentpool.sim.power.model import RequestKind
 from agentpool.sim.power.server import PowerSim
-from tests.backends.conftest import OK_S, Scripted, answer
+from tests.backends.scripted import OK_S, Scripted, answer
 
 
 def test_telemetry_from_power_sim(sim: PowerSim) -> None:
@@ -258,8 +258,6 @@ def test_control_5xx_from_power_sim(sim: PowerSim) -> None:
         ).result
         is Result.APPLIED
     )
-
-
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from agentpool.backends.cpu_http import RAPL_ACTION, post_control, read_package_
 from agentpool.errors import HttpBackendError, HttpProtocolError
 from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
-from tests.backends.conftest import OK_S
-from tests.backends.rawhttp import Answer, RawServer
+from tests.backends.scripted import OK_S
+from tests.support.rawhttp import Answer, RawServer
 
 BODY = json.dumps({"packagePowerWatts": 42.5}).encode()
 

@@ -1,6 +1,6 @@
 """HTTP endpoints behind TLS and authentication: CA bundle, bearer token file, client cert.
 
-Against a real https server on 127.0.0.1 with a throwaway CA (tls_helpers).
+Against a real https server on 127.0.0.1 with a throwaway CA (tests/support/tls.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from agentpool.config.settings import HttpAuthSettings, load_settings
 from agentpool.errors import ConfigError, HttpBackendError
 from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
-
-from .tls_helpers import Pki, https_gateway, make_pki
+from tests.support.tls import Pki, https_gateway, make_pki
 
 TOKEN = "s3cr3t-token-0123456789"
 NODE = "worker-0"

@@ -19,8 +19,8 @@ from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
 from agentpool.sim.power.model import RequestKind
 from agentpool.sim.power.server import PowerSim
-from tests.backends.conftest import OK_S, Scripted, answer
-from tests.backends.rawhttp import Answer, RawServer
+from tests.backends.scripted import OK_S, Scripted, answer
+from tests.support.rawhttp import Answer, RawServer
 
 
 def test_every_request_says_which_pod_and_shard_sent_it(sim: PowerSim) -> None:

@@ -15,7 +15,7 @@ import pytest
 from agentpool.config.options import OPTIONS, AgentMode, Membership
 from agentpool.config.settings import Settings, load_settings
 from agentpool.pool.assignment import Assignment
-from tests.deploy._chart import CHART_DIR, NAMESPACE, env_of, find, load_helm, parse_manifests
+from tests.support.chart import CHART_DIR, NAMESPACE, env_of, find, load_helm, parse_manifests
 
 # What the downward API gives the pod (the chart's fieldRefs), for one pod of each shape.
 POD = {

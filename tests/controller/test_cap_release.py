@@ -19,11 +19,8 @@ from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.dynamics import LiveModel, LiveSysfs
 from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
-from tests.backends.sysfs_helpers import settings_of, snapshot
-from tests.controller.test_node import NODE, SMAX, Harness, npp, sim, tp
-from tests.controller.test_nodetwin import twin
-
-__all__ = ["sim"]  # the PowerSim fixture, shared with test_node
+from tests.controller.harness import NODE, SMAX, Harness, npp, tp, twin
+from tests.support.sysfs import settings_of, snapshot
 
 HELD = "the last cap is released at the next tick unless a new desired state arrives"
 NO_PROFILE = "nothing to enforce: no NodePowerProfile targets this node"

@@ -28,7 +28,7 @@ from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.power.gpu import GPU_ACTION, GpuConfig
 from agentpool.sim.power.model import NodeConfig, RequestKind
 from agentpool.sim.power.server import PowerSim
-from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
+from tests.support.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 GPUS = GpuConfig(count=4, min_watts=100, max_watts=400, default_watts=350, settle_s=0)
 GPU_NODE = {"nvidia.com/gpu": "4"}

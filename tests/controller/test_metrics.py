@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.controller.metrics import NodeMetrics
 from agentpool.results import Backend
-from tests.joulie_dashboards import AGENT_METRICS
+from tests.support.joulie_dashboards import AGENT_METRICS
 
 # name -> (type, label names): the contract's table, which is what Joulie's agent exports.
 CONTRACT = AGENT_METRICS

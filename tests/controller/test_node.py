@@ -9,21 +9,17 @@ without sleeping.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from agentpool import __version__
-from agentpool.config.options import DvfsControllerKind
-from agentpool.config.settings import DvfsSettings, Settings
-from agentpool.controller.metrics import NodeMetrics
-from agentpool.controller.node import NO_BACKEND, NodeController
-from agentpool.resources.nodeinputs import NodeApi, NodeInputs
+from agentpool.config.settings import DvfsSettings
+from agentpool.controller.node import NO_BACKEND
+from agentpool.resources.nodeinputs import NodeApi
 from agentpool.results import Backend, Result, TickResult
-from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, FaultKind, NodeConfig, RequestKind
+from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, FaultKind, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.dynamics import LiveModel, LiveSysfs
 from agentpool.sim.sysfs.trees import (
@@ -31,100 +27,8 @@ from agentpool.sim.sysfs.trees import (
     no_rapl,
     read_only_rapl,
 )
-from tests.backends.sysfs_helpers import changes, settings_of, snapshot
-
-NODE = "worker-0"
-VENDOR = "feature.node.kubernetes.io/cpu-vendor"
-INTEL = {VENDOR: "GenuineIntel", "joulie.io/managed": "true"}
-PKG = "devices/virtual/powercap/intel-rapl/intel-rapl:{n}/constraint_0_power_limit_uw"
-PL1 = [PKG.format(n=0), PKG.format(n=1)]
-SMAX = "devices/system/cpu/cpufreq/policy{i}/scaling_max_freq"
-
-
-JOULIE = DvfsSettings(controller=DvfsControllerKind.JOULIE)
-
-
-class Clock:
-    """Simulated monotonic seconds, advanced by the test (stands in for time.monotonic)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def npp(cap: Any = 120, profile: str = "eco", node: str = NODE) -> dict[str, Any]:
-    """A NodePowerProfile as the API server returns it."""
-    spec: dict[str, Any] = {"nodeName": node, "profile": profile, "policy": {"name": "sample"}}
-    if cap is not None:
-        spec["cpu"] = {"packagePowerCapWatts": cap}
-    return {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "NodePowerProfile",
-        "metadata": {"name": f"{node}-{profile}", "resourceVersion": "7"},
-        "spec": spec,
-    }
-
-
-def tp(
-    control: str | None = None, mode: str = "auto", telemetry: str | None = None
-) -> dict[str, Any]:
-    """A TelemetryProfile; endpoints given mean type http, otherwise host."""
-    spec: dict[str, Any] = {"target": {"scope": "node", "nodeName": NODE}}
-    if telemetry is not None:
-        spec["sources"] = {
-            "cpu": {"type": "http", "http": {"endpoint": telemetry, "timeoutSeconds": 10}}
-        }
-    if control is not None:
-        spec["controls"] = {
-            "cpu": {
-                "type": "http",
-                "http": {"endpoint": control, "timeoutSeconds": 10, "mode": mode},
-            }
-        }
-    return {"kind": "TelemetryProfile", "metadata": {"name": f"{NODE}-tp"}, "spec": spec}
-
-
-class Harness:
-    def __init__(self, tmp: Path, **settings: Any) -> None:
-        self.registry = CollectorRegistry()
-        self.clock = Clock()
-        # These tests script Joulie's controller (controller/dvfs/joulie.py) unless told otherwise.
-        settings.setdefault("dvfs", JOULIE)
-        self.settings = Settings(node_name=NODE, sysfs_root=str(tmp / "{node}"), **settings)
-        self.root = tmp / NODE
-        metrics = NodeMetrics(NODE, registry=self.registry)
-        self.controller = NodeController(
-            self.settings.controller(), NODE, metrics, clock=self.clock
-        )
-
-    def set(self, labels: dict[str, str] | None = None, **inputs: Any) -> None:
-        self.controller.update(
-            NodeInputs(NODE, labels=INTEL if labels is None else labels, **inputs)
-        )
-
-    def tick(self, seconds: float = 0.0, live: LiveSysfs | None = None) -> TickResult:
-        if seconds:
-            if live is not None:
-                live.step(seconds)
-            self.clock.now += seconds
-        return self.controller.tick()
-
-    def metric(self, name: str, **labels: str) -> float | None:
-        return self.registry.get_sample_value(name, {"node": NODE, **labels})
-
-    def backend_mode(self) -> dict[str, float | None]:
-        return {m: self.metric("joulie_backend_mode", mode=m) for m in ("none", "rapl", "dvfs")}
-
-
-@pytest.fixture
-def sim() -> Iterator[PowerSim]:
-    # load 1.0: 260 W at full clock; throttling removes up to 70 % of the 200 W dynamic part.
-    quiet = NodeConfig(idle_watts=60.0, max_watts=260.0, load=1.0, noise_watts=0.0)
-    with PowerSim(defaults=quiet) as s:
-        yield s
-
+from tests.controller.harness import JOULIE, NODE, PL1, SMAX, VENDOR, Harness, npp, tp
+from tests.support.sysfs import changes, settings_of, snapshot
 
 # -- host RAPL ----------------------------------------------------------------------------------
 

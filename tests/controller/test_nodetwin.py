@@ -24,17 +24,12 @@ from agentpool.resources.routing import (
     SourceType,
 )
 from agentpool.results import Backend, Result
-from agentpool.sim.objects import node_twin, twin_name
+from agentpool.sim.objects import twin_name
 from agentpool.sim.power.model import DVFS_ACTION, RAPL_ACTION, RequestKind
 from agentpool.sim.power.server import PowerSim
 from agentpool.sim.sysfs.trees import intel_2socket, read_only_rapl
-from tests.backends.sysfs_helpers import changes, settings_of
-
-from .test_node import NODE, PL1, SMAX, Harness
-
-
-def twin(cap: float | None = None, pct: float | None = None) -> dict[str, Any]:
-    return node_twin(NODE, cap=cap, pct=pct)
+from tests.controller.harness import NODE, PL1, SMAX, Harness, twin
+from tests.support.sysfs import changes, settings_of
 
 
 def pl1_watts(root: Path, files: list[str]) -> list[float]:

@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from ._chart import CHART_DIR, NAMESPACE, RELEASE, Manifest, Render, load_helm, parse_manifests
+from tests.support.chart import (
+    CHART_DIR,
+    NAMESPACE,
+    RELEASE,
+    Manifest,
+    Render,
+    load_helm,
+    parse_manifests,
+)
 
 
 @pytest.fixture(scope="session")

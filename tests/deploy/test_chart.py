@@ -14,12 +14,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ._chart import (
+from tests.support.chart import (
+    BOTH_MODES,
     CHART_DIR,
     NAMESPACE,
     RELEASE,
     Manifest,
     Render,
+    agent_workload,
     container,
     env_of,
     find,
@@ -129,12 +131,6 @@ SUPERVISOR_METRICS = {
     "agentpool_workers",
     "agentpool_worker_restarts_total",
 }
-
-
-def agent_workload(objects: list[Manifest]) -> Manifest:
-    workloads = find(objects, "DaemonSet") + find(objects, "StatefulSet")
-    assert len(workloads) == 1
-    return workloads[0]
 
 
 def security(workload: Manifest) -> dict[str, Any]:
@@ -501,8 +497,6 @@ def test_pool_pods_are_locked_down(render: Render) -> None:
 
 
 # --- both modes -------------------------------------------------------------
-
-BOTH_MODES = pytest.mark.parametrize("mode", ["daemonset", "pool"])
 
 
 @BOTH_MODES

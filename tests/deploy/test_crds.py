@@ -18,32 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ._chart import CHART_DIR
-
-GROUP = "joulie.io"
-VERSION = "v1alpha1"
-
-
-def load_crds() -> dict[str, dict[str, Any]]:
-    crds: dict[str, dict[str, Any]] = {}
-    for path in sorted((CHART_DIR / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            crds[doc["spec"]["names"]["kind"]] = doc
-    return crds
-
-
-CRDS = load_crds()
-
-
-def version_of(kind: str) -> dict[str, Any]:
-    (version,) = CRDS[kind]["spec"]["versions"]
-    result: dict[str, Any] = version
-    return result
-
-
-def schema_of(kind: str) -> dict[str, Any]:
-    result: dict[str, Any] = version_of(kind)["schema"]["openAPIV3Schema"]
-    return result
+from tests.deploy.crds import CRDS, GROUP, VERSION, schema_of, version_of, walk
 
 
 def validate(kind: str, obj: dict[str, Any]) -> None:
@@ -109,15 +84,6 @@ def test_printer_columns() -> None:
             "Result": ".status.control.cpu.result",
         }.items()
     )
-
-
-def walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
-    nodes = [(path, schema)]
-    for name, sub in schema.get("properties", {}).items():
-        nodes.extend(walk(sub, f"{path}.{name}"))
-    if "items" in schema:
-        nodes.extend(walk(schema["items"], f"{path}[]"))
-    return nodes
 
 
 @pytest.mark.parametrize("kind", ["NodePowerProfile", "TelemetryProfile"])

@@ -15,7 +15,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from .test_crds import CRDS, GROUP, VERSION, schema_of, version_of, walk
+from tests.deploy.crds import CRDS, GROUP, VERSION, schema_of, version_of, walk
 
 KINDS = ["NodeTwin", "NodeHardware"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ._chart import REPO
+from tests.support.chart import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 

@@ -14,21 +14,21 @@ from typing import Any
 
 import pytest
 
-from tests.joulie_chart import SERVICE_MONITORS, VALUES_DIR
-
-from ._chart import (
+from tests.support.chart import (
+    BOTH_MODES,
     CHART_DIR,
     NAMESPACE,
     RELEASE,
     Manifest,
     Render,
+    agent_workload,
     container,
     env_of,
     find,
     one,
     parse_manifests,
 )
-from .test_chart import BOTH_MODES, agent_workload
+from tests.support.joulie_chart import SERVICE_MONITORS, VALUES_DIR
 
 REVISIONS = ("b9a50b1", "c38b80d")
 IGNORED = ("operator", "schedulerExtender", "grafanaDashboard")

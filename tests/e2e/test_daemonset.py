@@ -20,8 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from . import timing
 from .cluster import NAMESPACE, RELEASE, Cluster, is_ready, restarts, wait_until
-from .test_pool import ready_log
-from .workloads import NodeHelper, metrics_of
+from .workloads import NodeHelper, metrics_of, ready_log
 
 CAP_W = 120.0
 PACKAGES = 2

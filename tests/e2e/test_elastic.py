@@ -23,8 +23,7 @@ from agentpool.sim.power.model import RequestKind
 
 from . import timing
 from .cluster import NAMESPACE, RELEASE, Cluster, wait_until
-from .test_pool import all_applied_on, profiles_for, ready_log
-from .workloads import NodeHelper, Simulator, metrics_of
+from .workloads import NodeHelper, Simulator, all_applied_on, metrics_of, profiles_for, ready_log
 
 INTERVAL_S = 4.0
 NODES = [f"e2e-lease-{i}" for i in range(8)]

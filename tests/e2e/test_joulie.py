@@ -6,7 +6,7 @@ control at the power simulator, routed by Joulie's ``TELEMETRY_*`` variables):
 - agentpool's chart installed by Helm with a values file carrying every key of
   Joulie's chart (``tests/deploy/joulie/values-c38b80d.yaml``: operator,
   scheduler extender, hardware catalog, Grafana dashboard included), in pool mode;
-- agentpool's image as Joulie's own chart runs its agent (``tests/joulie_chart.py``):
+- agentpool's image as Joulie's own chart runs its agent (``tests/support/joulie_chart.py``):
   a StatefulSet with no command and Joulie's environment, as the ServiceAccount
   ``joulie-agent`` bound to Joulie's agent ClusterRole (nodes, nodetwins,
   nodehardwares; no Events, none of the profile API's kinds, whose CRDs the chart
@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentpool.sim.objects import node_twin, twin_name
 from agentpool.sim.poolwatch import pod_of
 from agentpool.sim.power.model import RequestKind
-from tests.joulie_chart import (
+from tests.support.joulie_chart import (
     AGENT_ENV,
     SERVICE_ACCOUNT,
     SERVICE_MONITORS,
@@ -158,7 +158,6 @@ def pod_get(cluster: Cluster, pod: str, path: str) -> str:
     text: str = cluster.core.connect_get_namespaced_pod_proxy_with_path(
         f"{pod}:8080", JOULIE_NAMESPACE, path.lstrip("/"))
     return text
-
 
 
 def _delete(fn: Any, *args: Any) -> None:

@@ -13,7 +13,6 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -24,7 +23,7 @@ from agentpool.sim.power.model import RecordedRequest, RequestKind
 
 from . import timing
 from .cluster import NAMESPACE, RELEASE, Cluster, is_ready, restarts, wait_until
-from .workloads import NodeHelper, Simulator, metrics_of
+from .workloads import NodeHelper, Simulator, all_applied_on, metrics_of, profiles_for, ready_log
 
 INTERVAL_S = 4.0
 NODES = [f"e2e-pool-{i}" for i in range(6)]
@@ -42,30 +41,6 @@ def cap_of(node: str) -> float:
     return 120.0 if NODES.index(node) % 2 == 0 else 200.0
 
 
-def profiles_for(
-    node: str, sim_url: str, cap: float, mode: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The node's NodePowerProfile and its TelemetryProfile routing it to the simulator."""
-    npp = {
-        "apiVersion": "joulie.io/v1alpha1", "kind": "NodePowerProfile",
-        "metadata": {"name": node},
-        "spec": {"nodeName": node, "profile": "eco" if cap < 200 else "performance",
-                 "cpu": {"packagePowerCapWatts": cap}, "policy": {"name": "e2e"}},
-    }
-    tp = {
-        "apiVersion": "joulie.io/v1alpha1", "kind": "TelemetryProfile",
-        "metadata": {"name": node},
-        "spec": {
-            "target": {"scope": "node", "nodeName": node},
-            "sources": {"cpu": {"type": "http", "http": {
-                "endpoint": f"{sim_url}/telemetry/{{node}}", "timeoutSeconds": 3}}},
-            "controls": {"cpu": {"type": "http", "http": {
-                "endpoint": f"{sim_url}/control/{{node}}", "timeoutSeconds": 3, "mode": mode}}},
-        },
-    }
-    return npp, tp
-
-
 def controls(
     records: list[RecordedRequest], since: float = 0.0
 ) -> dict[str, list[RecordedRequest]]:
@@ -75,19 +50,6 @@ def controls(
         if r.kind is RequestKind.CONTROL and r.node in NODES and r.monotonic >= since:
             by_node[r.node].append(r)
     return by_node
-
-
-def ready_log(cluster: Cluster, pod: str) -> str:
-    """The pod's log once the agent has said it is ready."""
-    def said() -> str | None:
-        log = cluster.logs(pod)
-        return log if timing.agent_seconds(log) is not None else None
-
-    return wait_until(f"{pod} to say it is ready", said, 60)
-
-
-def all_applied_on(cluster: Cluster, nodes: list[str]) -> bool:
-    return all(cluster.status_of(n).get("result") == "applied" for n in nodes)
 
 
 def all_applied(cluster: Cluster) -> bool:

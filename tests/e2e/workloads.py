@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agentpool.sim.power.model import RecordedRequest, RequestKind
 
+from . import timing
 from .cluster import HELPER_LABEL, NAMESPACE, Cluster, is_ready, split_image, wait_until
 
 SIM_NAME = "powersim"
@@ -299,3 +300,39 @@ def metrics_of(cluster: Cluster, helper: NodeHelper, url: str, times: int = 1) -
     pages: list[str] = helper.python(code, url, str(times))
     return pages
 
+
+def profiles_for(
+    node: str, sim_url: str, cap: float, mode: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The node's NodePowerProfile and its TelemetryProfile routing it to the simulator."""
+    npp = {
+        "apiVersion": "joulie.io/v1alpha1", "kind": "NodePowerProfile",
+        "metadata": {"name": node},
+        "spec": {"nodeName": node, "profile": "eco" if cap < 200 else "performance",
+                 "cpu": {"packagePowerCapWatts": cap}, "policy": {"name": "e2e"}},
+    }
+    tp = {
+        "apiVersion": "joulie.io/v1alpha1", "kind": "TelemetryProfile",
+        "metadata": {"name": node},
+        "spec": {
+            "target": {"scope": "node", "nodeName": node},
+            "sources": {"cpu": {"type": "http", "http": {
+                "endpoint": f"{sim_url}/telemetry/{{node}}", "timeoutSeconds": 3}}},
+            "controls": {"cpu": {"type": "http", "http": {
+                "endpoint": f"{sim_url}/control/{{node}}", "timeoutSeconds": 3, "mode": mode}}},
+        },
+    }
+    return npp, tp
+
+
+def ready_log(cluster: Cluster, pod: str) -> str:
+    """The pod's log once the agent has said it is ready."""
+    def said() -> str | None:
+        log = cluster.logs(pod)
+        return log if timing.agent_seconds(log) is not None else None
+
+    return wait_until(f"{pod} to say it is ready", said, 60)
+
+
+def all_applied_on(cluster: Cluster, nodes: list[str]) -> bool:
+    return all(cluster.status_of(n).get("result") == "applied" for n in nodes)

@@ -9,7 +9,6 @@ the agent writes that the CRDs do not declare, fails here and nowhere else.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,42 +19,14 @@ import pytest
 from agentpool.pool.assignment import shard_of
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import read_int
-from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
-from tests.supervisor.agents import host_cluster, joulie_nodes, node_apis, pl1_files, worker_pids
+from tests.envtest.accounts import as_agent, chart_account
+from tests.support.agents import host_cluster, joulie_nodes, node_apis, pl1_files, worker_pids
 
-RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-              "RoleBinding")
 STATUS_KEYS = {"backend", "result", "message", "observed", "updatedAt"}
 """What the agent writes under status.control.cpu: each must survive the server's pruning."""
-
-
-def chart_rbac(mode: str) -> list[dict[str, Any]]:
-    """The namespace and the RBAC objects of the chart rendered in ``mode``."""
-    helm = load_helm()
-    with helm.Chart.load(CHART_DIR) as chart:
-        rendered = parse_manifests(
-            chart.render({"agent": {"mode": mode}}, name="joulie", namespace=NAMESPACE)
-        )
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    return [namespace, *(o for o in rendered if o["kind"] in RBAC_KINDS)]
-
-
-@contextlib.contextmanager
-def chart_account(server: EnvtestServer, mode: str) -> Iterator[tuple[str, str]]:
-    """(namespace, name) of the chart's ServiceAccount, its RBAC applied for that mode
-    (with the chart's default values) while in the block."""
-    objects = chart_rbac(mode)
-    server.api().apply(objects)
-    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
-    yield NAMESPACE, account["metadata"]["name"]
-    admin = server.api()
-    for obj in reversed(objects[1:]):
-        kind = f"{obj['kind']}.{obj['apiVersion']}"
-        admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
 
 
 @pytest.fixture(scope="module", params=["pool", "daemonset"])
@@ -65,13 +36,6 @@ def service_account(
     """(namespace, name) of the chart's ServiceAccount, its RBAC applied for that mode."""
     with chart_account(envtest_server, request.param) as account:
         yield account
-
-
-def as_agent(server: EnvtestServer, service_account: tuple[str, str], tmp: Any) -> ClusterApi:
-    """The direct API authenticated as the agent's ServiceAccount."""
-    config = server.service_account_kubeconfig(tmp / "sa-kubeconfig", *service_account)
-    token = config.read_text().split('"token": "')[1].split('"')[0]
-    return ClusterApi(server.url, token, server.ssl_context())
 
 
 def test_the_agents_service_account_may_do_its_job_and_nothing_more(

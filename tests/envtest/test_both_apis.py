@@ -21,10 +21,8 @@ from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import node_twin
 from agentpool.sim.polling import wait_until
 from agentpool.sim.power.model import RAPL_ACTION
-from tests.supervisor.agents import node_apis, worker_pids
-from tests.supervisor.test_both_apis import MOVED, tp_status, twin_status
-
-from .test_agent import chart_account
+from tests.envtest.accounts import chart_account
+from tests.support.agents import MOVED, node_apis, tp_status, twin_status, worker_pids
 
 CRD = "CustomResourceDefinition.apiextensions.k8s.io/v1"
 

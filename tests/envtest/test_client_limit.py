@@ -22,7 +22,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import EnvtestServer, EnvtestUnavailableError, find_assets
 from agentpool.sim.polling import wait_until
-from tests.envtest.test_agent import chart_account
+from tests.envtest.accounts import chart_account
 
 QPS, BURST = 3.0, 5
 NODES = 12

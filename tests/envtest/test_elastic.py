@@ -17,41 +17,24 @@ import pytest
 
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import PoolDriver, Timings
-from tests.deploy._chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
+from tests.envtest.accounts import as_agent, chart_account, chart_rbac
+from tests.support.chart import NAMESPACE
 
 # Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 NODES = [f"elastic-{i}" for i in range(10)]
 
 
 @pytest.fixture(scope="module")
 def lease_account(envtest_server: EnvtestServer) -> Iterator[tuple[str, str]]:
-    helm = load_helm()
-    values = {"agent": {"mode": "pool", "pool": {"membership": "lease"}}}
-    with helm.Chart.load(CHART_DIR) as chart:
-        rendered = parse_manifests(chart.render(values, name="joulie", namespace=NAMESPACE))
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    objects = [namespace, *(o for o in rendered if o["kind"] in RBAC_KINDS)]
-    assert {o["kind"] for o in objects} >= {"Role", "RoleBinding"}
-    envtest_server.api().apply(objects)
-    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
-    yield NAMESPACE, account["metadata"]["name"]
-    admin = envtest_server.api()
-    for obj in reversed(objects[1:]):
-        admin.delete(f"{obj['kind']}.{obj['apiVersion']}", obj["metadata"]["name"],
-                     obj["metadata"].get("namespace"))
-
-
-def as_agent(server: EnvtestServer, account: tuple[str, str], tmp: Path) -> ClusterApi:
-    config = server.service_account_kubeconfig(tmp / "sa-kubeconfig", *account)
-    token = config.read_text().split('"token": "')[1].split('"')[0]
-    return ClusterApi(server.url, token, server.ssl_context())
+    lease = {"pool": {"membership": "lease"}}
+    assert {o["kind"] for o in chart_rbac("pool", agent=lease)} >= {"Role", "RoleBinding"}
+    with chart_account(envtest_server, "pool", agent=lease) as account:
+        yield account
 
 
 def test_an_elastic_pool_scales_as_the_service_account_with_least_privilege(

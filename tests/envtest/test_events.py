@@ -19,7 +19,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
-from tests.envtest.test_agent import as_agent, chart_rbac
+from tests.envtest.accounts import as_agent, chart_account
 
 EVENTS = "event.events.k8s.io/v1"
 CORE_EVENTS = "event.v1"
@@ -28,14 +28,8 @@ NAMESPACE = "kube-system"
 
 @pytest.fixture(scope="module")
 def pool_account(envtest_server: EnvtestServer) -> Iterator[tuple[str, str]]:
-    objects = chart_rbac("pool")
-    envtest_server.api().apply(objects)
-    (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
-    yield account["metadata"]["namespace"], account["metadata"]["name"]
-    admin = envtest_server.api()
-    for obj in reversed(objects[1:]):
-        admin.delete(f"{obj['kind']}.{obj['apiVersion']}", obj["metadata"]["name"],
-                     obj["metadata"].get("namespace"))
+    with chart_account(envtest_server, "pool") as account:
+        yield account
 
 
 def event(name: str, node: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """agentpool's image as the agent of Joulie's own chart, on a real kube-apiserver.
 
 Joulie's chart runs its agent as ``joulie-agent`` with Joulie's agent ClusterRole
-(``tests/joulie_chart.py``): at c38b80d nodes, nodetwins and nodehardwares only; no
+(``tests/support/joulie_chart.py``): at c38b80d nodes, nodetwins and nodehardwares only; no
 Events, no Leases, nothing on the profile API's kinds, whose CRDs a cluster keeps after
 an upgrade (Helm never deletes CRDs; every chart CRD is served here). With Joulie's
 environment (pool mode, NodeTwin API, routing by ``TELEMETRY_*``) the agent must
@@ -26,9 +26,10 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import twin_name
 from agentpool.sim.polling import wait_until
-from tests.deploy._chart import NAMESPACE
-from tests.joulie_chart import AGENT_ENV, AGENT_RULES, SERVICE_ACCOUNT, agent_rbac, pool_env
-from tests.supervisor.agents import restarts, worker_pids
+from tests.support.agents import restarts, worker_pids
+from tests.support.chart import NAMESPACE
+from tests.support.clock import Clock
+from tests.support.joulie_chart import AGENT_ENV, AGENT_RULES, SERVICE_ACCOUNT, agent_rbac, pool_env
 
 NPP, TP, NT, NHW = (
     Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES, Resource.NODE_TWINS,
@@ -52,14 +53,6 @@ def joulie_account(server: EnvtestServer, revision: str) -> Iterator[tuple[str, 
                          obj["metadata"].get("namespace"))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.parametrize(
     ("revision", "watched", "forbidden"),
     [("c38b80d", {NT, NHW}, {NPP, TP}), ("b9a50b1", {NPP, TP}, {NT, NHW})],
@@ -73,7 +66,7 @@ def test_discovery_leaves_the_kinds_joulies_role_does_not_grant_unwatched(
         api = KubeApi(load_client(str(config)))
         added: list[Resource] = []
         removed: list[Resource] = []
-        clock = Clock()
+        clock = Clock(100.0)
         discovery = KindDiscovery(api, JoulieApi.AUTO, added.append, removed.append,
                                   clock=clock)
         try:

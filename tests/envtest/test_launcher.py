@@ -17,7 +17,7 @@ from agentpool.sim.envtest import (
     find_assets,
     service_account_user,
 )
-from tests.sim.fixtures import kube_client
+from tests.support.apiservers import kube_client
 
 
 def test_without_binaries_the_reason_says_how_to_get_them(tmp_path: Path) -> None:

@@ -20,11 +20,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import build_nodes, intel_2socket, read_int
-from tests.supervisor.agents import pl1_files
-
-from .test_nodetwin import nodetwin_account
-
-__all__ = ["nodetwin_account"]
+from tests.support.agents import pl1_files
 
 CATALOG_FILE = Path(__file__).parents[1] / "hardware" / "catalog.yaml"
 NFD = "feature.node.kubernetes.io/"

@@ -26,9 +26,10 @@ from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
-from tests.faults.conftest import AGENT_USER
 from tests.faults.proxy import FaultProxy
 
+AGENT_USER = "agentpool"
+"""The agents' user here: the audit log tells their requests apart by it."""
 CAP_W = 100.0
 """Every node's cap as seeded."""
 RAPL = "rapl.set_power_cap_watts"

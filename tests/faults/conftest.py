@@ -11,9 +11,7 @@ import pytest
 
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import EnvtestServer, EnvtestUnavailableError, find_assets
-
-AGENT_USER = "agentpool"
-"""The agents' user here: the audit log tells their requests apart by it."""
+from tests.faults.apipath import AGENT_USER
 
 
 @pytest.fixture(scope="package")

@@ -25,7 +25,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.sim.power.model import RecordedRequest
 from tests.faults.wallclock import SteppedClock, compiler
-from tests.supervisor.agents import restarts, worker_pids
+from tests.support.agents import restarts, worker_pids
 
 pytestmark = [
     pytest.mark.slow,

@@ -19,7 +19,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import build_nodes, intel_2socket, read_int
 from tests.faults.tmpfs import can_mount_tmpfs, fill, seen_by, with_tmpfs
-from tests.supervisor.agents import all_read, pl1_files, restarts, series, worker_pids
+from tests.support.agents import all_read, pl1_files, restarts, series, worker_pids
 
 pytestmark = [
     pytest.mark.slow,

@@ -23,7 +23,7 @@ from agentpool.sim.cgroups import MemoryCgroup, available
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.supervisor.memlimit import FIXED_BYTES, MIB, PER_WORKER_BYTES
-from tests.supervisor.agents import alive, restarts, series, worker_pids
+from tests.support.agents import alive, restarts, series, worker_pids
 
 pytestmark = [
     pytest.mark.slow,

@@ -21,8 +21,8 @@ from agentpool.backends.sysfs.files import Originals
 from agentpool.hardware.gpu_report import gpu_lines
 from agentpool.resources.desired import GpuCap
 from agentpool.sim.sysfs.trees import intel_2socket
-from tests.backends.gpu.test_amdsmi import NOT_SUPPORTED, Device, binding
-from tests.fake_nvml import FakeGpu, FakeNvml, build
+from tests.support.amdsmi import NOT_SUPPORTED, Device, binding
+from tests.support.fake_nvml import FakeGpu, FakeNvml, build
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
 

@@ -21,6 +21,7 @@ from agentpool.kube.events import NAMESPACE, REFUSED_PAUSE_S, EventRecorder, eve
 from agentpool.nodeevents.reasons import NodeEvent, Reason
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.polling import wait_until
+from tests.support.clock import Clock
 
 
 @pytest.fixture
@@ -122,21 +123,13 @@ def test_record_never_waits_for_a_hung_server(
     api_emulator.clear_faults()
 
 
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_refusal_is_said_once_and_pauses_the_writes_until_one_goes_through(
     api_emulator: ApiEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Joulie's own agent ClusterRole grants no Events: every write would be refused.
     assert api_emulator.kubeconfig is not None
     api = KubeApi(load_client(str(api_emulator.kubeconfig)))
-    clock = ManualClock()
+    clock = Clock()
     rec = EventRecorder(api, "pool-0", clock=clock)
     caplog.set_level(logging.INFO, logger="agentpool.kube.events")
     api_emulator.inject(verb="create", resource="events", fault="403", times=None)

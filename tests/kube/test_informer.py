@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,6 @@ from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Change, Informer, InformerEvent, Relisted
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.polling import wait_until
-
-
-@pytest.fixture
-def api(api_emulator: ApiEmulator) -> Iterator[KubeApi]:
-    assert api_emulator.kubeconfig is not None
-    client = KubeApi(load_client(str(api_emulator.kubeconfig)))
-    yield client
-    client.close()
 
 
 def node(name: str, managed: bool = True) -> dict[str, object]:

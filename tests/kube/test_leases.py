@@ -18,7 +18,7 @@ from agentpool.pool.membership import (
     encode_claims,
 )
 from agentpool.sim.polling import wait_until
-from tests.sim.fixtures import Backend
+from tests.support.apiservers import Backend
 
 NS = "default"
 

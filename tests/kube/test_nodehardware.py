@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentpool.hardware.catalog import load_catalog
-from agentpool.kube.api import KubeApi, Resource, load_client
+from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.nodehardware import (
     HardwareInputs,
     HardwarePublisher,
@@ -28,18 +28,12 @@ from agentpool.sim.objects import node_twin, operator_status
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.tokenbucket import Budget
-from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
+from tests.support.apiservers import kube_api_on
+from tests.support.clock import Clock
+from tests.support.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 CREATES = ("create", "nodehardwares")
 PATCHES = ("patch", "nodehardwares/status")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -51,10 +45,8 @@ def emu(tmp_path: Path) -> Iterator[ApiEmulator]:
 
 @pytest.fixture
 def api(emu: ApiEmulator) -> Iterator[KubeApi]:
-    assert emu.kubeconfig is not None
-    client = KubeApi(load_client(str(emu.kubeconfig)))
-    yield client
-    client.close()
+    with kube_api_on(emu) as client:
+        yield client
 
 
 def inputs(node: str, root: Path | None, **labels: str) -> HardwareInputs:

@@ -13,22 +13,15 @@ from agentpool.errors import (
     KubeUnreachableError,
 )
 from agentpool.kube.reachability import Reachability, level_of
+from tests.support.clock import Clock
 
 LOGGER = "agentpool.kube.reachability"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_an_outage_is_told_once_then_once_a_minute_then_once_over(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     reach = Reachability("https://api:6443", clock=clock, summary_every_s=60.0)
     reach.answered()
     assert not reach.down

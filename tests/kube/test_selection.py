@@ -14,9 +14,7 @@ from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.selection import ABSENT_CONFIRM_S, KindDiscovery, kinds_for, problem_for
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.polling import wait_until
-from tests.kube.test_informer import api
-
-__all__ = ["api"]  # the KubeApi-on-the-emulator fixture, shared with test_informer
+from tests.support.clock import Clock
 
 NPP, TP, NT, NHW = (
     Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES, Resource.NODE_TWINS,
@@ -41,16 +39,8 @@ class Recorder:
         self.calls.append(("removed", kind))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def discovery(api: KubeApi, setting: JoulieApi) -> tuple[KindDiscovery, Recorder, Clock]:
-    rec, clock = Recorder(), Clock()
+    rec, clock = Recorder(), Clock(100.0)
     return KindDiscovery(api, setting, rec.added, rec.removed, clock=clock), rec, clock
 
 

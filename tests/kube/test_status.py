@@ -15,16 +15,9 @@ from agentpool.results import Backend, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.objects import telemetry_profile
 from agentpool.sim.polling import wait_until
+from tests.support.clock import Clock
 
 PATCHES = ("patch", "telemetryprofiles/status")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from agentpool.kube.status import StatusWriter
 from agentpool.results import Backend, GpuBackend, GpuTickResult, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator, ApiError
 from agentpool.sim.objects import power_profile, telemetry_profile
-from tests.sim.fixtures import Backend as ApiBackend
+from tests.support.apiservers import Backend as ApiBackend
 
 PATCHES = ("patch", "telemetryprofiles/status")
 DEVICE = {

@@ -14,20 +14,13 @@ from agentpool.results import Backend, Result, TickResult
 from agentpool.sim.apiserver import ApiEmulator
 from agentpool.sim.objects import telemetry_profile
 from agentpool.sim.polling import wait_until
+from tests.support.clock import Clock
 
 PATCHES = ("patch", "telemetryprofiles/status")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_hold_lasts_until_released_and_never_past_its_bound() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     hold = WriteHold(max_s=15.0, clock=clock)
     assert hold.remaining() == 0.0
     assert hold.wait_s() == 0.0

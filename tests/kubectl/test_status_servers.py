@@ -27,7 +27,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.polling import wait_until
-from tests.sim.fixtures import Backend
+from tests.support.apiservers import Backend
 
 GOLDEN = Path(__file__).parent / "golden"
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

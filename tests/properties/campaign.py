@@ -2,7 +2,7 @@
 
 Run by ``bash scripts/fuzz [MINUTES] [pytest arguments]``. Each round runs
 ``pytest tests/properties`` under the ``campaign`` Hypothesis profile
-(tests/properties/budget.py: 25 times each property's CI budget, random,
+(tests/support/budget.py: 25 times each property's CI budget, random,
 failures kept in ``.hypothesis/``) with a seed of its own, so the rounds
 explore different inputs. It prints, and writes to
 ``.hypothesis/campaign/report.txt``, how many examples each property ran in

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.properties import budget  # noqa: F401 - registers and loads the profile
+from tests.support import budget  # noqa: F401 - registers and loads the profile
 
 
 @pytest.fixture(scope="module")
@@ -13,7 +13,7 @@ def fake_nvml_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object
     """The fake libnvidia-ml.so.1 loaded in this process, its state file in the environment
     for the module (one file, rewritten by each example)."""
     pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
-    from tests.fake_nvml import FakeNvml, build, preload
+    from tests.support.fake_nvml import FakeNvml, build, preload
 
     directory: Path = tmp_path_factory.mktemp("fake-nvml")
     library = build(directory)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from agentpool.config.options import OPTIONS
 from agentpool.config.settings import Settings, load_settings
 from agentpool.errors import ConfigError
-from tests.properties.budget import examples
 from tests.properties.strategies import NUMBER_WORDS
+from tests.support.budget import examples
 
 JOINED = (
     {"DVFS_TARGET_PCT", "DVFS_HOLD_BAND_PCT"},

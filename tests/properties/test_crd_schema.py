@@ -47,7 +47,6 @@ from agentpool.resources.parse import (
     parse_telemetry_profile,
 )
 from agentpool.sim.envtest import EnvtestServer
-from tests.properties.budget import examples
 from tests.properties.resources import (
     INFORMATIONAL,
     POWER_PATHS,
@@ -56,7 +55,8 @@ from tests.properties.resources import (
     telemetry_profiles,
 )
 from tests.properties.strategies import DELETE, bent, finite_json_values, get_path
-from tests.sim.fixtures import kube_client
+from tests.support.apiservers import kube_client
+from tests.support.budget import examples
 
 GROUP, VERSION = "joulie.io", "v1alpha1"
 PLURALS = {NPP: "nodepowerprofiles", NT: "nodetwins", TP: "telemetryprofiles"}

@@ -20,8 +20,8 @@ from agentpool.backends.gpu.amdsmi import AmdSmiGpus
 from agentpool.backends.sysfs.files import Originals
 from agentpool.resources.desired import GpuCap
 from agentpool.results import Result
-from tests.backends.gpu.test_amdsmi import Device, binding
-from tests.properties.budget import examples
+from tests.support.amdsmi import Device, binding
+from tests.support.budget import examples
 
 field_values = st.one_of(
     st.integers(-(10**12), 10**12), st.integers(0, 2**64), st.just("N/A"), st.none(),
@@ -71,7 +71,7 @@ def test_any_amd_smi_values_give_capped_blocked_or_error_devices(
             assert low <= int(microwatts) <= high, (call, info)
 
 
-# -- NVML: the fake libnvidia-ml.so.1 (tests/fake_nvml.py) through NVIDIA's own binding, its
+# -- NVML: the fake libnvidia-ml.so.1 (tests/support/fake_nvml.py) through NVIDIA's own binding, its
 # -- devices holding any unsigned milliwatt values NVML's API can return (min above max,
 # -- zeros, limits outside their range) and any failure mode the fake knows.
 
@@ -90,7 +90,7 @@ def test_any_nvml_values_give_capped_blocked_or_error_devices(
     fake_nvml_state: Any, rows: list[tuple[int, int, int, int, int, str]], cap: GpuCap
 ) -> None:
     from agentpool.backends.gpu.nvml import NvmlGpus
-    from tests.fake_nvml import FakeGpu
+    from tests.support.fake_nvml import FakeGpu
 
     gpus = [
         FakeGpu(f"GPU-{i}", "Fake", lo / 1000, hi / 1000, d / 1000, lim / 1000, p / 1000, fail)

@@ -37,7 +37,8 @@ from agentpool.kube.status import status_body
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.results import Backend
 from agentpool.sim.sysfs.trees import CpufreqSpec, LockMode, RaplSpec, build
-from tests.properties.budget import examples
+from tests.support.budget import examples
+from tests.support.clock import Clock
 
 NODE = "worker-0"
 INTEL = {"feature.node.kubernetes.io/cpu-vendor": "GenuineIntel"}
@@ -217,11 +218,11 @@ def test_any_sysfs_content_gives_a_result_and_only_sane_writes(
         for path, content in junk:
             corrupt(root / path, content)
         before = snapshot(root)
-        now = [1000.0]
+        clock = Clock()
         settings = Settings(node_name=NODE, sysfs_root=str(scratch / "{node}"),
                             dvfs=DvfsSettings(controller=controller))
         metrics = NodeMetrics(NODE, registry=CollectorRegistry())
-        node = NodeController(settings.controller(), NODE, metrics, clock=lambda: now[0])
+        node = NodeController(settings.controller(), NODE, metrics, clock=clock)
         profile = {"metadata": {"name": "p"},
                    "spec": {"nodeName": NODE, "profile": "eco",
                             "cpu": {"packagePowerCapWatts": cap}}}
@@ -237,7 +238,7 @@ def test_any_sysfs_content_gives_a_result_and_only_sane_writes(
                 for path, text in after.items():
                     if path.endswith("constraint_0_power_limit_uw"):
                         assert text == before.get(path), (path, result)
-            now[0] += 20.0
+            clock.advance(20.0)
             for zone in built.packages:  # the counters move (the agent never writes them)
                 counter = integer(read_file(zone.energy_file))
                 if counter is not None and not zone.energy_file.is_symlink():

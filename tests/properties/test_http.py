@@ -2,7 +2,7 @@
 reading, or an HttpBackendError, within the endpoint's timeout; never another exception,
 never a hang, never a cap written from a bad reading.
 
-The endpoint is a raw TCP server (tests/properties/rawhttp.py) that sends
+The endpoint is a raw TCP server (tests/support/rawhttp.py) that sends
 whatever bytes the example says, in slow pieces or held open. Where the
 answer is well-formed HTTP, the result is also checked against the body
 decoded by the test itself.
@@ -22,9 +22,9 @@ from agentpool.backends import cpu_http, gpu_http, httpclient
 from agentpool.errors import HttpBackendError
 from agentpool.resources.routing import HttpEndpoint
 from agentpool.results import Result
-from tests.backends.rawhttp import Answer, RawServer
-from tests.properties.budget import examples
 from tests.properties.strategies import json_values
+from tests.support.budget import examples
+from tests.support.rawhttp import Answer, RawServer
 
 TIMEOUT_S = 0.25
 SLACK_S = 1.5

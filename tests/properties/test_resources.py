@@ -28,7 +28,6 @@ from agentpool.resources.parse import (
     parse_telemetry_profile,
 )
 from agentpool.resources.routing import ControlType, GpuRouting, HttpEndpoint, Routing, SourceType
-from tests.properties.budget import examples
 from tests.properties.resources import (
     INFORMATIONAL,
     POWER_PATHS,
@@ -37,6 +36,7 @@ from tests.properties.resources import (
     telemetry_profiles,
 )
 from tests.properties.strategies import DELETE, bent, get_path, related
+from tests.support.budget import examples
 
 MAX_MESSAGE = 600
 """An error message goes into the object's status: a bad value of any size is shown

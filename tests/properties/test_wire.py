@@ -2,7 +2,7 @@
 that worker (or that fork server) cleanly, never the supervisor.
 
 Supervisor side: the real loop, with stand-in worker processes whose pipe
-ends the test holds (tests/supervisor/fakeworkers.py); the test writes raw
+ends the test holds (tests/support/fakeworkers.py); the test writes raw
 bytes into a worker's pipe (valid reports bent at random bytes, frames of
 any length, truncated frames, pickles of anything) and turns the loop under
 a SIGALRM deadline, so a blocking read fails the example instead of hanging.
@@ -42,8 +42,8 @@ from agentpool.supervisor.forkclient import SERVER_MODULE, ForkServer
 from agentpool.supervisor.lifecycle import WorkerState
 from agentpool.worker.forking.wire import HEADER, READY, REPLY, STATUS, recv_exact
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport
-from tests.properties.budget import examples
-from tests.supervisor.fakeworkers import Loop
+from tests.support.budget import examples
+from tests.support.fakeworkers import Loop
 
 TURN_LIMIT_S = 5.0
 """A turn of the loop takes milliseconds; one that takes this long is blocked on a read."""
@@ -242,7 +242,7 @@ def test_any_bytes_to_a_worker_end_it_cleanly_or_leave_it_running(
     fork_server: ForkServer, written: list[bytes]
 ) -> None:
     from agentpool.sim.sysfs.trees import intel_2socket
-    from tests.backends.sysfs_helpers import snapshot as tree_snapshot
+    from tests.support.sysfs import snapshot as tree_snapshot
 
     scratch = Path(tempfile.mkdtemp(prefix="agentpool-wire-"))
     tree = intel_2socket(scratch / "n")

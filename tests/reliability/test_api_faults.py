@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
-from tests.supervisor.agents import restarts, series, worker_pids
+from tests.support.agents import restarts, series, worker_pids
 
 
 def start(cluster: SimCluster, names: list[str], **env: str) -> tuple[object, dict[str, int]]:

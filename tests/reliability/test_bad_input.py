@@ -9,7 +9,7 @@ import pytest
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.polling import wait_until
-from tests.supervisor.agents import worker_pids
+from tests.support.agents import worker_pids
 
 
 def http_control(timeout: float) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import time
 
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
-from tests.supervisor.agents import alive, worker_pids
+from tests.support.agents import alive, worker_pids
 
 NODES = 200
 LATENCY_S = 0.04

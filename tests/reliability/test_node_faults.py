@@ -20,7 +20,7 @@ from agentpool.sim import workerfaults
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import no_rapl, read_int, read_only_rapl
-from tests.supervisor.agents import (
+from tests.support.agents import (
     all_read,
     host_cluster,
     pl1_files,

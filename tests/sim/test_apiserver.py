@@ -20,8 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agentpool.sim.apiserver import ApiEmulator, NotFoundError
 from agentpool.sim.polling import wait_until
-
-from .fixtures import kube_client
+from tests.support.apiservers import kube_client
 
 GROUP, VERSION = "joulie.io", "v1alpha1"
 TP, NPP = "telemetryprofiles", "nodepowerprofiles"

@@ -14,8 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from agentpool.sim.apiserver import ApiEmulator
-
-from .fixtures import kube_client
+from tests.support.apiservers import kube_client
 
 GROUP, VERSION = "joulie.io", "v1alpha1"
 

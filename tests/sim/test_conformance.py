@@ -10,8 +10,6 @@ remain on purpose are listed in docs/development.md's simulation kit section.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,8 +17,8 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from agentpool.sim.polling import wait_until
-
-from .fixtures import Backend
+from tests.sim.recorder import Recorder
+from tests.support.apiservers import Backend
 
 GROUP, VERSION = "joulie.io", "v1alpha1"
 TP, NPP = "telemetryprofiles", "nodepowerprofiles"
@@ -55,40 +53,6 @@ def core(backend: Backend) -> client.CoreV1Api:
 @pytest.fixture
 def custom(backend: Backend) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(backend.client)
-
-
-class Recorder:
-    """A raw watch in a thread, recording (type, name, resourceVersion) until stopped."""
-
-    def __init__(self, lister: Any, **kwargs: Any) -> None:
-        self.events: list[tuple[str, str, str]] = []
-        self.objects: list[dict[str, Any]] = []
-        self._watch = watch.Watch()
-        self._thread = threading.Thread(target=self._run, args=(lister, kwargs), daemon=True)
-        self._thread.start()
-
-    def _run(self, lister: Any, kwargs: dict[str, Any]) -> None:
-        try:
-            for event in self._watch.stream(lister, timeout_seconds=30, **kwargs):
-                obj = event["raw_object"]
-                meta = obj.get("metadata") or {}
-                self.events.append(
-                    (event["type"], meta.get("name", ""), meta.get("resourceVersion"))
-                )
-                self.objects.append(obj)
-        except Exception:  # the server went away at teardown; the events tell the rest
-            return
-
-    def stop(self) -> None:
-        self._watch.stop()
-
-
-@pytest.fixture
-def recorders() -> Iterator[list[Recorder]]:
-    started: list[Recorder] = []
-    yield started
-    for rec in started:
-        rec.stop()
 
 
 # -- list / watch -----------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .fixtures import Backend
+from tests.support.apiservers import Backend
 
 NS = "kube-system"
 """kube-apiserver 1.20 takes an events.k8s.io Event about a cluster-scoped object only here."""

@@ -20,9 +20,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from agentpool.sim.polling import wait_until
-
-from .fixtures import Backend
-from .test_conformance import Recorder, recorders  # noqa: F401 (fixture)
+from tests.sim.recorder import Recorder
+from tests.support.apiservers import Backend
 
 NS = "default"
 OTHER_NS = "kube-system"  # exists on every real server; the emulator needs none created
@@ -151,7 +150,7 @@ def test_a_lease_merge_patch_changes_only_what_it_names(
 
 
 def test_a_name_selected_lease_watch_sees_only_that_lease(
-    coord: client.CoordinationV1Api, unique: str, recorders: list[Recorder]  # noqa: F811
+    coord: client.CoordinationV1Api, unique: str, recorders: list[Recorder]
 ) -> None:
     rv = coord.list_namespaced_lease(NS).metadata.resource_version
     rec = Recorder(coord.list_namespaced_lease, namespace=NS, resource_version=rv,
@@ -208,7 +207,7 @@ def test_a_stale_scale_is_a_409_and_a_negative_one_a_422(
 
 
 def test_a_name_selected_statefulset_watch_sees_each_scale(
-    apps: client.AppsV1Api, unique: str, recorders: list[Recorder]  # noqa: F811
+    apps: client.AppsV1Api, unique: str, recorders: list[Recorder]
 ) -> None:
     name = f"{unique}-w"
     apps.create_namespaced_stateful_set(NS, statefulset(f"{unique}-x", 1))

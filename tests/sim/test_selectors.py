@@ -1,4 +1,4 @@
-"""Label selectors of the shared table (tests/selector_cases.py) on the API servers.
+"""Label selectors of the shared table (tests/support/selector_cases.py) on the API servers.
 
 Run through the real kubernetes client against the emulator (whose selector
 code is its own, not the agent's) and against a real kube-apiserver from the
@@ -13,15 +13,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.selector_cases import (
+from tests.support.apiservers import Backend
+from tests.support.selector_cases import (
     INVALID,
     LABEL_SETS,
     MATCHES,
     SERVER_ONLY_INVALID,
     SERVER_ONLY_MATCHES,
 )
-
-from .fixtures import Backend
 
 # Every node of the table carries this label, so the cases see only the table's nodes.
 TABLE = {"selector-table": "yes"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 
@@ -12,30 +11,7 @@ from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.pool.assignment import shard_of
 from agentpool.supervisor.clusterview import ClusterView
-
-
-def node(name: str, **labels: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": labels, "resourceVersion": "1"}}
-
-
-def npp(
-    name: str, target: str, cap: float, created: str = "2026-01-01T00:00:00Z"
-) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "creationTimestamp": created, "resourceVersion": "9"},
-        "spec": {"nodeName": target, "profile": "eco", "cpu": {"packagePowerCapWatts": cap}},
-    }
-
-
-def tp(name: str, target: str, status: str = "") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
-        "spec": {"target": {"scope": "node", "nodeName": target}},
-        "status": {"control": {"cpu": {"message": status}}},
-    }
-
-
-MANAGED = {"joulie.io/managed": "true"}
+from tests.supervisor.objects import MANAGED, node, npp, tp
 
 
 def pool_view(shards: int = 1, shard: int = 0, selector: str | None = None) -> ClusterView:

@@ -9,8 +9,7 @@ from agentpool.supervisor import fences
 from agentpool.supervisor.deadlines import Deadlines, next_check
 from agentpool.supervisor.handles import WorkerHandle
 from agentpool.supervisor.lifecycle import StopReason, WorkerState
-
-from .fakeworkers import IdleProcess
+from tests.support.fakeworkers import IdleProcess
 
 
 def running(node: str, last_seen: float, heartbeat_s: float = 60.0) -> WorkerHandle:

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agentpool.supervisor.diskspace import DiskSpace, WatchedDir
-from tests.supervisor.agents import series
+from tests.support.agents import series
 
 HUGE = 1 << 62
 

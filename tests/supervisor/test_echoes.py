@@ -10,8 +10,7 @@ from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.supervisor.echoes import Echoes
-
-from .fakeworkers import Loop, power, telemetry
+from tests.support.fakeworkers import Loop, power, telemetry
 
 TP, NPP, TWINS = Resource.TELEMETRY_PROFILES, Resource.NODE_POWER_PROFILES, Resource.NODE_TWINS
 

@@ -28,7 +28,7 @@ from agentpool.kube.leases import LeaseClient, ReplicasWatch
 from agentpool.pool.assignment import Assignment, owner_of
 from agentpool.sim.polling import wait_until
 from agentpool.supervisor.elastic import ElasticPool, takeover_bound_s
-from tests.sim.fixtures import Backend
+from tests.support.apiservers import Backend
 
 # Real processes and servers: minutes on 2 busy cores, above the default per-test limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -1,6 +1,6 @@
 """When the supervisor hands a node's NodeHardware inputs to the publisher.
 
-The loop on a fake clock with stand-in workers (:mod:`.fakeworkers`), the
+The loop on a fake clock with stand-in workers (:mod:`tests.support.fakeworkers`), the
 publisher real, writing to the API emulator: every running worker's node
 gets its NodeHardware whether or not anything about it changed after the
 worker started, once NodeHardware is served, and again when the worker's
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agentpool.kube.api import KubeApi, load_client
+from agentpool.kube.api import KubeApi
 from agentpool.kube.nodehardware import HardwarePublisher
 from agentpool.results import GpuBackend, GpuSeen, GpuTickResult, Result
 from agentpool.sim.apiserver import ApiEmulator
-
-from .fakeworkers import Loop
+from tests.support.apiservers import kube_api_on
+from tests.support.fakeworkers import Loop
 
 
 @pytest.fixture
@@ -31,10 +31,8 @@ def emu(tmp_path: Path) -> Iterator[ApiEmulator]:
 
 @pytest.fixture
 def api(emu: ApiEmulator) -> Iterator[KubeApi]:
-    assert emu.kubeconfig is not None
-    client = KubeApi(load_client(str(emu.kubeconfig)))
-    yield client
-    client.close()
+    with kube_api_on(emu) as client:
+        yield client
 
 
 def published(loop: Loop, publisher: HardwarePublisher, emu: ApiEmulator) -> list[str]:

@@ -37,8 +37,7 @@ from agentpool.supervisor.loop import EXIT_FATAL, KILL_GRACE_S, MAX_STARTS_PER_T
 from agentpool.worker.cadence import early_s
 from agentpool.worker.nodefiles import metrics_id
 from agentpool.worker.protocol import Fence, Stopped, TickReport
-
-from .fakeworkers import MANAGED, FakeLauncher, Loop, node, power, telemetry
+from tests.support.fakeworkers import MANAGED, FakeLauncher, Loop, node, power, telemetry
 
 
 def test_a_node_in_scope_gets_one_worker_with_its_inputs() -> None:

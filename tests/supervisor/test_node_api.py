@@ -17,7 +17,7 @@ from agentpool.kube.informer import Change, Relisted
 from agentpool.resources.nodeinputs import NodeApi
 from agentpool.sim.objects import node_twin
 from agentpool.supervisor.clusterview import ClusterView
-from tests.supervisor.test_clusterview import MANAGED, node, npp, tp
+from tests.supervisor.objects import MANAGED, node, npp, tp
 
 NT, NPP, TP = Resource.NODE_TWINS, Resource.NODE_POWER_PROFILES, Resource.TELEMETRY_PROFILES
 

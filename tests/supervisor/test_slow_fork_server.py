@@ -31,8 +31,7 @@ from agentpool.supervisor.loop import MAX_STARTS_PER_TURN, Supervisor
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.worker.nodefiles import NodeFiles
-
-from .fakeworkers import MANAGED, node
+from tests.support.fakeworkers import MANAGED, node
 
 DEADLINE_S = 60.0
 """64 workers start in about 2 s on a loaded 2-core box."""

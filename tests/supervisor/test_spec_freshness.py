@@ -4,7 +4,7 @@ read deadline, a minute or more after its last byte)."""
 
 from __future__ import annotations
 
-from .fakeworkers import Loop
+from tests.support.fakeworkers import Loop
 
 TIMEOUT_S = 300.0
 
@@ -35,4 +35,3 @@ def test_the_desired_state_goes_stale_its_timeout_after_it_was_last_confirmed() 
         loop.turn(1.0)
         loop.turn(1.0)
         assert not loop.supervisor.view.spec_stale
-

@@ -23,8 +23,7 @@ from agentpool.supervisor.lifecycle import (
     after_exit,
 )
 from agentpool.worker.protocol import EXIT_FENCED
-
-from .fakeworkers import IdleProcess
+from tests.support.fakeworkers import IdleProcess
 
 S = WorkerState
 

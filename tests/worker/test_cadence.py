@@ -25,8 +25,7 @@ from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.supervisor.forkclient import ForkedWorker, ForkServer
 from agentpool.worker.cadence import early_s, next_tick
 from agentpool.worker.protocol import Fence, StopWorker, Ticked, TickReport
-
-from .test_fence import DEADLINE_S, inputs
+from tests.worker.fence import DEADLINE_S, inputs
 
 INTERVAL_S = 1.0
 SPAWN_PHASES = (0.4, 0.7)

@@ -20,31 +20,18 @@ import pytest
 from agentpool.config.options import AgentMode, Membership
 from agentpool.config.settings import ElasticSettings, Settings, WorkerSettings
 from agentpool.pool.fence import FenceTimes
-from agentpool.resources.nodeinputs import NodeInputs
 from agentpool.sim.sysfs.trees import intel_2socket
 from agentpool.supervisor.forkclient import ForkedWorker, ForkServer
 from agentpool.worker.protocol import EXIT_FENCED, Fence, Stopped, StopWorker, Ticked, TickReport
+from tests.worker.fence import DEADLINE_S, NODE, inputs
 
-NODE = "fenced-0"
-INTEL = {"feature.node.kubernetes.io/cpu-vendor": "GenuineIntel", "joulie.io/managed": "true"}
 PL1 = "devices/virtual/powercap/intel-rapl/intel-rapl:0/constraint_0_power_limit_uw"
-DEADLINE_S = 30.0
-"""A worker forks and ticks in well under a second here; 30 s is for a loaded CI box."""
-
 
 
 def settings(root: Path, lease: bool) -> WorkerSettings:
     elastic = ElasticSettings(Membership.LEASE if lease else Membership.STATIC)
     return Settings(mode=AgentMode.POOL, reconcile_interval_s=0.2, elastic=elastic,
                     sysfs_root=str(root / "{node}"), pod_name="pool-1").worker()
-
-
-def inputs(cap: float, node: str = NODE) -> NodeInputs:
-    profile: dict[str, Any] = {
-        "metadata": {"name": node},
-        "spec": {"nodeName": node, "profile": "eco", "cpu": {"packagePowerCapWatts": cap}},
-    }
-    return NodeInputs(node, labels=dict(INTEL), power_profile=profile)
 
 
 class Worker:

@@ -146,8 +146,8 @@ class PackageZones:
     Discovery lists directories and resolves links (a dozen ``getdents`` and
     ``readlink`` calls). Done on every tick it also churned CPython's table
     of interned strings (pathlib interns every name it parses, and the names
-    died with the tick), whose periodic resize copied ~1 MiB into each
-    worker (BENCHMARKS.md, ``memory.py``). Package zones do not come and go
+    died with the tick), whose periodic resize copied pages into each
+    worker. Package zones do not come and go
     on a running host, so they are kept once found. An empty result is not
     kept (a powercap driver loaded after start is picked up on a later
     tick), and a caller whose read or write failed calls :meth:`forget`, so

@@ -17,7 +17,7 @@ As on kube-apiserver, ``in ()`` is the set holding the empty value, and the
 bound of ``>``/``<`` must be a valid label value as well as an integer (so
 ``-1`` is refused).
 
-tests/selector_cases.py holds the cases both implementations must agree on.
+tests/support/selector_cases.py holds the cases both implementations must agree on.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ new instruction there too. So running a function writes its code object,
 immortal or not, and every shared page that holds one becomes a private
 copy in the worker that ran it. A worker runs a few hundred functions, and
 after the imports their code objects lie wherever the modules left them,
-about one to a page: measured, ~210 of a worker's ~560 private pages were
-copied for a code object's counters (BENCHMARKS.md, issue 26).
+about one to a page, so each one it runs copies a page: packed together,
+they copy few.
 
 How: :func:`written_in_child` forks a child that runs what a new worker
 runs (the caller's rehearsal, after the warm-up) and names the code objects

@@ -1,14 +1,11 @@
 """Fill the fork server's free memory, so that a worker's allocations land on fresh pages.
 
 Why: after the imports and the warm-up, the fork server's heap is full of
-holes: free blocks in pymalloc pools that are partly in use (~0.65 MiB of
-them) and free chunks between the C library's (~1.2 MiB). A worker's first
-allocations go into those holes first, and every hole lies on a page it
-shares with the fork server, so each few objects it makes copy a page of
-someone else's: measured, ~180 of a worker's ~560 private pages were
-written where the fork server had a free block, and its C heap's writes were
-spread over the free chunks (BENCHMARKS.md, issue 26). With the
-holes taken, a worker's objects are packed onto pages of its own.
+holes: free blocks in pymalloc pools that are partly in use and free chunks
+between the C library's. A worker's first allocations go into those holes
+first, and every hole lies on a page it shares with the fork server, so each
+few objects it makes copy a page of someone else's. With the holes taken, a
+worker's objects are packed onto pages of its own.
 
 How: objects that nobody uses (``bytes``, floats, plain objects of the
 right size) are made until
@@ -112,10 +109,8 @@ def fill_heap() -> int:
 
     Chunks bigger than a pymalloc block are taken with ``bytes`` objects; smaller
     ones, which only C code's own ``malloc`` calls reach (a pymalloc-sized object
-    never does), with ``malloc`` itself: :data:`C_CHUNKS` keeps them. Measured on
-    the heap ``tests/worker/forking/test_layout.py`` builds, the small chunks were
-    ~64 KiB of the holes left after the big ones were taken, with bytecode caches
-    present or not (BENCHMARKS.md, issue 26's sixth round).
+    never does), with ``malloc`` itself, or they would stay holes: :data:`C_CHUNKS`
+    keeps them.
     """
     mallinfo2 = _mallinfo2()
     if mallinfo2 is None:

@@ -5,9 +5,7 @@ an attribute is looked up on it after it was created or modified, and the
 specialised bytecode and the method cache key on that tag. A type the fork
 server never looked up anything on since (a class whose attributes were set
 at import, say) is tagged by the first worker that does, in every worker:
-two words written into the type object, and its page copied. Measured,
-18 to 27 pages of a worker's ~560 private ones were copied for such writes
-(BENCHMARKS.md, issue 26).
+two words written into the type object, and its page copied.
 
 How: one lookup of a name no type has on every live type (``_PyType_Lookup``,
 so that no metaclass code runs), which assigns the tag as any lookup would.

@@ -111,8 +111,8 @@ def canned_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}/{{node}}"
     finally:
         done.set()
-        # Wake the accept at once: waiting out its timeout cost each pass about 40 ms of
-        # the fork server's start, six passes in all, on the way to the first fork.
+        # Wake the accept at once rather than wait out its timeout: every pass is on the
+        # way to the first fork.
         with contextlib.suppress(OSError):
             socket.create_connection(listener.getsockname(), timeout=1.0).close()
         thread.join(5)

@@ -23,7 +23,7 @@ from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import GpuUnavailableError
 from agentpool.resources.desired import GpuCap
 from agentpool.results import Result
-from tests.fake_nvml import FakeGpu, FakeNvml, build, preload
+from tests.support.fake_nvml import FakeGpu, FakeNvml, build, preload
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
 

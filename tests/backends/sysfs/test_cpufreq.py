@@ -12,7 +12,7 @@ from agentpool.backends.sysfs.cpufreq import CpufreqHost, FreqReading, discover_
 from agentpool.backends.sysfs.files import Originals
 from agentpool.errors import SysfsError
 from agentpool.sim.sysfs.trees import CpufreqSpec, SysfsTree, build, no_rapl, write_value
-from tests.backends.sysfs_helpers import changes, lock, snapshot
+from tests.support.sysfs import changes, lock, snapshot
 
 POLICIES = "devices/system/cpu/cpufreq"
 MAX_KHZ = 3_500_000

@@ -29,7 +29,7 @@ from agentpool.sim.sysfs.trees import (
     read_only_rapl,
     write_value,
 )
-from tests.backends.sysfs_helpers import changes, lock, snapshot
+from tests.support.sysfs import changes, lock, snapshot
 
 POWERCAP = "devices/virtual/powercap/intel-rapl"
 PKG0 = f"{POWERCAP}/intel-rapl:0"

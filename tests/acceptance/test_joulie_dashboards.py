@@ -1,7 +1,7 @@
 """Joulie's Grafana dashboards against a live agent's ``/metrics`` (issue 41, section 2).
 
 Every query of every agent panel of Joulie's dashboards at b9a50b1 and c38b80d
-(``tests/joulie_dashboards.py``, our own fixture) is parsed and evaluated against what
+(``tests/support/joulie_dashboards.py``, our own fixture) is parsed and evaluated against what
 the real agent serves, running against the simulation kit with a node of each kind
 the panels show: RAPL over HTTP (a NodePowerProfile), DVFS over HTTP, DVFS on a host
 whose RAPL is locked (cpufreq and RAPL energy series), and a NodeTwin. Each selector
@@ -30,7 +30,8 @@ from agentpool.sim.objects import node_twin, twin_name
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.dynamics import LiveSysfs
 from agentpool.sim.sysfs.trees import read_only_rapl
-from tests.joulie_dashboards import (
+from tests.support.agents import host_cluster
+from tests.support.joulie_dashboards import (
     AGENT_LABEL_VALUES,
     AGENT_METRICS,
     NODE_VARIABLE,
@@ -40,7 +41,6 @@ from tests.joulie_dashboards import (
     Selector,
     parse,
 )
-from tests.supervisor.agents import host_cluster
 
 RAPL, DVFS, HOST, TWIN = "jd-rapl", "jd-dvfs", "jd-host", "jd-twin"
 NODES = (RAPL, DVFS, HOST, TWIN)

@@ -9,8 +9,7 @@ from collections import Counter
 from agentpool.pool.assignment import shard_of
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
-
-from .agents import joulie_nodes, series, worker_pids
+from tests.support.agents import joulie_nodes, series, worker_pids
 
 
 def test_three_shards_control_every_managed_node_exactly_once() -> None:

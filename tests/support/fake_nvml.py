@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).parent / "backends" / "fake_nvml" / "fake_nvml.c"
+SOURCE = Path(__file__).parents[1] / "backends" / "fake_nvml" / "fake_nvml.c"
 SONAME = "libnvidia-ml.so.1"
 
 

@@ -21,9 +21,8 @@ from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.objects import node_twin
 from agentpool.sim.polling import wait_until
-from tests.backends.tls_helpers import https_gateway, make_pki
-
-from .agents import host_cluster, node_apis, pl1_files, worker_pids
+from tests.support.agents import host_cluster, node_apis, pl1_files, worker_pids
+from tests.support.tls import https_gateway, make_pki
 
 
 def readyz(agent: AgentProcess) -> tuple[int, str]:

@@ -25,7 +25,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.objects import MANAGED, power_profile, telemetry_profile, twin_name
 from agentpool.sim.polling import wait_until
 from agentpool.sim.power.gpu import GpuConfig
-from tests.fake_nvml import FakeGpu, FakeNvml, build
+from tests.support.fake_nvml import FakeGpu, FakeNvml, build
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
 

@@ -78,4 +78,3 @@ SERVER_ONLY_MATCHES: list[tuple[str, frozenset[str]]] = [
     ("tier in ()", frozenset({"empty-tier"})),
 ]
 SERVER_ONLY_INVALID: list[str] = []
-

@@ -17,8 +17,15 @@ from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import read_int
 from agentpool.supervisor.forkclient import SERVER_MODULE
 from agentpool.worker.main import EXIT_CRASH
-
-from .agents import alive, all_read, host_cluster, pl1_files, restarts, series, worker_pids
+from tests.support.agents import (
+    alive,
+    all_read,
+    host_cluster,
+    pl1_files,
+    restarts,
+    series,
+    worker_pids,
+)
 
 
 def test_a_killed_worker_is_restarted_and_the_others_untouched() -> None:

@@ -16,7 +16,7 @@ from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
-from tests.supervisor.agents import series
+from tests.support.agents import series
 
 NAMESPACE = "kube-system"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-VALUES_DIR = Path(__file__).parent / "deploy" / "joulie"
+VALUES_DIR = Path(__file__).parents[1] / "deploy" / "joulie"
 """``values-<revision>.yaml``: every key of Joulie's chart values at that revision, with
 values of our own (checked key by key against its ``values.yaml``)."""
 

@@ -37,25 +37,11 @@ from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
 from agentpool.worker.nodefiles import NodeFiles
 from agentpool.worker.protocol import TickReport
+from tests.support.clock import Clock
 
 MANAGED = {"joulie.io/managed": "true"}
 # Above the kernel's largest pid_max (2**22): no process ever has these pids.
 _PIDS = itertools.count(10**9)
-
-
-class FakeClock:
-    """Monotonic seconds that move only when told (or by ``step`` on every read)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.step = 0.0
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeProcess:
@@ -208,7 +194,7 @@ class Loop:
         }
         options.update(overrides)
         self.settings = Settings(**options)
-        self.clock = FakeClock()
+        self.clock = Clock()
         self.launcher = launcher or FakeLauncher()
         self.status = RecordingStatus()
         self.synced = True

@@ -80,3 +80,13 @@ def env_of(workload: Manifest) -> dict[str, Any]:
         else:
             env[var["name"]] = var["value"]
     return env
+
+
+def agent_workload(objects: list[Manifest]) -> Manifest:
+    workloads = find(objects, "DaemonSet") + find(objects, "StatefulSet")
+    assert len(workloads) == 1
+    return workloads[0]
+
+
+# Tests of what the chart renders the same in either mode.
+BOTH_MODES = pytest.mark.parametrize("mode", ["daemonset", "pool"])

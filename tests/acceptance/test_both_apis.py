@@ -22,22 +22,20 @@ from agentpool.sim.objects import MANAGED, node_twin
 from agentpool.sim.polling import wait_until
 from agentpool.sim.power.model import RAPL_ACTION
 from agentpool.sim.sysfs.trees import read_int
-
-from .agents import all_read, host_cluster, node_apis, pl1_files, restarts, worker_pids
+from tests.support.agents import (
+    MOVED,
+    all_read,
+    host_cluster,
+    node_apis,
+    pl1_files,
+    restarts,
+    tp_status,
+    twin_status,
+    worker_pids,
+)
 
 INTERVAL_S = 1.0
 """RECONCILE_INTERVAL of the agents here (SimCluster's)."""
-MOVED = "not written here any more: the node follows the NodeTwin API now; its status is in"
-
-
-def tp_status(cluster: SimCluster, name: str) -> dict[str, Any]:
-    obj = cluster.api.get("telemetryprofiles", name)
-    return dict(((obj.get("status") or {}).get("control") or {}).get("cpu") or {})
-
-
-def twin_status(cluster: SimCluster, name: str) -> dict[str, Any]:
-    obj = cluster.api.get("nodetwins", name)
-    return dict(((obj.get("status") or {}).get("controlStatus") or {}).get("cpu") or {})
 
 
 def add_bare_node(cluster: SimCluster, name: str) -> None:
