@@ -50,6 +50,7 @@ class FakeProcess:
     def __init__(self, pid: int | None = None, obeys_sigterm: bool = True) -> None:
         self._pid = next(_PIDS) if pid is None else pid
         self._r, self._w = os.pipe()
+        self._closed = False
         self._exitcode: int | None = None
         self.obeys_sigterm = obeys_sigterm
         self.signals: list[str] = []
@@ -81,7 +82,16 @@ class FakeProcess:
         self.exit(-9)
 
     def close(self) -> None:
-        os.close(self._r)
+        if not self._closed:
+            self._closed = True
+            os.close(self._r)
+
+    def release(self) -> None:
+        """The test is done with it: both ends of its sentinel closed, once."""
+        if self._exitcode is None:
+            self._exitcode = -9
+            os.close(self._w)
+        self.close()
 
 
 class IdleProcess:
@@ -117,6 +127,8 @@ class FakeLauncher:
     """The supervisor's ``launch``: records each start; ``fail_with`` makes the next ones fail."""
 
     started: list[FakeWorker] = field(default_factory=list)
+    supervisor_ends: list[Connection] = field(default_factory=list)
+    """The supervisor's end of each pipe, closed with the test's loop."""
     fail_with: BaseException | None = None
     obeys_sigterm: bool = True
     pids: Iterator[int] | None = None
@@ -128,6 +140,7 @@ class FakeLauncher:
         pid = next(self.pids) if self.pids is not None else None
         process = FakeProcess(pid, obeys_sigterm=self.obeys_sigterm)
         self.started.append(FakeWorker(node, process, theirs, inputs))
+        self.supervisor_ends.append(ours)
         return process, ours
 
     def of(self, node: str) -> list[FakeWorker]:
@@ -221,6 +234,9 @@ class Loop:
         self.io.close()
         for worker in self.launcher.started:
             worker.pipe.close()
+            worker.process.release()
+        for end in self.launcher.supervisor_ends:
+            end.close()
         self._dirs.cleanup()
 
     def __enter__(self) -> Loop:
