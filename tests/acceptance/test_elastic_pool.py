@@ -110,6 +110,12 @@ def wait_converged(pool: Pool, replicas: int, since: float) -> float:
     return time.monotonic() - since
 
 
+# The two longest runs (about 30 s each) on the real API server only; the emulator's
+# handoff is exercised by the module's other tests.
+REAL_ONLY = pytest.mark.parametrize("cluster", ["envtest"], indirect=True)
+
+
+@REAL_ONLY
 def test_scaling_2_3_5_2_moves_every_node_to_one_pod_and_never_two(pool: Pool) -> None:
     sampler = MetricsSampler(pool.scrapers).start()  # type: ignore[arg-type]
     began = time.monotonic()
@@ -138,6 +144,7 @@ def test_scaling_2_3_5_2_moves_every_node_to_one_pod_and_never_two(pool: Pool) -
     print("converged after each change in " + ", ".join(f"{t:.1f}s" for t in took))
 
 
+@REAL_ONLY
 def test_a_sigkilled_pods_nodes_are_controlled_again_within_the_bound(pool: Pool) -> None:
     for ordinal in range(2):
         pool.start(ordinal)
