@@ -12,13 +12,11 @@ import enum
 import importlib
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from agentpool.durations import parse_duration
 from agentpool.errors import ConfigError, SelectorError
 from agentpool.labelselectors import parse_selector
-
-E = TypeVar("E", bound=enum.StrEnum)
 
 Parser = Callable[[str, str], Any]
 """``(variable, raw text) -> value``; raises :class:`ConfigError` naming the variable."""
@@ -92,7 +90,7 @@ def duration(positive: bool) -> Parser:
     return parse
 
 
-def one_of(kind: type[E]) -> Parser:
+def one_of[E: enum.StrEnum](kind: type[E]) -> Parser:
     def parse(env: str, raw: str) -> E:
         try:
             return kind(raw.strip().lower())

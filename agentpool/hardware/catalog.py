@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -63,7 +63,6 @@ class GpuModel:
     """``minBoardPowerW`` where the catalog gives it."""
 
 
-M = TypeVar("M", CpuModel, GpuModel)
 
 
 class Catalog:
@@ -82,7 +81,7 @@ class Catalog:
         return self._gpus.get(normalise(raw)) if raw else None
 
 
-def _index(models: list[tuple[M, list[str]]]) -> dict[str, M]:
+def _index[M: (CpuModel, GpuModel)](models: list[tuple[M, list[str]]]) -> dict[str, M]:
     # The first model naming a normalised name wins (Joulie's map order is random).
     index: dict[str, M] = {}
     for model, aliases in models:

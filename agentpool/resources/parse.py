@@ -10,7 +10,7 @@ other), so a value the API server would refuse is refused here too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from agentpool.errors import ProfileError, shown
 from agentpool.jsonnumbers import json_number
@@ -27,8 +27,6 @@ from agentpool.resources.routing import (
     SourceType,
     url_problem,
 )
-
-E = TypeVar("E", SourceType, ControlType, ControlMode, GpuControlMode, Profile)
 
 NPP = "NodePowerProfile"
 TP = "TelemetryProfile"
@@ -70,7 +68,7 @@ def _number(value: Any, kind: str, name: str, path: str) -> float:
     return number
 
 
-def _choice(
+def _choice[E: (SourceType, ControlType, ControlMode, GpuControlMode, Profile)](
     block: Mapping[str, Any], key: str, default: E, kind: str, name: str, path: str
 ) -> E:
     """An enum-valued field; a value outside the enum names the field and what is accepted."""
@@ -176,7 +174,7 @@ def gpu_routing(telemetry_profile: Mapping[str, Any] | None, env: NodeRouting) -
     return parse_gpu_routing(telemetry_profile)
 
 
-def _typed_block(
+def _typed_block[E: (SourceType, ControlType, ControlMode, GpuControlMode, Profile)](
     parent: Mapping[str, Any], key: str, default: E, name: str, path: str
 ) -> tuple[Mapping[str, Any], E]:
     """A source or control block and its ``type``: ``default`` when the block is absent;

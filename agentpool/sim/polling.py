@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
-
-T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.05) -> T:
+def wait_until[T](predicate: Callable[[], T], timeout: float, interval: float = 0.05) -> T:
     """Poll ``predicate`` until it returns something truthy; TimeoutError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:

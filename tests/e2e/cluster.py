@@ -27,13 +27,11 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
-
-T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "charts" / "joulie"
@@ -58,7 +56,7 @@ HOW_TO_RUN = (
 )
 
 
-def wait_until(what: str, predicate: Callable[[], T | None], timeout: float,
+def wait_until[T](what: str, predicate: Callable[[], T | None], timeout: float,
                interval: float = 0.5) -> T:
     """Poll ``predicate`` until it returns something truthy; that value, or AssertionError."""
     deadline = time.monotonic() + timeout
