@@ -11,14 +11,16 @@ two words written into the type object, and its page copied. Measured,
 
 How: one lookup of a name no type has on every live type (``_PyType_Lookup``,
 so that no metaclass code runs), which assigns the tag as any lookup would.
-CPython 3.12 and 3.13 only (their lookup tags the type; elsewhere nothing is
-done).
+Only on the interpreters it was tested on
+(:mod:`~agentpool.worker.forking.interpreters`); elsewhere nothing is done.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+
+from agentpool.worker.forking import interpreters
 
 _NAME = sys.intern("__agentpool_no_such_attribute__")
 """Interned, as a name must be for the lookup to use (and tag for) the method cache."""
@@ -42,8 +44,9 @@ def all_types() -> list[type]:
 
 def assign() -> str:
     """Tag every type; one line saying what was done (or why not)."""
-    if sys.implementation.name != "cpython" or not (3, 12) <= sys.version_info[:2] <= (3, 13):
-        return "type version tags left to the workers: not CPython 3.12 or 3.13"
+    why = interpreters.unsupported(interpreters.Step.TAG_TYPES)
+    if why is not None:
+        return f"type version tags left to the workers: {why}"
     try:
         lookup = ctypes.pythonapi._PyType_Lookup
     except AttributeError:

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from agentpool.worker.forking import interpreters
+
 CODEPACK = r"""
 import gc, json, sys, types
 from agentpool.worker.forking import codepack
@@ -183,8 +185,8 @@ print(json.dumps({"builtin": tag(int), "before": tag(Fresh), "line": typetags.as
 """
 
 
-@pytest.mark.skipif(not (3, 12) <= sys.version_info[:2] <= (3, 13),
-                    reason="the layout read here is CPython 3.12's and 3.13's")
+@pytest.mark.skipif(interpreters.unsupported(interpreters.Step.TAG_TYPES) is not None,
+                    reason="types are tagged only where interpreters.TESTED says")
 def test_every_type_is_tagged_before_the_workers_fork() -> None:
     result = _run(TYPETAGS)
     assert result["builtin"] != 0  # the offset is the tag's: a builtin type has one
