@@ -8,10 +8,10 @@ the CPU and the GPU read and send is theirs:
 
 Requests go out on one kept-alive connection per origin and worker thread
 (a worker owns a single node, so that is one or two connections), in the
-lean HTTP/1.1 of :mod:`agentpool.backends.http11` (why not ``http.client``:
-there), and a tick whose server keeps connections alive costs no connection
-set-up. Redirects are not followed (a 3xx is an error, as any
-non-2xx), so credentials never travel elsewhere. The endpoint's timeout
+HTTP/1.1 exchange of :mod:`agentpool.backends.http11` (answers parsed by
+httptools; why not ``http.client``: there), and a tick whose server keeps
+connections alive costs no connection set-up. Redirects are not followed (a
+3xx is an error, as any non-2xx), so credentials never travel elsewhere. The endpoint's timeout
 bounds the whole request, not each receive: a server that drips its answer
 a byte at a time, each just inside a socket timeout, is cut off at the
 deadline all the same. ``https`` connections use
@@ -173,7 +173,7 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
             reused = conn.sock is not None
             if not reused:
                 _connect(conn, url, timeout, deadline)
-            reply = conn.exchange(data, method, deadline, MAX_BODY_BYTES)
+            reply = conn.exchange(data, deadline, MAX_BODY_BYTES)
         except TimeoutError as exc:
             raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
         except (ConnectionError, DisconnectedError) as exc:  # reset, or closed while idle
