@@ -158,8 +158,6 @@ class DiagnosticsSettings:
 
     pack_code: bool = _DIAG["pack_code"]
     """Copy the code objects a new worker writes next to each other (``codepack``)."""
-    type_tags: bool = _DIAG["type_tags"]
-    """Give every type its attribute-cache version tag before forking (``typetags``)."""
     immortalize: bool = _DIAG["immortalize"]
     """Make the fork server's heap immortal where the interpreter allows (``immortal``)."""
     fill_holes: bool = _DIAG["fill_holes"]

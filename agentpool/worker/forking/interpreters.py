@@ -1,8 +1,8 @@
 """The interpreters each step of the fork server's heap layout runs on: its one gate.
 
 The layout steps write into CPython's objects and allocators as a given
-version lays them out (reference counts, inline bytecode caches, type
-version tags, pymalloc's pool headers). On an interpreter whose layout they
+version lays them out (reference counts, inline bytecode caches, pymalloc's
+pool headers). On an interpreter whose layout they
 were not tested against they could corrupt the fork server's heap, so each
 step asks :func:`unsupported` first and runs only on the exact versions of
 :data:`TESTED`, where the whole suite runs in CI (``.ci/run``). A new Python
@@ -23,8 +23,6 @@ class Step(enum.Enum):
 
     PACK_CODE = "code packing"
     """:mod:`~agentpool.worker.forking.codepack` (and its use of the allocators)."""
-    TAG_TYPES = "type version tags"
-    """:mod:`~agentpool.worker.forking.typetags`."""
     IMMORTALIZE = "immortal heap"
     """:mod:`~agentpool.worker.forking.immortal`."""
     FILL_HOLES = "hole filling"
@@ -33,8 +31,7 @@ class Step(enum.Enum):
 
 TESTED: dict[tuple[int, int], frozenset[Step]] = {
     # No immortal objects (PEP 683) to reuse; a code object counts its first runs in
-    # its header and rewrites its bytecode only after eight, out of a rehearsal's sight;
-    # the type tags were never measured to matter there.
+    # its header and rewrites its bytecode only after eight, out of a rehearsal's sight.
     (3, 11): frozenset({Step.FILL_HOLES}),
     (3, 12): frozenset(Step),
     (3, 13): frozenset(Step),

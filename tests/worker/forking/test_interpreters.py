@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from agentpool.worker.forking import allocator, codepack, immortal, interpreters, typetags
+from agentpool.worker.forking import allocator, codepack, immortal, interpreters
 from agentpool.worker.forking.interpreters import TESTED, Step
 
 
@@ -34,9 +34,6 @@ def test_each_step_asks_the_gate() -> None:
     assert (immortal.unsupported() is None) == (
         interpreters.unsupported(Step.IMMORTALIZE) is None)
     assert allocator.unsupported() == interpreters.unsupported(Step.FILL_HOLES)
-    tags = interpreters.unsupported(Step.TAG_TYPES)
-    if tags is not None:
-        assert typetags.assign() == f"type version tags left to the workers: {tags}"
 
 
 def test_the_running_interpreter_is_a_tested_one() -> None:
@@ -63,7 +60,6 @@ print("\\n".join(preload.prepare(DiagnosticsSettings())))
     why = "Python 3.99 is not one it was tested on"
     prefix = {
         Step.PACK_CODE: "code packing skipped: ",
-        Step.TAG_TYPES: "type version tags left to the workers: ",
         Step.IMMORTALIZE: "immortal heap skipped: ",
         Step.FILL_HOLES: "holes left as they are: ",
     }[step]
