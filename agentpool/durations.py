@@ -4,7 +4,7 @@ format the Joulie chart already uses, and RFC 3339 UTC timestamps."""
 from __future__ import annotations
 
 import re
-import time
+from datetime import UTC, datetime
 
 _UNITS = {
     "ns": 1e-9,
@@ -55,17 +55,7 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-_second: tuple[int, str] = (-1, "")
-"""The last whole second formatted, and its text: a worker stamps every control request."""
-
-
 def utc_timestamp(micro: bool = False) -> str:
     """Now in RFC 3339 UTC: seconds (Kubernetes ``Time``: status ``updatedAt``), or with
     ``micro`` microseconds (``MicroTime``: Lease renewals; the HTTP control ``ts``)."""
-    global _second
-    now = time.time_ns() // 1000
-    second, micros = divmod(now, 1_000_000)
-    cached = _second  # one read: another thread may replace it meanwhile
-    if cached[0] != second:
-        cached = _second = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    return f"{cached[1]}.{micros:06d}Z" if micro else f"{cached[1]}Z"
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")

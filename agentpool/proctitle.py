@@ -14,7 +14,8 @@ still read through ``environ``), so ``ps`` never shows a mangled one.
 
 Why not ``setproctitle``: it would be a compiled dependency of every image
 for a few lines of ctypes, and ``ctypes`` is loaded by the worker anyway
-(``PR_SET_PDEATHSIG``). The area's bounds are read once, at import, which
+(``PR_SET_PDEATHSIG``); measured, it also cost each worker more memory
+(BENCHMARKS.md, optimisations). The area's bounds are read once, at import, which
 in a worker means in the fork server: its children inherit the numbers.
 
 :func:`enable` (``AGENTPOOL_PROCTITLE=false``: every process is told at start,

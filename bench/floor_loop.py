@@ -47,7 +47,7 @@ def main() -> int:
                            "capWatts": args.cap, "throttlePct": -1, "ts": ts}).encode()
         data = http11.request_bytes("POST", url.path, url.netloc,
                                     {"Content-Type": "application/json"}, body)
-        json.loads(conn.exchange(data, "POST", time.monotonic() + 5, 1 << 20).body)
+        json.loads(conn.exchange(data, time.monotonic() + 5, 1 << 20).body)
 
     per_node = len(zones) // max(1, len(nodes))
     share = int(args.cap * 1e6)  # the cap on every package zone, as the agent writes it

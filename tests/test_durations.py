@@ -1,10 +1,14 @@
-"""Go-style durations (docs/configuration.md: ``500ms``, ``20s``, ``1m``)."""
+"""Go-style durations (docs/configuration.md: ``500ms``, ``20s``, ``1m``) and RFC 3339 UTC
+timestamps."""
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
+
 import pytest
 
-from agentpool.durations import format_duration, parse_duration
+from agentpool.durations import format_duration, parse_duration, utc_timestamp
 
 
 @pytest.mark.parametrize(
@@ -49,3 +53,14 @@ def test_parse_invalid(text: str) -> None:
 def test_format(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
     assert parse_duration(text) == seconds
+
+
+def test_the_timestamp_is_now_in_utc_to_the_second_or_the_microsecond() -> None:
+    micro = utc_timestamp(micro=True)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", micro), micro
+    before = datetime.now(UTC).replace(tzinfo=None)
+    got = datetime.strptime(utc_timestamp(micro=True), "%Y-%m-%dT%H:%M:%S.%fZ")
+    after = datetime.now(UTC).replace(tzinfo=None)
+    assert before <= got <= after
+    seconds = datetime.strptime(utc_timestamp(), "%Y-%m-%dT%H:%M:%SZ")
+    assert abs((seconds - got.replace(microsecond=0)).total_seconds()) <= 1

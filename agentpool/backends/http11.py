@@ -1,27 +1,25 @@
-"""One HTTP/1.1 request and its answer on a kept-alive connection: the lean wire format.
+"""One HTTP/1.1 request and its answer on a kept-alive connection.
 
 What the telemetry and control requests need and nothing else: a request
-written in one send, an answer read into one buffer, framed by
-``Content-Length``, chunked transfer coding or the connection's end, with
-``1xx`` interim answers skipped. :mod:`agentpool.backends.httpclient` decides
-what a request is and what its answer means; this module only moves bytes.
+written in one send, its answer received into httptools' parser (llhttp,
+Node.js's HTTP parser) as it arrives, framed by ``Content-Length``, chunked
+transfer coding or the connection's end, with ``1xx`` interim answers
+skipped. :mod:`agentpool.backends.httpclient` decides what a request is and
+what its answer means; this module only moves bytes.
 
 Why not ``http.client``: a node's worker makes one or two such requests per
-tick, and there ``http.client`` was most of a tick's CPU on the client side:
-its headers parsed by the ``email`` package, each header validated and
-encoded in a call of its own, the headers and the body sent apart (two
-``sendto`` calls, and two wake-ups of the server), a buffered file and a
-response object per answer. Measured in one process against the power
-simulator in another: ~270 us of CPU per control request through
-``http.client``, ~175 us through this module, ~85 us for a bare socket loop
-that parses nothing (docs/history/benchmarks-rounds.md, fifth round).
+tick, and there ``http.client`` (its headers parsed by the ``email``
+package, the headers and the body sent apart, a buffered file and a response
+object per answer) was most of a tick's CPU on the client side
+(BENCHMARKS.md, the optimisations).
 
 Every receive is bounded by the request's deadline (a server that drips its
 answer a byte at a time, each within a socket timeout, is cut off at the
 deadline all the same), bodies are read up to a bound, and what is not
 well-formed HTTP/1.x is a :class:`HttpProtocolError`, never a guess. Like
-``http.client``, header lines are at most :data:`MAX_LINE` bytes and an
-answer at most :data:`MAX_HEADERS` of them.
+``http.client``, a header line is at most :data:`MAX_LINE` bytes and an
+answer has at most :data:`MAX_HEADERS` of them (and :data:`MAX_HEAD` bytes
+before its body).
 """
 
 from __future__ import annotations
@@ -32,19 +30,21 @@ import ssl
 import time
 from dataclasses import dataclass
 
+import httptools
+
 from agentpool.errors import DisconnectedError, HttpProtocolError
 
 MAX_LINE = 65536
 """The longest status or header line taken (``http.client``'s limit)."""
 MAX_HEADERS = 100
 """The most header lines an answer may have (``http.client``'s limit)."""
+MAX_HEAD = 4 * MAX_LINE
+"""The most bytes received before an answer's headers end (its 1xx answers included)."""
 RECV_BYTES = 65536
 _ILLEGAL = re.compile(r"[\x00-\x20\x7f]")
 """What a request target may not hold (``http.client`` refuses the same)."""
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
 """What would end a header line early: a header smuggled into the request."""
-_HEX = re.compile(rb"[0-9A-Fa-f]+")
-"""A chunk size."""
 
 
 @dataclass(frozen=True)
@@ -102,17 +102,17 @@ class Connection:
             sock, self.sock = self.sock, None
             sock.close()
 
-    def exchange(self, data: bytes, method: str, deadline: float, limit: int) -> Reply:
-        """Send a request (``request_bytes``) and read its answer, all before ``deadline``
-        (monotonic seconds): TimeoutError past it. Reads at most ``limit + 1`` bytes of
-        body. The connection is closed when the answer leaves it unusable."""
+    def exchange(self, data: bytes, deadline: float, limit: int) -> Reply:
+        """Send a ``GET`` or ``POST`` (``request_bytes``) and read its answer, all before
+        ``deadline`` (monotonic seconds): TimeoutError past it. Reads at most ``limit + 1``
+        bytes of body. The connection is closed when the answer leaves it unusable."""
         sock = self.sock
         if sock is None:
             raise HttpProtocolError("not connected")
         try:
             _settimeout(sock, deadline)
             sock.sendall(data)
-            reply = _Reader(sock, deadline).answer(method, limit)
+            reply = _Answer(limit).read(sock, deadline)
         except BaseException:
             self.close()
             raise
@@ -128,160 +128,109 @@ def _settimeout(sock: socket.socket, deadline: float) -> None:
     sock.settimeout(left)
 
 
-class _Reader:
-    """One answer from a socket: a buffer filled by receives that each end by the deadline."""
+class _Answer:
+    """One answer, as httptools' parser calls back while it is fed: interim (``1xx``)
+    answers are passed over, the body is kept up to its bound."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self.sock = sock
-        self.deadline = deadline
-        self.buf = bytearray()
-        self.pos = 0
-        self.eof = False
-        self.received = False
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parser = httptools.HttpResponseParser(self)
+        self.reason = ""
+        self.headers = 0
+        self.framed = False
+        """The final answer says where its body ends (a length, or chunks)."""
+        self.headers_done = False
+        self.head_bytes = 0
+        self.body: list[bytes] = []
+        self.size = 0
+        self.complete = False
+        self.keep = False
+        self.problem = ""
 
-    def _fill(self) -> bool:
-        """Receive more; False at the end of the connection."""
-        if self.eof:
-            return False
-        _settimeout(self.sock, self.deadline)
-        chunk = self.sock.recv(RECV_BYTES)
-        if not chunk:
-            self.eof = True
-            return False
-        self.received = True
-        if self.pos:  # drop what was consumed before growing the buffer
-            del self.buf[: self.pos]
-            self.pos = 0
-        self.buf += chunk
-        return True
+    # -- httptools' callbacks (an exception raised in one is the parser's error) ----------
 
-    def line(self, what: str) -> bytes:
-        """The next line, without its end (CRLF or LF); b"" with no line end before EOF."""
-        while True:
-            end = self.buf.find(b"\n", self.pos)
-            if end >= 0:
-                if end - self.pos > MAX_LINE:
-                    raise HttpProtocolError(f"{what} longer than {MAX_LINE} bytes")
-                line = bytes(self.buf[self.pos:end])
-                self.pos = end + 1
-                return line[:-1] if line.endswith(b"\r") else line
-            if len(self.buf) - self.pos > MAX_LINE:
-                raise HttpProtocolError(f"{what} longer than {MAX_LINE} bytes")
-            if not self._fill():
-                if self.pos == len(self.buf):
-                    return b""
-                raise HttpProtocolError(f"the connection ended inside the {what}")
+    def on_message_begin(self) -> None:
+        if self.complete:  # bytes after the answer: not a connection to use again
+            self.keep = False
+            raise HttpProtocolError("data after the answer")
+        self.reason, self.headers, self.framed, self.headers_done = "", 0, False, False
 
-    def take(self, count: int) -> bytes:
-        """Up to ``count`` bytes of body (fewer only at the end of the connection)."""
-        while len(self.buf) - self.pos < count and self._fill():
-            pass
-        data = bytes(self.buf[self.pos:self.pos + count])
-        self.pos += len(data)
-        return data
+    def on_status(self, reason: bytes) -> None:
+        if len(reason) > MAX_LINE:
+            raise HttpProtocolError(f"status line longer than {MAX_LINE} bytes")
+        self.reason = reason.decode("latin-1").strip()
 
-    def answer(self, method: str, limit: int) -> Reply:
-        while True:
-            version, status, reason = self._status_line()
-            headers = self._headers()
-            if not 100 <= status < 200 or status == 101:
-                break  # 1xx answers are interim (a 100 Continue nobody asked for, say)
-        te = headers.get("transfer-encoding")
-        length = _content_length(headers.get("content-length"))
-        connection = headers.get("connection", "").lower()
-        keep = "close" not in connection if version == 11 else "keep-alive" in connection
-        if status in (204, 304) or 100 <= status < 200 or method == "HEAD":
-            body = b""
-        elif te is not None:
-            if te.strip().lower() != "chunked":
-                raise HttpProtocolError(f"unsupported Transfer-Encoding {te!r}")
-            body, complete = self._chunked(limit)
-            keep = keep and complete
-        elif length is not None:
-            body = self.take(min(length, limit + 1))
-            if len(body) < min(length, limit + 1):
-                raise HttpProtocolError(f"the connection ended {length - len(body)} bytes short")
-            keep = keep and length <= limit
-        else:  # no framing: the body ends with the connection
-            body = self.take(limit + 1)
-            keep = False
-        keep = keep and self.pos == len(self.buf)  # nothing may follow the answer
-        return Reply(status, reason, body, keep)
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers += 1
+        if self.headers > MAX_HEADERS:
+            raise HttpProtocolError(f"more than {MAX_HEADERS} headers")
+        if len(name) + len(value) > MAX_LINE:
+            raise HttpProtocolError(f"header line longer than {MAX_LINE} bytes")
+        lowered = name.lower()
+        if lowered == b"transfer-encoding":
+            if value.strip().lower() != b"chunked":
+                raise HttpProtocolError(f"unsupported Transfer-Encoding {value[:40]!r}")
+            self.framed = True
+        elif lowered == b"content-length":
+            self.framed = True
 
-    def _status_line(self) -> tuple[int, int, str]:
-        raw = self.line("status line")
-        if not raw and not self.received:
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if not 100 <= status <= 999:
+            raise HttpProtocolError(f"not an HTTP status code: {status}")
+        self.keep = self.parser.should_keep_alive()
+        self.headers_done = True
+
+    def on_body(self, data: bytes) -> None:
+        room = self.limit + 1 - self.size
+        if room > 0:
+            self.body.append(data[:room])
+            self.size += min(room, len(data))
+
+    def on_message_complete(self) -> None:
+        if not 100 <= self.parser.get_status_code() < 200:  # an interim answer goes on
+            self.complete = True
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self, sock: socket.socket, deadline: float) -> Reply:
+        received = False
+        while not self.complete and self.size <= self.limit:
+            _settimeout(sock, deadline)
+            chunk = sock.recv(RECV_BYTES)
+            if not chunk:
+                return self._at_eof(received)
+            received = True
+            self._feed(chunk)
+        return self._reply(self.complete and self.keep)
+
+    def _feed(self, chunk: bytes) -> None:
+        try:
+            self.parser.feed_data(chunk)
+        except httptools.HttpParserUpgrade as exc:
+            raise HttpProtocolError("an answer that upgrades the connection") from exc
+        except httptools.HttpParserError as exc:
+            if self.complete:  # the answer was whole: only what came after is wrong
+                self.keep = False
+                return
+            cause = exc.__context__  # what one of the callbacks above raised
+            raise (cause if isinstance(cause, HttpProtocolError) else
+                   HttpProtocolError(str(exc))) from exc
+        if not self.headers_done:
+            self.head_bytes += len(chunk)
+            if self.head_bytes > MAX_HEAD:
+                raise HttpProtocolError(f"more than {MAX_HEAD} bytes before the body")
+
+    def _at_eof(self, received: bool) -> Reply:
+        """The connection ended: the end of a body without a length, or of an answer cut
+        short."""
+        if not received:
             raise DisconnectedError("the server closed the connection without an answer")
-        line = raw.decode("latin-1")
-        parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise HttpProtocolError(f"not an HTTP status line: {line[:80]!r}")
-        version = parts[0]
-        if version in ("HTTP/1.0", "HTTP/0.9"):
-            number = 10
-        elif version.startswith("HTTP/1."):
-            number = 11
-        else:
-            raise HttpProtocolError(f"unsupported protocol {version[:20]!r}")
-        code = parts[1]
-        if len(code) != 3 or not code.isdigit() or not 100 <= int(code) <= 999:
-            raise HttpProtocolError(f"not an HTTP status line: {line[:80]!r}")
-        return number, int(code), parts[2].strip() if len(parts) > 2 else ""
+        if self.headers_done and not self.framed and not self.complete:
+            return self._reply(False)  # no framing: the body ends with the connection
+        if not self.complete:
+            raise HttpProtocolError("the connection ended inside the answer")
+        return self._reply(False)
 
-    def _headers(self) -> dict[str, str]:
-        """Header names lower-cased; a repeated header's values joined with commas."""
-        headers: dict[str, str] = {}
-        count = 0
-        last = ""
-        while True:
-            raw = self.line("header line")
-            if not raw:  # the blank line that ends them (or the connection's end)
-                return headers
-            count += 1
-            if count > MAX_HEADERS:
-                raise HttpProtocolError(f"more than {MAX_HEADERS} headers")
-            line = raw.decode("latin-1")
-            if line[0] in " \t" and last:  # an obsolete folded continuation
-                headers[last] += " " + line.strip()
-                continue
-            name, colon, value = line.partition(":")
-            name = name.strip().lower()
-            if not colon or not name:
-                raise HttpProtocolError(f"malformed header line {line[:40]!r}")
-            value = value.strip()
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-            last = name
-
-    def _chunked(self, limit: int) -> tuple[bytes, bool]:
-        """The body of a chunked answer, and whether it was read to its end."""
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            header = self.line("chunk size").split(b";", 1)[0].strip()
-            # Hex digits only: int(x, 16) would also take a sign, "0x" and underscores.
-            if not _HEX.fullmatch(header):
-                raise HttpProtocolError(f"bad chunk size {header[:20]!r}")
-            chunk = int(header, 16)
-            if chunk == 0:
-                while self.line("trailer"):  # trailers are read and ignored
-                    pass
-                return b"".join(parts), True
-            want = min(chunk, limit + 1 - size)
-            data = self.take(want)
-            if len(data) < want:
-                raise HttpProtocolError("the connection ended inside a chunk")
-            parts.append(data)
-            size += len(data)
-            if size > limit:
-                return b"".join(parts), False
-            if self.line("chunk end"):
-                raise HttpProtocolError("a chunk longer than its size")
-
-
-def _content_length(value: str | None) -> int | None:
-    if value is None:
-        return None
-    values = {v.strip() for v in value.split(",")}  # a repeated header, joined
-    if len(values) != 1 or not (text := values.pop()).isdigit():
-        raise HttpProtocolError(f"bad Content-Length {value[:40]!r}")
-    return int(text)
+    def _reply(self, reusable: bool) -> Reply:
+        return Reply(self.parser.get_status_code(), self.reason, b"".join(self.body), reusable)

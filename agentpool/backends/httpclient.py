@@ -8,10 +8,10 @@ the CPU and the GPU read and send is theirs:
 
 Requests go out on one kept-alive connection per origin and worker thread
 (a worker owns a single node, so that is one or two connections), in the
-lean HTTP/1.1 of :mod:`agentpool.backends.http11` (why not ``http.client``:
-there), and a tick whose server keeps connections alive costs no connection
-set-up. Redirects are not followed (a 3xx is an error, as any
-non-2xx), so credentials never travel elsewhere. The endpoint's timeout
+HTTP/1.1 exchange of :mod:`agentpool.backends.http11` (answers parsed by
+httptools; why not ``http.client``: there), and a tick whose server keeps
+connections alive costs no connection set-up. Redirects are not followed (a
+3xx is an error, as any non-2xx), so credentials never travel elsewhere. The endpoint's timeout
 bounds the whole request, not each receive: a server that drips its answer
 a byte at a time, each just inside a socket timeout, is cut off at the
 deadline all the same. ``https`` connections use
@@ -173,7 +173,7 @@ def _exchange(url: str, method: str, headers: dict[str, str], body: bytes | None
             reused = conn.sock is not None
             if not reused:
                 _connect(conn, url, timeout, deadline)
-            reply = conn.exchange(data, method, deadline, MAX_BODY_BYTES)
+            reply = conn.exchange(data, deadline, MAX_BODY_BYTES)
         except TimeoutError as exc:
             raise HttpBackendError(url, f"timed out after {timeout:g}s") from exc
         except (ConnectionError, DisconnectedError) as exc:  # reset, or closed while idle
@@ -237,28 +237,12 @@ def post_action(
     """``POST`` one control action, ``{"node", "action", **fields, "ts"}``; honours
     ``result``/``message``/``state`` in a JSON answer."""
     url = endpoint.url(node)
-    body = _action_body(node, action, fields, utc_timestamp(micro=True))
+    body = json.dumps(
+        {"node": node, "action": action, **fields, "ts": utc_timestamp(micro=True)}
+    ).encode()
     raw = _exchange(
         url, "POST", {**_POST_HEADERS, "User-Agent": agent}, body, endpoint.timeout_s)
     return parse_answer(url, action, raw)
-
-
-_body_head: tuple[tuple[object, ...], bytes] | None = None
-"""The last request body's JSON up to its ``ts``: the fields a steady tick posts again."""
-
-
-def _action_body(node: str, action: str, fields: dict[str, Any], ts: str) -> bytes:
-    """``{"node", "action", **fields, "ts"}`` as JSON, encoded once for as long as only the
-    ``ts`` changes (a steady tick posts the same cap each time).
-    Fields are compared with their types, as ``1 == 1.0 == True`` encode differently (only
-    ``0.0`` and ``-0.0``, the same number to any reader, may then read alike). ``ts`` is
-    RFC 3339: digits and ``-:.TZ``, nothing JSON escapes."""
-    global _body_head
-    key = (node, action, tuple(fields.items()), tuple(map(type, fields.values())))
-    if _body_head is None or _body_head[0] != key:
-        head = json.dumps({"node": node, "action": action, **fields, "ts": ""}).encode()
-        _body_head = key, head[:-2]  # up to the opening quote of an empty ts
-    return b"%s%s\"}" % (_body_head[1], ts.encode())
 
 
 def _portable(value: Any) -> bool:
@@ -294,41 +278,6 @@ def _portable_json(state: dict[str, Any]) -> str:
     return encoded
 
 
-_NUMERALS = bytes.maketrans(b"123456789E+", b"000000000e-")
-"""An answer's text with every digit a 0 and every exponent alike, to look for the
-shapes of :func:`_suspect` with plain searches (a regular expression took 6 us)."""
-
-
-def _suspect(raw: bytes) -> bool:
-    """Whether something in an answer's text may parse to a value an API server cannot
-    store: a non-finite constant, an integer beyond int64 (or a float of that many digits),
-    an exponent that may overflow to infinity. Anywhere, strings included: a false alarm
-    only costs the exact check."""
-    text = raw.translate(_NUMERALS)
-    return (b"0" * 19 in text or b"e000" in text or b"e-000" in text or b"NaN" in text
-            or b"Infinity" in text)
-
-
-_GROWTH = 5
-"""How much longer than its text a JSON value can become when encoded again: strings at
-most 3x (a 2-byte UTF-8 character becomes a 6-byte escape), numbers 4.5x (``1e15`` is
-``1000000000000000.0``), separators 2x (``,`` is ``, ``)."""
-
-
-def _state_kept(state: dict[str, Any], raw: bytes) -> bool:
-    """Whether an answer's ``state`` goes into the status: finite JSON an API server can
-    store, of at most :data:`MAX_STATE_BYTES` encoded. The answer's own text decides most
-    answers without encoding the state again (short, and nothing :func:`_suspect` in it);
-    the rest are encoded and checked value by value."""
-    if len(raw) * _GROWTH <= MAX_STATE_BYTES and not _suspect(raw):
-        return True
-    encoded = _portable_json(state)
-    return bool(encoded) and len(encoded) <= MAX_STATE_BYTES
-
-
-_RESULTS = {r.value: r for r in Result}
-
-
 def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
     """A control answer: empty or non-object bodies mean accepted; ``result`` is honoured."""
     if not raw.strip():
@@ -337,9 +286,10 @@ def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
     if not isinstance(payload, dict):
         return ControlAnswer(Result.APPLIED, f"{action} accepted")
     raw_result = payload.get("result", Result.APPLIED.value)
-    result = _RESULTS.get(raw_result) if isinstance(raw_result, str) else None
-    if result is None:
-        raise HttpBackendError(url, f"unknown result {shown(raw_result)} in answer")
+    try:
+        result = Result(raw_result)
+    except ValueError:
+        raise HttpBackendError(url, f"unknown result {shown(raw_result)} in answer") from None
     if result is Result.NONE:
         result = Result.APPLIED
     message = str(payload.get("message") or f"{action} {result.value}")
@@ -348,7 +298,8 @@ def parse_answer(url: str, action: str, raw: bytes) -> ControlAnswer:
     state = payload.get("state")
     if not isinstance(state, dict):
         return ControlAnswer(result, message, {})
-    if not _state_kept(state, raw):
+    encoded = _portable_json(state)
+    if not encoded or len(encoded) > MAX_STATE_BYTES:
         note = f"; its state is not finite JSON of at most {MAX_STATE_BYTES} bytes, not kept"
         return ControlAnswer(result, message + note, {})
     return ControlAnswer(result, message, state)

@@ -141,6 +141,10 @@ class HttpAuthSettings:
     def tls_context(self) -> ssl.SSLContext:
         """The TLS context these files make, loaded now (they may change later)."""
         context = ssl.create_default_context(cafile=self.ca_bundle)
+        # Python 3.13 made the default context strict (RFC 5280's rules, such as a CA
+        # naming its key usage); Go's verifier, Joulie's agent's, is not. A CA bundle that
+        # Joulie's agent accepts is accepted here too, on every interpreter.
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
         if self.client_cert and self.client_key:
             context.load_cert_chain(self.client_cert, self.client_key)
         return context
@@ -154,8 +158,6 @@ class DiagnosticsSettings:
 
     pack_code: bool = _DIAG["pack_code"]
     """Copy the code objects a new worker writes next to each other (``codepack``)."""
-    type_tags: bool = _DIAG["type_tags"]
-    """Give every type its attribute-cache version tag before forking (``typetags``)."""
     immortalize: bool = _DIAG["immortalize"]
     """Make the fork server's heap immortal where the interpreter allows (``immortal``)."""
     fill_holes: bool = _DIAG["fill_holes"]

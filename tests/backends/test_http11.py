@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 wire (backends/http11.py): what the property campaign of
+"""The HTTP/1.1 wire (backends/http11.py, over httptools): what the property campaign of
 tests/properties/test_http.py checks only loosely (its results are checked for
 Content-Length answers): chunked answers read right and their connection kept, interim
 answers skipped, an answer without a length read to the end of its connection, a request
@@ -103,20 +103,27 @@ def test_a_header_or_target_that_would_smuggle_a_line_is_refused(
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
-        (b"HTTP/2 200 OK\r\n\r\n", "unsupported protocol"),
-        (b"HTTP/1.1 20 OK\r\n\r\n", "not an HTTP status line"),
+        (b"HTTP/2 200 OK\r\n\r\n", "Expected dot"),
+        (b"HTTP/1.1 20 OK\r\n\r\n", "Invalid status code"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n{}}", "Content-Length"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n{}", "Transfer-Encoding"),
-        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n{}", "malformed header"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n{}", "Invalid header token"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}}\r\n0\r\n\r\n",
-         "longer than its size"),
+         "Expected LF after chunk data"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\n{}\r\n0\r\n\r\n",
-         "bad chunk size"),
+         "Invalid character in chunk size"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+2\r\n{}\r\n0\r\n\r\n",
-         "bad chunk size"),
+         "Invalid character in chunk size"),
     ],
 )
 def test_what_is_not_http_1_x_is_a_request_failure(data: bytes, problem: str) -> None:
     with RawServer(Answer(data)) as server, \
             pytest.raises(HttpBackendError, match=f"request failed: .*{problem}"):
         read_package_power(HttpEndpoint(server.url, OK_S), "n")
+
+
+def test_headers_that_never_end_are_cut_off_at_their_bound_not_at_the_deadline() -> None:
+    endless = b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (http11.MAX_HEAD + 1)
+    with RawServer(Answer(endless, hold=True)) as server, \
+            pytest.raises(HttpBackendError, match="bytes before the body"):
+        read_package_power(HttpEndpoint(server.url, 60.0), "n")

@@ -153,14 +153,14 @@ def test_shard_id_from_pool_shard_id_or_pod_ordinal(raw: dict[str, str], shard_i
 
 def test_diagnostics_default_to_what_production_runs_and_parse() -> None:
     assert load_settings(POOL).diagnostics == DiagnosticsSettings(
-        pack_code=True, type_tags=True, immortalize=True, fill_holes=True, proctitle=True,
+        pack_code=True, immortalize=True, fill_holes=True, proctitle=True,
         worker_hook=None,
     )
     hook = workerfaults.hook_spec("idle:a,raise-in-tick:b")
-    off = load_settings({**POOL, "AGENTPOOL_PACK_CODE": "0", "AGENTPOOL_TYPE_TAGS": "false",
-                         "AGENTPOOL_IMMORTALIZE": "off", "AGENTPOOL_FILL_HOLES": "no",
-                         "AGENTPOOL_PROCTITLE": "0", "AGENTPOOL_WORKER_HOOK": f" {hook} "})
-    assert off.diagnostics == DiagnosticsSettings(False, False, False, False, False, hook)
+    off = load_settings({**POOL, "AGENTPOOL_PACK_CODE": "0", "AGENTPOOL_IMMORTALIZE": "off",
+                         "AGENTPOOL_FILL_HOLES": "no", "AGENTPOOL_PROCTITLE": "0",
+                         "AGENTPOOL_WORKER_HOOK": f" {hook} "})
+    assert off.diagnostics == DiagnosticsSettings(False, False, False, False, hook)
     assert all(opt.help.startswith(DIAGNOSTICS) for opt in OPTIONS if opt.env.startswith(
         "AGENTPOOL_"))
 

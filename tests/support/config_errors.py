@@ -109,7 +109,6 @@ ERRORS: list[tuple[dict[str, str], str, str]] = [
     ({**POOL, "HTTP_CLIENT_KEY": "/tls.key"}, "HTTP_CLIENT_CERT", ""),
     ({**POOL, "HTTP_CLIENT_CERT": "/tls.crt"}, "HTTP_CLIENT_KEY", ""),
     ({**POOL, "AGENTPOOL_PACK_CODE": "0.5"}, "AGENTPOOL_PACK_CODE", "0.5"),
-    ({**POOL, "AGENTPOOL_TYPE_TAGS": "later"}, "AGENTPOOL_TYPE_TAGS", "later"),
     ({**POOL, "AGENTPOOL_IMMORTALIZE": "2"}, "AGENTPOOL_IMMORTALIZE", "2"),
     ({**POOL, "AGENTPOOL_FILL_HOLES": "none"}, "AGENTPOOL_FILL_HOLES", "none"),
     ({**POOL, "AGENTPOOL_PROCTITLE": "-"}, "AGENTPOOL_PROCTITLE", "-"),

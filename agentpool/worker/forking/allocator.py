@@ -2,11 +2,12 @@
 
 For the fork server's layout work (:mod:`~agentpool.worker.forking.codepack`,
 :mod:`~agentpool.worker.forking.holes`), which places objects by where the
-allocators put them. What is assumed, and checked by :func:`unsupported`:
-64-bit CPython with pymalloc (pools of 16 KiB from 3.10 on, blocks up to
-512 bytes, each pool's header first: the blocks in use as its first 32-bit
-word), in anonymous mappings (its arenas); bigger objects from glibc's
-malloc, whose main heap ends at ``sbrk(0)``.
+allocators put them. What is assumed, and checked by :func:`unsupported`: an
+interpreter this was tested on (:mod:`~agentpool.worker.forking.interpreters`)
+with pymalloc (pools of 16 KiB, blocks up to 512 bytes, each pool's header
+first: the blocks in use as its first 32-bit word), in anonymous mappings
+(its arenas); bigger objects from glibc's malloc, whose main heap ends at
+``sbrk(0)``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import sysconfig
 from typing import Any
 
+from agentpool.worker.forking import interpreters
+
 POOL = 16384
 """pymalloc's pool size: one size class of blocks per pool."""
 SMALL = 512
@@ -26,8 +29,9 @@ SMALL = 512
 
 def unsupported() -> str | None:
     """Why this process's allocators are not the ones assumed here (None: they are)."""
-    if sys.implementation.name != "cpython" or sys.maxsize <= 2**32:
-        return "not 64-bit CPython"
+    why = interpreters.unsupported(interpreters.Step.FILL_HOLES)
+    if why is not None:
+        return why
     if os.environ.get("PYTHONMALLOC") or sys.flags.dev_mode:
         return "another allocator (PYTHONMALLOC or -X dev)"
     if not sysconfig.get_config_var("WITH_PYMALLOC"):

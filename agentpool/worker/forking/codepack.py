@@ -1,6 +1,6 @@
 """Put the code objects a worker writes next to each other, so that it copies few pages.
 
-Why: CPython (3.12 here) rewrites bytecode in place as it runs it. Every
+Why: CPython rewrites bytecode in place as it runs it. Every
 instruction that could be specialised counts down a counter inline in its
 code object each time it runs unspecialised, and specialising writes the
 new instruction there too. So running a function writes its code object,
@@ -21,8 +21,9 @@ code object is reached through a copy of its parent's constants. The copies
 start unspecialised, so the caller runs the warm-up again to specialise them
 before the workers fork.
 
-Best effort, CPython 3.12 on only (:func:`unsupported` says why not elsewhere;
-the image runs 3.12). Copies behave as the
+Best effort, and only on the interpreters it was tested on
+(:mod:`~agentpool.worker.forking.interpreters`; :func:`unsupported` says why
+not elsewhere). Copies behave as the
 originals (same bytecode, names, line table, flags); only the identity of
 ``function.__code__`` changes, which nothing a worker runs compares.
 """
@@ -33,11 +34,10 @@ import array
 import gc
 import os
 import signal
-import sys
 import types
 from collections.abc import Callable, Iterator
 
-from agentpool.worker.forking import allocator
+from agentpool.worker.forking import allocator, interpreters
 
 PAGE = 4096
 TRIES = 2000
@@ -74,13 +74,7 @@ def _code_tree(functions: list[types.FunctionType]) -> tuple[
 
 def unsupported() -> str | None:
     """Why nothing is packed on this interpreter (None: it is)."""
-    if sys.implementation.name != "cpython" or not hasattr(types.CodeType, "_co_code_adaptive"):
-        return "no adaptive bytecode here"
-    if (sys.version_info.major, sys.version_info.minor) < (3, 12):
-        # 3.11 counts a code object's first runs in its header and rewrites the bytecode
-        # only after eight: a child's writes would not show in it.
-        return "Python 3.11 warms code objects up in their headers, out of sight"
-    return None
+    return interpreters.unsupported(interpreters.Step.PACK_CODE)
 
 
 def supported() -> bool:

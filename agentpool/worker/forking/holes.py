@@ -17,9 +17,10 @@ before ``gc.freeze()``: whatever the fork server allocates after it (the
 requests it reads between forks) lands on fresh pages, not in a hole a
 worker would have inherited.
 
-Best effort: only with pymalloc on 64-bit CPython (not with ``PYTHONMALLOC``
-set or ``-X dev``; elsewhere nothing is done), and the C heap's part only
-with glibc 2.33 on (``mallinfo2``).
+Best effort: only on the interpreters it was tested on
+(:mod:`~agentpool.worker.forking.interpreters`) with pymalloc (not with
+``PYTHONMALLOC`` set or ``-X dev``; elsewhere nothing is done), and the C
+heap's part only with glibc 2.33 on (``mallinfo2``).
 """
 
 from __future__ import annotations

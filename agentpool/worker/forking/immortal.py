@@ -1,4 +1,4 @@
-"""Make the fork server's heap immortal before workers fork from it (CPython 3.12, 3.13).
+"""Make the fork server's heap immortal before workers fork from it.
 
 Why: a forked worker shares the fork server's pages until it writes to
 them, and CPython writes to an object whenever it takes or drops a
@@ -22,10 +22,9 @@ server are never deallocated (they are shared and frozen already; a worker
 that drops the last reference to one keeps it, which costs nothing shared).
 Nothing created after this call is affected.
 
-Only on builds whose layout is known: CPython 3.12 and 3.13, 64-bit, with
-the GIL (the free-threaded build counts references differently), and only
-where a probe object's first word is seen to count its references (a
-``Py_TRACE_REFS`` build puts two list pointers there). Anywhere else it does
+Only on the interpreters it was tested on
+(:mod:`~agentpool.worker.forking.interpreters`), and only where a probe
+object's first word is seen to count its references. Anywhere else it does
 nothing and :func:`unsupported` says why; on 3.11 a worker then costs what
 BENCHMARKS.md shows for it. The walk's own bookkeeping (the set of visited
 ids, the list of pending objects) is never made immortal: it is freed when
@@ -38,9 +37,10 @@ import contextlib
 import ctypes
 import gc
 import sys
-import sysconfig
 import time
 import types
+
+from agentpool.worker.forking import interpreters
 
 IMMORTAL_REFCNT = 0xFFFFFFFF
 """``_Py_IMMORTAL_REFCNT`` of 3.12 and 3.13 on 64-bit builds (``UINT_MAX``)."""
@@ -66,20 +66,10 @@ def _probe_counts_references() -> bool:
 
 def unsupported() -> str | None:
     """Why this interpreter's reference counts are not laid out as assumed (None: they are)."""
-    if sys.implementation.name != "cpython":
-        return f"{sys.implementation.name} is not CPython"
-    if not (3, 12) <= sys.version_info[:2] <= (3, 13):
-        return f"Python {sys.version_info[0]}.{sys.version_info[1]} has no immortal objects " \
-               "of this layout (3.12 and 3.13 have)"
-    if sys.maxsize <= 2**32:
-        return "a 32-bit build"
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
-        return "the free-threaded build counts references differently"
-    if hasattr(sys, "getobjects") or sysconfig.get_config_var("Py_TRACE_REFS"):
-        return "a Py_TRACE_REFS build: two pointers come before the reference count"
-    if not _probe_counts_references():
+    why = interpreters.unsupported(interpreters.Step.IMMORTALIZE)
+    if why is None and not _probe_counts_references():
         return "a probe object's first word does not count its references"
-    return None
+    return why
 
 
 def supported() -> bool:

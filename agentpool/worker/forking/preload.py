@@ -13,14 +13,13 @@ path and a whole worker's set-up and loop (:mod:`agentpool.worker.forking.warmup
 so caches are filled and bytecode is specialised when the workers fork.
 Then the heap is laid out for forking: the code objects a new worker still
 writes (found by a forked child rehearsing one) are copied next to each other
-(:mod:`~agentpool.worker.forking.codepack`), every type gets its version tag
-(:mod:`~agentpool.worker.forking.typetags`), on CPython 3.12 and 3.13 every
+(:mod:`~agentpool.worker.forking.codepack`), on CPython 3.12 and 3.13 every
 object is made immortal (:mod:`agentpool.worker.forking.immortal`), so a worker
 reading a shared object no longer copies its page to count a reference, and
 the allocators' free memory is filled (:mod:`~agentpool.worker.forking.holes`),
 so a worker's new objects land on pages of its own. The diagnostics options
-``AGENTPOOL_PACK_CODE``, ``AGENTPOOL_TYPE_TAGS``, ``AGENTPOOL_IMMORTALIZE`` and
-``AGENTPOOL_FILL_HOLES`` turn each off (to measure it, or to rule it out); the
+``AGENTPOOL_PACK_CODE``, ``AGENTPOOL_IMMORTALIZE`` and ``AGENTPOOL_FILL_HOLES``
+turn each off (to measure it, or to rule it out); the
 server has them from its command line. What each step saves: BENCHMARKS.md.
 Best effort: a failure here only costs that memory, and :func:`prepare`'s report
 says what was done and what was skipped, why.
@@ -85,10 +84,6 @@ def prepare(diagnostics: DiagnosticsSettings) -> list[str]:
                       "ticks")
 
     gc.collect()
-    if diagnostics.type_tags:
-        from agentpool.worker.forking.typetags import assign
-
-        report.append(assign())
     if not diagnostics.immortalize:
         report.append("immortal heap skipped: AGENTPOOL_IMMORTALIZE=false")
     else:

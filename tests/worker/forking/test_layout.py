@@ -1,4 +1,4 @@
-"""Where the fork server puts things (codepack, holes, typetags), in throwaway interpreters.
+"""Where the fork server puts things (codepack, holes), in throwaway interpreters.
 
 Each check runs a script in a fresh interpreter of the suite's Python: the
 modules rewrite every function's code object and fill the allocators' free
@@ -163,35 +163,6 @@ def test_filled_holes_send_new_objects_to_empty_pools_and_leave_the_c_heap_few_h
     # a given big object then comes from the top depends on those few: not asserted.
     assert holes_before >= 64 * 1024, holes_before
     assert holes_after <= 32 * 1024, (holes_before, holes_after)
-
-
-TYPETAGS = r"""
-import ctypes, json, sys
-from agentpool.worker.forking import typetags
-
-VERSION_TAG = 384  # offsetof(PyTypeObject, tp_version_tag) on 64-bit CPython 3.12 and 3.13
-
-def tag(cls):
-    return ctypes.c_uint.from_address(id(cls) + VERSION_TAG).value
-
-class Fresh:
-    pass
-
-Fresh.attribute = 1  # modified: its tag is cleared until the next lookup
-print(json.dumps({"builtin": tag(int), "before": tag(Fresh), "line": typetags.assign(),
-                  "after": tag(Fresh), "found": Fresh in typetags.all_types()}))
-"""
-
-
-@pytest.mark.skipif(not (3, 12) <= sys.version_info[:2] <= (3, 13),
-                    reason="the layout read here is CPython 3.12's and 3.13's")
-def test_every_type_is_tagged_before_the_workers_fork() -> None:
-    result = _run(TYPETAGS)
-    assert result["builtin"] != 0  # the offset is the tag's: a builtin type has one
-    assert result["found"] is True
-    assert result["before"] == 0
-    assert result["after"] != 0
-    assert str(result["line"]).startswith("type version tags: ")
 
 
 FAILING_CHILD = r"""
