@@ -257,7 +257,7 @@ OPTIONS: tuple[Option, ...] = (
            f"{DIAGNOSTICS} the fork server packs the code workers write onto few pages",
            boolean, "diagnostics.pack_code"),
     Option("AGENTPOOL_IMMORTALIZE", "true",
-           f"{DIAGNOSTICS} the fork server makes its heap immortal (Python 3.12, 3.13)",
+           f"{DIAGNOSTICS} the fork server makes its heap immortal (Python 3.12)",
            boolean, "diagnostics.immortalize"),
     Option("AGENTPOOL_FILL_HOLES", "true",
            f"{DIAGNOSTICS} the fork server fills its allocators' free memory before forking",

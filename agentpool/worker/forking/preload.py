@@ -13,7 +13,7 @@ path and a whole worker's set-up and loop (:mod:`agentpool.worker.forking.warmup
 so caches are filled and bytecode is specialised when the workers fork.
 Then the heap is laid out for forking: the code objects a new worker still
 writes (found by a forked child rehearsing one) are copied next to each other
-(:mod:`~agentpool.worker.forking.codepack`), on CPython 3.12 and 3.13 every
+(:mod:`~agentpool.worker.forking.codepack`), on CPython 3.12 every
 object is made immortal (:mod:`agentpool.worker.forking.immortal`), so a worker
 reading a shared object no longer copies its page to count a reference, and
 the allocators' free memory is filled (:mod:`~agentpool.worker.forking.holes`),

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import configparser
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from agentpool.worker.forking import allocator, codepack, immortal, interpreters
 from agentpool.worker.forking.interpreters import TESTED, Step
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_every_step_runs_only_on_the_versions_it_was_tested_on() -> None:
@@ -23,9 +28,19 @@ def test_every_step_runs_only_on_the_versions_it_was_tested_on() -> None:
                                f"on ({', '.join(interpreters.tested_on(step))})"), why
 
 
-def test_only_hole_filling_runs_on_3_11() -> None:
-    assert TESTED[(3, 11)] == {Step.FILL_HOLES}
-    assert interpreters.tested_on(Step.IMMORTALIZE) == ["3.12", "3.13"]
+def test_the_gate_admits_exactly_what_setup_cfg_claims_and_the_scripts_run_on() -> None:
+    # A version is admitted only where CI runs the whole suite: the one setup.cfg's
+    # classifiers name, which scripts/check (CI's command) finds and makes its venv from.
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    claimed = re.findall(r"Programming Language :: Python :: (3\.\d+)",
+                         config["metadata"]["classifiers"])
+    assert claimed == [f"{major}.{minor}" for major, minor in TESTED]
+    finder = (REPO / "scripts" / "python.sh").read_text()
+    for major, minor in TESTED:
+        assert f"sys.version_info[:2] != ({major}, {minor})" in finder
+    for step in Step:
+        assert interpreters.tested_on(step) == claimed
 
 
 def test_each_step_asks_the_gate() -> None:
