@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
-from multiprocessing.connection import Pipe
+from multiprocessing.connection import Pipe, wait
 from pathlib import Path
 
 import pytest
@@ -137,7 +136,7 @@ def _heap_at_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leak: bool) -
             wait_until(report.exists, DEADLINE_S)
         finally:
             worker.terminate()
-            select.select([worker.sentinel], [], [], DEADLINE_S)
+            wait([worker.sentinel], DEADLINE_S)
             worker.close()
             ours.close()
     finally:
