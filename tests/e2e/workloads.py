@@ -195,7 +195,9 @@ class NodeHelper:
         return f"/host-parent/{posixpath.relpath(host_path, parent)}"
 
     def start(self) -> NodeHelper:
-        repository, tag = split_image(self.cluster.settings.image)
+        # The simulation kit's image: the helper builds the node's sysfs tree with
+        # agentpool.sim, which the agent's own image leaves out.
+        repository, tag = split_image(self.cluster.settings.sim_image)
         pod = client.V1Pod(
             metadata=client.V1ObjectMeta(name=self.name, labels={HELPER_LABEL: "true"}),
             spec=client.V1PodSpec(
