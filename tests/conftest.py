@@ -8,7 +8,7 @@ from kubernetes import client
 
 from agentpool.backends.httpclient import close_connections
 from agentpool.sim.apiserver import ApiEmulator
-from agentpool.sim.cluster import KINDS
+from agentpool.sim.cluster import KINDS, SimCluster
 from agentpool.sim.clusterapi import chart_crds
 from agentpool.sim.envtest import EnvtestServer, EnvtestUnavailableError, find_assets
 from tests.support.apiservers import Backend, kube_client
@@ -62,6 +62,16 @@ def envtest_server() -> Iterator[EnvtestServer]:
     with EnvtestServer(assets) as server:
         server.api().apply(chart_crds())
         yield server
+
+
+@pytest.fixture(params=["emulator", "envtest"])
+def sim_cluster(request: pytest.FixtureRequest) -> Iterator[SimCluster]:
+    """A simulated cluster on the API emulator, then on a real kube-apiserver."""
+    server: EnvtestServer | None = None
+    if request.param == "envtest":
+        server = request.getfixturevalue("envtest_server")
+    with SimCluster(server=server) as sim:
+        yield sim
 
 
 @pytest.fixture(params=["emulator", "envtest"])

@@ -30,7 +30,6 @@ from agentpool.pool.assignment import Assignment, owner_of
 from agentpool.pool.fence import grace_for
 from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.poolwatch import MetricsSampler, Timings, request_overlaps, worker_nodes
 from agentpool.sim.poolwatch import PoolDriver as Pool
@@ -45,15 +44,11 @@ CONVERGE_S = 30.0
 """The issue's bound for every node to have exactly one controller after a change."""
 
 
-@pytest.fixture(params=["emulator", "envtest"])
-def cluster(request: pytest.FixtureRequest) -> Iterator[SimCluster]:
-    server: EnvtestServer | None = None
-    if request.param == "envtest":
-        server = request.getfixturevalue("envtest_server")
-    with SimCluster(server=server) as sim:
-        for node in NODES:
-            sim.add_node(node)
-        yield sim
+@pytest.fixture
+def cluster(sim_cluster: SimCluster) -> SimCluster:
+    for node in NODES:
+        sim_cluster.add_node(node)
+    return sim_cluster
 
 
 @pytest.fixture
@@ -112,7 +107,7 @@ def wait_converged(pool: Pool, replicas: int, since: float) -> float:
 
 # The two longest runs (about 30 s each) on the real API server only; the emulator's
 # handoff is exercised by the module's other tests.
-REAL_ONLY = pytest.mark.parametrize("cluster", ["envtest"], indirect=True)
+REAL_ONLY = pytest.mark.parametrize("sim_cluster", ["envtest"], indirect=True)
 
 
 @REAL_ONLY

@@ -24,7 +24,6 @@ import pytest
 from agentpool.pool.membership import ANNOTATION_CLAIMS, LABEL_POOL, encode_claims
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.polling import wait_until
 from tests.support.apiservers import Backend
@@ -174,13 +173,9 @@ def test_an_unreachable_cluster_exits_3(tmp_path: Path, backend: Backend) -> Non
     assert done.stderr.startswith("agentpool status: cannot read the cluster: ")
 
 
-@pytest.fixture(params=["emulator", "envtest"])
-def cluster(request: pytest.FixtureRequest) -> Iterator[SimCluster]:
-    server: EnvtestServer | None = None
-    if request.param == "envtest":
-        server = request.getfixturevalue("envtest_server")
-    with SimCluster(server=server) as sim:
-        yield sim
+@pytest.fixture
+def cluster(sim_cluster: SimCluster) -> SimCluster:
+    return sim_cluster
 
 
 def test_it_agrees_with_a_running_static_pool(cluster: SimCluster) -> None:
