@@ -65,6 +65,13 @@ CONNECTION_POOL_SIZE = 32
 writes several at once; the client's default (5 per CPU) would make urllib3 discard
 connections, with a warning each time, on a pod limited to one CPU."""
 REQUEST_TIMEOUT_S = 30.0
+LIST_PAGE_SIZE = 500
+"""Objects per page of a LIST (``limit``, then ``continue``), as client-go's reflector pages
+them: a page is decoded, filtered and dropped before the next is asked for, so the decoded
+peak is a page's, not the cluster's."""
+NODE_PAGE_SIZE = 100
+"""Nodes per page: a real cluster's Node is about 14 KB of JSON (its images and conditions),
+seven times a Joulie object, and what a page decodes to stays pinned by what is kept of it."""
 WATCH_READ_MARGIN_S = 10.0
 """A watch's reads may wait its server-side timeout plus this (at most doubling it)."""
 
@@ -125,6 +132,8 @@ _QUERY = {
     "resource_version": "resourceVersion",
     "timeout_seconds": "timeoutSeconds",
     "allow_watch_bookmarks": "allowWatchBookmarks",
+    "limit": "limit",
+    "_continue": "continue",
 }
 """Keyword arguments of the generated list calls -> their query parameters."""
 
@@ -327,18 +336,59 @@ class KubeApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
+        page_size: int | None = None,
     ) -> Listing:
-        kwargs: dict[str, Any] = {
-            "_preload_content": False,
-            "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s),
-        }
-        kwargs.update(_selectors(label_selector, field_selector))
+        """Every object of ``resource`` the selectors pick (and ``keep`` keeps), in pages.
+
+        The pages are one consistent snapshot (the first page's resourceVersion). A
+        ``continue`` token that expired meanwhile (410 Gone: etcd compacted past it) starts
+        the list again, once; the next expiry is a :class:`KubeTemporaryError`.
+        """
+        if page_size is None:
+            page_size = NODE_PAGE_SIZE if resource is Resource.NODES else LIST_PAGE_SIZE
+        for attempt in (1, 2):
+            try:
+                return self._list_pages(resource, label_selector, field_selector, timeout_s,
+                                        keep, page_size)
+            except KubePermanentError as exc:
+                if exc.status != 410 or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _list_pages(
+        self,
+        resource: AnyResource,
+        label_selector: str | None,
+        field_selector: str | None,
+        timeout_s: float,
+        keep: Callable[[dict[str, Any]], bool] | None,
+        page_size: int,
+    ) -> Listing:
+        items: list[dict[str, Any]] = []
+        rv = ""
+        token: str | None = None
         lister = self._lister(resource)
-        response = self._call("list", resource, lambda: lister(**kwargs))
-        body = json_body(response, f"list {resource.value}")
-        items = body.get("items") or []
-        rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        return Listing([i for i in items if isinstance(i, dict)], rv)
+        while True:
+            kwargs: dict[str, Any] = {
+                "_preload_content": False,
+                "_request_timeout": (CONNECT_TIMEOUT_S, timeout_s),
+                "limit": page_size,
+            }
+            kwargs.update(_selectors(label_selector, field_selector))
+            if token:
+                kwargs["_continue"] = token
+            response = self._call("list", resource, functools.partial(lister, **kwargs))
+            body = json_body(response, f"list {resource.value}")
+            meta = body.get("metadata") or {}
+            rv = rv or str(meta.get("resourceVersion") or "")
+            page = body.get("items") or []
+            del body  # the page's objects go as soon as they are filtered
+            items.extend(i for i in page if isinstance(i, dict) and (keep is None or keep(i)))
+            del page
+            token = meta.get("continue") or None
+            if not token:
+                return Listing(items, rv)
 
     def watch(
         self,
@@ -348,12 +398,16 @@ class KubeApi:
         label_selector: str | None = None,
         field_selector: str | None = None,
         on_open: Callable[[Any], None] | None = None,
+        skip: Callable[[str], str | None] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Yield raw watch events until the server ends the stream.
 
         The read timeout is the server-side timeout plus a margin, so a watch
         that goes silent with its connection open is noticed. ``on_open``
         receives the response so another thread can close it to stop us.
+        ``skip`` sees each event's line before it is decoded: the resourceVersion of
+        an event the caller has no use for (it comes as a BOOKMARK of that version:
+        only the watch's place moves on), or None to decode it.
         """
         kwargs: dict[str, Any] = {
             "watch": True,
@@ -371,6 +425,9 @@ class KubeApi:
         try:
             for line in iter_resp_lines(response):
                 self.reachability.answered()  # an event or bookmark is the server's word too
+                if skip is not None and (version := skip(line)) is not None:
+                    yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": version}}}
+                    continue
                 try:
                     event = json.loads(line)
                 except ValueError as exc:

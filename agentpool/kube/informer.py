@@ -10,6 +10,14 @@ long as the process runs: the cache keeps serving the last known state
 meanwhile, and :meth:`Informer.staleness` tells readiness how long it has not
 been confirmed and why. A failure without an answer from the server is
 logged at debug level: :mod:`agentpool.kube.reachability` tells the outage.
+
+What the server cannot filter for us, ``keep`` does before anything is queued:
+an object that does not concern this pod (another shard's node, another node's
+profile) is dropped as soon as it is decoded, and with ``keep_name`` (kinds whose
+object is the node itself) an event about a node this pod does not want is passed
+over before it is decoded at all (:func:`agentpool.kube.rawevents.head`). An object
+once passed on is followed until it is gone or no longer kept, so that its last
+event (retargeted to another node, deleted) reaches the cache too.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import tenacity
 from agentpool.backoff import RECONNECT_MAX_S, reconnect_delay
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource, abort_read
+from agentpool.kube.rawevents import head
 from agentpool.kube.reachability import level_of
 from agentpool.proctitle import name_thread
 
@@ -80,8 +89,17 @@ class Informer:
         watch_timeout_s: float = 60.0,
         on_watch_restart: Callable[[Resource, str], None] | None = None,
         max_backoff_s: float = RECONNECT_MAX_S,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
+        keep_name: Callable[[str], bool] | None = None,
     ) -> None:
         self.api = api
+        self.keep = keep
+        """Whether an object concerns this pod (None: every object does)."""
+        self.keep_name = keep_name
+        """For a kind whose objects are nodes: ``keep`` decided from the name alone."""
+        self._passed: set[str] = set()
+        """Names of the objects passed on since the last list and not deleted or dropped
+        since: the cache holds them. Only the informer's thread touches it."""
         self.resource = resource
         self.sink = sink
         self.label_selector = label_selector
@@ -186,7 +204,10 @@ class Informer:
         """
         if not self._stop.is_set():
             if self._rv is None:
-                listing = self.api.list(self.resource, self.label_selector, self.field_selector)
+                listing = self.api.list(
+                    self.resource, self.label_selector, self.field_selector, keep=self.keep
+                )
+                self._passed = {_name(item) for item in listing.items}
                 self.sink(Relisted(self.resource, listing.items))
                 self._confirm()
                 self.synced.set()
@@ -198,6 +219,7 @@ class Informer:
                 self.label_selector,
                 self.field_selector,
                 on_open=self._remember,
+                skip=self._skip if self.keep_name is not None else None,
             ):
                 self._confirm()
                 kind = str(event.get("type", ""))
@@ -215,7 +237,36 @@ class Informer:
                         int(obj.get("code") or 0) or None,
                     )
                 self._rv = str((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                if kind in ("ADDED", "MODIFIED", "DELETED") and self._admit(kind, obj):
                     self.sink(Change(self.resource, kind, obj))
                 # BOOKMARK: only the resourceVersion moves on.
             # Otherwise the server ended the stream (timeoutSeconds): _run watches again.
+
+    def _admit(self, kind: str, obj: dict[str, Any]) -> bool:
+        """Whether a watch event goes to the cache: its object is kept, or was until now."""
+        if self.keep is None:
+            return True
+        name = _name(obj)
+        kept = kind != "DELETED" and self.keep(obj)
+        known = name in self._passed
+        if kept:
+            self._passed.add(name)
+        else:
+            self._passed.discard(name)
+        return kept or known
+
+    def _skip(self, line: str) -> str | None:
+        """The resourceVersion of an event about a node nobody here wants, read before the
+        line is decoded; None: decode it (a node kept or followed, or an unknown shape)."""
+        read = head(line)
+        if read is None or self.keep_name is None:
+            return None
+        _, name, version = read
+        if name in self._passed or self.keep_name(name):
+            return None
+        return version
+
+
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("name") or "") if isinstance(meta, dict) else ""

@@ -67,6 +67,7 @@ from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.memlimit import MemoryBudget
+from agentpool.supervisor.narrowing import kind_scope
 from agentpool.supervisor.prelaunch import (
     FDS_PER_NODE,
     RESERVED_FDS,
@@ -116,11 +117,8 @@ def _informer_factory(
     counters: ApiCounters,
     on_error: Callable[[], None],
 ) -> Callable[[Resource], Informer]:
-    """Makes the informer of a kind: nodes filtered by this mode's scope, the rest whole."""
-    if settings.mode is AgentMode.DAEMONSET:
-        nodes_label, nodes_field = None, f"metadata.name={settings.node_name}"
-    else:
-        nodes_label, nodes_field = settings.pool_node_selector, None
+    """Makes the informer of a kind, narrowed to what this pod controls
+    (:mod:`agentpool.supervisor.narrowing`)."""
 
     def on_watch_restart(resource: str, reason: str) -> None:
         counters.on_watch_restart(resource, reason)
@@ -128,15 +126,18 @@ def _informer_factory(
             on_error()  # the kind's CRD may be gone: discovery looks again
 
     def make(kind: Resource) -> Informer:
+        scope = kind_scope(settings, kind)
         return Informer(
             api,
             kind,
             feed,
-            label_selector=nodes_label if kind is Resource.NODES else None,
-            field_selector=nodes_field if kind is Resource.NODES else None,
+            label_selector=scope.label_selector,
+            field_selector=scope.field_selector,
             watch_timeout_s=settings.watch_timeout_s,
             on_watch_restart=on_watch_restart,
             max_backoff_s=reconnect_cap(settings.reconcile_interval_s),
+            keep=scope.keep,
+            keep_name=scope.keep_name,
         )
 
     return make

@@ -1,0 +1,121 @@
+"""What each informer asks the server for, and what it keeps: a pod's cost follows its nodes.
+
+A pod must not pay for the cluster around it: not in memory (objects of nodes it
+does not control), not in CPU (their events decoded), and, where the server can
+filter, not in what the API server sends it. So each kind's informer gets the
+narrowest request the server answers and, for what the server cannot filter, a
+``keep`` test that drops an object before it is queued (docs/modes.md: "What a
+pod costs as the cluster grows"):
+
+============  ======================  ==========================  ===========================
+mode          kind                    asked of the server          kept
+============  ======================  ==========================  ===========================
+daemonset     nodes                   ``metadata.name=NODE_NAME``  everything
+daemonset     nodetwins,              ``metadata.name=`` the name  ``spec.nodeName`` is
+              nodehardwares           Joulie gives the node's      NODE_NAME
+                                      objects
+daemonset     nodepowerprofiles,      every object, in pages       those targeting NODE_NAME
+              telemetryprofiles
+static pool   nodes                   ``POOL_NODE_SELECTOR``       the shard's (by name,
+                                                                   before decoding)
+static pool   the Joulie kinds        every object, in pages       those targeting a node of
+                                                                   the shard
+elastic pool  every kind              as a static pool's           everything
+============  ======================  ==========================  ===========================
+
+Why by name for NodeTwin and NodeHardware: Joulie's operator names a NodeTwin
+after its node and the agent names NodeHardware so (``node_object_name``), and
+they are the kinds written all the time (the operator's status every minute,
+every agent's heartbeats), so a daemonset pod must receive none of other nodes'.
+A NodeTwin of another name that targets the node is not seen by a daemonset pod
+(Joulie's own agent writes its status only to the one named after the node).
+The profile API's objects are named by hand or by older operators
+(``node-<name>``), and change seldom: those a daemonset pod still receives
+whole, decodes and drops. A shard is no selector a server knows, so a pool
+pod receives every object of the Joulie kinds and keeps its shard's; an
+elastic pool's share moves with its members, so it keeps everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentpool.config.options import AgentMode
+from agentpool.config.settings import Settings
+from agentpool.kube.api import Resource
+from agentpool.kube.nodehardware import node_object_name
+from agentpool.pool.assignment import owns
+from agentpool.resources.parse import metadata_name, spec_node_name, target_of, target_problem
+
+Wants = Callable[[str], bool]
+"""Whether this pod wants a node's objects."""
+
+
+@dataclass(frozen=True)
+class KindScope:
+    """One informer's request and filter."""
+
+    label_selector: str | None = None
+    field_selector: str | None = None
+    keep: Callable[[dict[str, Any]], bool] | None = None
+    """Whether an object concerns this pod; None: every object does."""
+    keep_name: Wants | None = None
+    """For nodes: ``keep`` from the name alone, so events are passed over undecoded."""
+
+
+def wanted_nodes(settings: Settings) -> Wants | None:
+    """The nodes whose objects this pod keeps; None: every node's."""
+    if settings.mode is AgentMode.DAEMONSET:
+        mine = settings.node_name
+        return lambda node: node == mine
+    if settings.elastic.lease or settings.pool_shards <= 1:
+        return None
+    shards, shard = settings.pool_shards, settings.pool_shard_id
+    return lambda node: owns(node, shards, shard)
+
+
+def _targeting(wants: Wants) -> Callable[[dict[str, Any]], bool]:
+    def keep(obj: dict[str, Any]) -> bool:
+        node = spec_node_name(obj)
+        return node is not None and wants(node)
+
+    return keep
+
+
+def _telemetry(wants: Wants) -> Callable[[dict[str, Any]], bool]:
+    def keep(obj: dict[str, Any]) -> bool:
+        scope, node = target_of(obj)
+        if scope == "node" and node:
+            return wants(node)
+        return target_problem(obj) is not None  # kept to be warned about, once
+
+    return keep
+
+
+def kind_scope(settings: Settings, kind: Resource) -> KindScope:
+    """What the informer of ``kind`` asks for and keeps (the module docstring's table)."""
+    wants = wanted_nodes(settings)
+    daemonset = settings.mode is AgentMode.DAEMONSET
+    if kind is Resource.NODES:
+        if daemonset:
+            return KindScope(field_selector=f"metadata.name={settings.node_name}")
+        if wants is None:
+            return KindScope(label_selector=settings.pool_node_selector)
+        node_wanted = wants
+        return KindScope(
+            label_selector=settings.pool_node_selector,
+            keep=lambda obj: node_wanted(metadata_name(obj)),
+            keep_name=node_wanted,
+        )
+    if wants is None:
+        return KindScope()
+    if kind is Resource.TELEMETRY_PROFILES:
+        return KindScope(keep=_telemetry(wants))
+    by_name = daemonset and kind in (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
+    name = node_object_name(settings.node_name or "")
+    return KindScope(
+        field_selector=f"metadata.name={name}" if by_name else None,
+        keep=_targeting(wants),
+    )

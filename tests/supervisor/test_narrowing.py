@@ -1,0 +1,87 @@
+"""What each informer asks the server for and keeps, by mode (issue 46)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentpool.config.settings import Settings, load_settings
+from agentpool.kube.api import Resource
+from agentpool.supervisor.narrowing import kind_scope
+
+
+def settings(**env: str) -> Settings:
+    return load_settings({"KUBECONFIG": "/dev/null", **env})
+
+
+def fnv32a(text: str) -> int:
+    """The contract's hash, written again here so that the test does not share the agent's."""
+    h = 0x811C9DC5
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x01000193) % 2**32
+    return h
+
+
+def twin(node: str, name: str = "x") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node}}
+
+
+def profile(node: str | None, scope: str = "node") -> dict[str, Any]:
+    target: dict[str, Any] = {"scope": scope}
+    if node is not None:
+        target["nodeName"] = node
+    return {"metadata": {"name": "tp"}, "spec": {"target": target}}
+
+
+DAEMONSET = {"AGENT_MODE": "daemonset", "NODE_NAME": "Worker_1.example.com"}
+
+
+def test_a_daemonset_pod_asks_for_its_own_nodetwin_and_nodehardware_by_name() -> None:
+    s = settings(**DAEMONSET)
+    assert kind_scope(s, Resource.NODES).field_selector == "metadata.name=Worker_1.example.com"
+    for kind in (Resource.NODE_TWINS, Resource.NODE_HARDWARES):
+        scope = kind_scope(s, kind)
+        # Joulie's name for the node's objects: lowercased, '.', '_', '/' -> '-'.
+        assert scope.field_selector == "metadata.name=worker-1-example-com"
+        assert scope.keep is not None
+        assert scope.keep(twin("Worker_1.example.com"))
+        assert not scope.keep(twin("worker-2"))  # named after us, targeting another node
+
+
+def test_a_daemonset_pod_keeps_only_its_nodes_profiles_whatever_their_names() -> None:
+    s = settings(**DAEMONSET)
+    power = kind_scope(s, Resource.NODE_POWER_PROFILES)
+    assert power.field_selector is None and power.keep is not None
+    assert power.keep(twin("Worker_1.example.com", name="stress-ng-demo-profile"))
+    assert not power.keep(twin("worker-2", name="node-worker-1-example-com"))
+    telemetry = kind_scope(s, Resource.TELEMETRY_PROFILES)
+    assert telemetry.keep is not None
+    assert telemetry.keep(profile("Worker_1.example.com"))
+    assert not telemetry.keep(profile("worker-2"))
+    assert not telemetry.keep(profile(None, scope="cluster"))
+    assert telemetry.keep(profile(None))  # misdirected: kept so that the pod warns about it
+
+
+def test_a_static_pool_keeps_its_shards_nodes_and_their_objects() -> None:
+    s = settings(AGENT_MODE="pool", POOL_SHARDS="3", POOL_SHARD_ID="1")
+    nodes = kind_scope(s, Resource.NODES)
+    assert nodes.label_selector == "joulie.io/managed=true" and nodes.field_selector is None
+    assert nodes.keep is not None and nodes.keep_name is not None
+    twins = kind_scope(s, Resource.NODE_TWINS)
+    assert twins.field_selector is None and twins.keep is not None
+    for i in range(30):
+        node = f"node-{i}"
+        mine = fnv32a(node) % 3 == 1
+        assert nodes.keep_name(node) is mine
+        assert nodes.keep({"metadata": {"name": node}}) is mine
+        assert twins.keep(twin(node)) is mine
+
+
+def test_pools_that_cannot_narrow_keep_everything() -> None:
+    one = settings(AGENT_MODE="pool")
+    elastic = settings(AGENT_MODE="pool", POOL_MEMBERSHIP="lease", POD_NAME="agent-0",
+                       POD_NAMESPACE="joulie-system")
+    for s in (one, elastic):
+        for kind in Resource:
+            scope = kind_scope(s, kind)
+            assert scope.keep is None and scope.keep_name is None
+            assert scope.field_selector is None
