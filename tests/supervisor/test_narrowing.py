@@ -50,7 +50,8 @@ def test_a_daemonset_pod_asks_for_its_own_nodetwin_and_nodehardware_by_name() ->
 def test_a_daemonset_pod_keeps_only_its_nodes_profiles_whatever_their_names() -> None:
     s = settings(**DAEMONSET)
     power = kind_scope(s, Resource.NODE_POWER_PROFILES)
-    assert power.field_selector is None and power.keep is not None
+    assert power.field_selector is None
+    assert power.keep is not None
     assert power.keep(twin("Worker_1.example.com", name="stress-ng-demo-profile"))
     assert not power.keep(twin("worker-2", name="node-worker-1-example-com"))
     telemetry = kind_scope(s, Resource.TELEMETRY_PROFILES)
@@ -64,10 +65,13 @@ def test_a_daemonset_pod_keeps_only_its_nodes_profiles_whatever_their_names() ->
 def test_a_static_pool_keeps_its_shards_nodes_and_their_objects() -> None:
     s = settings(AGENT_MODE="pool", POOL_SHARDS="3", POOL_SHARD_ID="1")
     nodes = kind_scope(s, Resource.NODES)
-    assert nodes.label_selector == "joulie.io/managed=true" and nodes.field_selector is None
-    assert nodes.keep is not None and nodes.keep_name is not None
+    assert nodes.label_selector == "joulie.io/managed=true"
+    assert nodes.field_selector is None
+    assert nodes.keep is not None
+    assert nodes.keep_name is not None
     twins = kind_scope(s, Resource.NODE_TWINS)
-    assert twins.field_selector is None and twins.keep is not None
+    assert twins.field_selector is None
+    assert twins.keep is not None
     for i in range(30):
         node = f"node-{i}"
         mine = fnv32a(node) % 3 == 1
@@ -83,5 +87,6 @@ def test_pools_that_cannot_narrow_keep_everything() -> None:
     for s in (one, elastic):
         for kind in Resource:
             scope = kind_scope(s, kind)
-            assert scope.keep is None and scope.keep_name is None
+            assert scope.keep is None
+            assert scope.keep_name is None
             assert scope.field_selector is None
