@@ -207,16 +207,11 @@ class ClusterApi:
                    for c in conditions)
 
     def wipe(self, resources: Iterable[str]) -> None:
-        """Delete every object of these cluster-scoped kinds (a clean slate per scenario)."""
+        """Delete every object of these cluster-scoped kinds (a clean slate per scenario):
+        one DELETE of each collection, which the server empties before it answers."""
         for resource in resources:
-            if not self.served(resource):
-                continue
-            for obj in self.list(resource):
-                try:
-                    self.delete(resource, obj["metadata"]["name"])
-                except ApiError as exc:
-                    if exc.code != 404:
-                        raise
+            if self.served(resource):
+                self.request("DELETE", self._resolve(resource).path(None), timeout=600)
 
 
 def chart_crds(directory: Path = CHART_CRDS) -> list[KubeObject]:
