@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
 CHART_FIXED_MIB = 96
 CHART_PER_NODE_MIB = 3
+MIN_RATE = 10.0
+"""Writes per second below which the CPU of one is not told (the window's noise)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,33 @@ def slopes(rows: list[Row]) -> list[str]:
     return lines
 
 
+def cache_cost(cluster: SimCluster) -> dict[str, float]:
+    """``bench/cachecost.py`` over this cluster: the supervisor's caches kept whole."""
+    script = Path(__file__).with_name("cachecost.py")
+    done = subprocess.run([sys.executable, str(script), "--kubeconfig", str(cluster.kubeconfig)],
+                          capture_output=True, text=True, check=True, timeout=900)
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+def elastic_line(caches: dict[int, dict[str, float]]) -> str:
+    """The elastic pool's caches per managed node, smallest to largest size."""
+    if len(caches) < 2:
+        return ""
+    low, high = min(caches), max(caches)
+    per_node = (caches[high]["rss"] - caches[low]["rss"]) / 1024 / (high - low)
+    return (f"\nAn elastic pool pod keeps every managed node's objects (`bench/cachecost.py`: "
+            f"the supervisor's informers and cluster view alone): RSS "
+            f"{caches[low]['rss'] / MIB:.1f} MiB at {low:,} nodes, "
+            f"{caches[high]['rss'] / MIB:.1f} MiB at {high:,}: {per_node:.1f} KiB per managed "
+            f"node; synced in {caches[high]['synced_s']:.1f} s at {high:,}.\n")
+
+
+def per_write(row: Row) -> str:
+    """The CPU of one write; below 10 writes a second the difference is the window's noise."""
+    return f"{row.per_write_us:.1f} us" if row.churn_rate >= MIN_RATE else "-"
+
+
 def markdown(rows: list[Row], opts: Options, started: str, commit: str) -> str:
     head = ("| N | mode (owned) | ready | supervisor RSS (peak) | pod PSS | chart advice | "
             "CPU idle | CPU under churn | per write |\n|---|---|---|---|---|---|---|---|---|")
@@ -210,7 +241,7 @@ def markdown(rows: list[Row], opts: Options, started: str, commit: str) -> str:
             f"| {r.nodes:,} | {r.mode} ({r.owned}) | {r.ready_s:.2f} s | {r.rss_mib:.1f} MiB "
             f"({r.rss_peak_mib:.1f}) | {r.pss_mib:.1f} MiB | {r.advice_mib:.0f} MiB: {holds} | "
             f"{r.cpu_idle_ms:.2f} ms/s | {r.cpu_churn_ms:.2f} ms/s at {r.churn_rate:.0f}/s | "
-            f"{r.per_write_us:.1f} us |")
+            f"{per_write(r)} |")
     lines += ["", *slopes(rows), "", GOALS]
     return "\n".join(lines) + "\n"
 
@@ -233,13 +264,10 @@ def parse(argv: list[str] | None) -> Options:
 
 
 def _commit() -> str:
-    head = ROOT / ".git" / "HEAD"
     try:
-        ref = head.read_text().strip()
-        if ref.startswith("ref: "):
-            return (ROOT / ".git" / ref[5:]).read_text().strip()[:7]
-        return ref[:7]
-    except OSError:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
@@ -251,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text, file=sys.stderr, flush=True)
 
     rows: list[Row] = []
+    caches: dict[int, dict[str, float]] = {}
     names = [f"worker-{i:05d}.dc1.example.com" for i in range(opts.sizes[-1])]
     with tempfile.TemporaryDirectory(prefix="agentpool-clustersize-") as tmp, \
             EnvtestServer(workdir=Path(tmp) / "envtest") as server, \
@@ -265,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             for mode in opts.modes:
                 rows.append(run_pod(cluster, conns, names[:size], mode, opts, log))
                 log(f"  {rows[-1]}")
-    text = markdown(rows, opts, started, _commit())
+            caches[size] = cache_cost(cluster)
+            log(f"  elastic pool caches: {caches[size]}")
+    text = markdown(rows, opts, started, _commit()) + elastic_line(caches)
     print(text)
     if opts.output != "-":
         replace_section(Path(opts.output), "clustersize.py", text)

@@ -52,6 +52,7 @@ the same orderly shutdown as SIGTERM, with a non-zero exit status.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import signal
@@ -311,6 +312,11 @@ class Supervisor:
                 f"this pod owns {len(owned)} nodes but RLIMIT_NOFILE covers "
                 f"{max_workers}: raise the limit or add shards"
             )
+        if self.elastic is not None:  # it caches every managed node: the limit holds less
+            cached = len(self.view.selected())
+            if cached != self.refusals.budget.cached_nodes:
+                self.refusals.budget = dataclasses.replace(self.refusals.budget,
+                                                           cached_nodes=cached)
         self._note(self.table.let_go(owned, now))
         # A node still stopping from an earlier scope loss keeps its handle until the
         # worker is gone; the table then says the scope may have changed, and it starts

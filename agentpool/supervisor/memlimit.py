@@ -22,14 +22,20 @@ from agentpool.supervisor.statuses import StatusRouter
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
+KIB = 1 << 10
 FIXED_BYTES = 96 * MIB
 """The supervisor, its fork server and their caches with no worker: 60 MiB measured, 68 MiB
-at the start-up peak (BENCHMARKS.md, ``cgroup_memory.py``), and room for the caches of a
-larger cluster (about 30 KiB a node of the selector's)."""
+at the start-up peak (BENCHMARKS.md, ``cgroup_memory.py``). The caches hold the pod's own
+nodes' objects only, whatever the size of the cluster (BENCHMARKS.md, ``clustersize.py``),
+except in an elastic pool: :data:`PER_CACHED_NODE_BYTES`."""
 PER_WORKER_BYTES = 3 * MIB
 """One worker and the supervisor's share for its node: 1.7 to 1.8 MiB measured five
 minutes after start (N = 50 to 500), and workers grow by a few tenths of a MiB over the
 first twenty minutes (BENCHMARKS.md, current results: 1.83 MiB PSS at N = 1,000)."""
+PER_CACHED_NODE_BYTES = 16 * KIB
+"""What an elastic pool pod's caches hold for each managed node, its own or not: it keeps
+every managed node's objects (docs/modes.md). Measured: PLACEHOLDER (BENCHMARKS.md,
+``clustersize.py``, the elastic line)."""
 
 
 def mib(value: int) -> str:
@@ -43,19 +49,27 @@ class MemoryBudget:
 
     limit_bytes: int | None
     """The pod's memory limit (its cgroup's); None: none."""
+    cached_nodes: int = 0
+    """Managed nodes whose objects the caches hold beyond the pod's own (an elastic pool's:
+    every managed node); each costs :data:`PER_CACHED_NODE_BYTES`."""
+
+    def fixed_bytes(self) -> int:
+        return FIXED_BYTES + self.cached_nodes * PER_CACHED_NODE_BYTES
 
     def workers(self) -> int | None:
         """Workers the limit holds; None without a limit."""
         if self.limit_bytes is None:
             return None
-        return max(0, (self.limit_bytes - FIXED_BYTES) // PER_WORKER_BYTES)
+        return max(0, (self.limit_bytes - self.fixed_bytes()) // PER_WORKER_BYTES)
 
     def describe(self) -> str:
         """The figure, and how it is made, in words."""
         if self.limit_bytes is None:
             return "no memory limit"
+        cached = (f" + {PER_CACHED_NODE_BYTES // KIB} KiB for each of the "
+                  f"{self.cached_nodes} managed nodes cached" if self.cached_nodes else "")
         return (f"the memory limit of {mib(self.limit_bytes)} holds {self.workers()} workers "
-                f"({mib(FIXED_BYTES)} fixed + {mib(PER_WORKER_BYTES)} per worker)")
+                f"({mib(FIXED_BYTES)} fixed{cached} + {mib(PER_WORKER_BYTES)} per worker)")
 
 
 @dataclass
