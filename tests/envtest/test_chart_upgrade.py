@@ -5,7 +5,10 @@ which is in their workload's selector, and a DaemonSet's or StatefulSet's select
 change. An upgrade from a 0.1.0 release must be refused before anything is applied,
 saying how to replace the workload; once it is replaced the upgrade goes through, and a
 rollback to 0.1.0 takes the same step. The previous chart is the packaged 0.1.0
-(``PREVIOUS_CHART``), installed and upgraded by Helm's SDK as ``helm`` does it.
+(``PREVIOUS_CHART``), installed and upgraded by Helm's SDK as ``helm`` does it, without
+its own CRDs: the server already has this chart's, as after ``kubectl apply -f
+charts/joulie/crds/`` (docs/deploy.md), and Helm 4 would server-side apply 0.1.0's
+descriptions over them, in conflict with the manager that applied them.
 
 envtest runs no controllers: no pod starts and a workload deleted in the background goes
 at once (the pods, the kubelet's part and the documented foreground deletion are
@@ -14,6 +17,8 @@ at once (the pods, the kubelet's part and the documented foreground deletion are
 
 from __future__ import annotations
 
+import shutil
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,16 @@ def plural(kind: str) -> str:
 
 
 @pytest.fixture
+def previous_chart(tmp_path: Path) -> Path:
+    """0.1.0 unpacked, its crds/ left out (``helm install --skip-crds``)."""
+    with tarfile.open(PREVIOUS_CHART) as archive:
+        archive.extractall(tmp_path / "previous", filter="data")
+    chart = tmp_path / "previous" / "joulie"
+    shutil.rmtree(chart / "crds")
+    return chart
+
+
+@pytest.fixture
 def helm(envtest_server: EnvtestServer, tmp_path: Path) -> Iterator[Any]:
     """Helm's SDK on the real API server, as cluster-admin; the release removed after."""
     sdk = load_helm()
@@ -60,12 +75,12 @@ def revisions(helm: Any) -> list[tuple[int, str, str]]:
 
 @BOTH_MODES
 def test_an_upgrade_from_0_1_0_is_refused_with_the_way_out_then_goes_through(
-    envtest_server: EnvtestServer, helm: Any, mode: str
+    envtest_server: EnvtestServer, helm: Any, previous_chart: Path, mode: str
 ) -> None:
     api = envtest_server.api()
     kind, name = workload_of(mode)
     values = {"agent": {"mode": mode}}
-    helm.install(str(PREVIOUS_CHART), RELEASE, values, namespace=NAMESPACE,
+    helm.install(str(previous_chart), RELEASE, values, namespace=NAMESPACE,
                  create_namespace=True)
     before = api.get(plural(kind), name, NAMESPACE)
     assert before["spec"]["selector"] == {"matchLabels": OLD}
