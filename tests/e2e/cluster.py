@@ -410,6 +410,15 @@ class Cluster:
             )
             self.core.create_node(body)
 
+    def remove_pool(self, nodes: Iterable[str]) -> None:
+        """What a pool test leaves: the release (its pods gone), the nodes' profiles and
+        every fake node."""
+        self.uninstall()
+        for node in nodes:
+            self.delete_custom("telemetryprofiles", node)
+            self.delete_custom("nodepowerprofiles", node)
+        self.delete_fake_nodes()
+
     def delete_fake_nodes(self) -> None:
         for node in self.core.list_node(label_selector=f"{FAKE_LABEL}=true").items:
             try:

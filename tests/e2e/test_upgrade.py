@@ -122,11 +122,7 @@ def pool_nodes(cluster: Cluster) -> Iterator[list[str]]:
     try:
         yield NODES
     finally:
-        cluster.uninstall()
-        for node in NODES:
-            cluster.delete_custom("telemetryprofiles", node)
-            cluster.delete_custom("nodepowerprofiles", node)
-        cluster.delete_fake_nodes()
+        cluster.remove_pool(NODES)
 
 
 def test_pool_upgrade_from_0_1_0(
