@@ -78,9 +78,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 On an upgrade, refuse before anything is applied when this release's agent workload in the
-cluster selects its pods otherwise than the chart now does (a chart before 0.2.0 labelled
-them with the chart's name, not joulie-agent). The API server would refuse the new
-selector as immutable, with the upgrade half applied; the way out is to replace the
+cluster selects its pods otherwise than the chart does (a release of a chart before 0.2.0
+selects app.kubernetes.io/name: joulie, the chart's name). The API server would refuse the
+new selector as immutable, with the upgrade half applied; the way out is to replace the
 workload, which the message spells out. lookup answers only against a cluster (helm
 install, upgrade, --dry-run=server); helm template renders without this check.
 */}}
