@@ -42,7 +42,8 @@ class PowerPolicy:
     node_name: str
     profile: Profile
     cap_watts: float | None
-    """Total CPU package budget; None means nothing to enforce (unless ``cap_pct``)."""
+    """The power limit of each CPU package, in watts; None means nothing to enforce (unless
+    ``cap_pct``)."""
     policy_name: str | None = None
     """Informational ``spec.policy.name``."""
     gpu_cap: GpuCap | None = None

@@ -604,25 +604,51 @@ def test_image_values(render: Render, mode: str) -> None:
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_recommended_labels_everywhere(render: Render, values: dict[str, Any]) -> None:
     objects = render(values)
-    for obj in objects:
-        labels = obj["metadata"]["labels"]
-        # The metrics Service carries Joulie's name for its agent: Joulie's ServiceMonitors
-        # select it by that (test_joulie_values.py).
-        metrics_service = obj["metadata"]["name"] == f"{RELEASE}-agent-metrics"
-        name = "joulie-agent" if metrics_service else "joulie"
-        assert labels["app.kubernetes.io/name"] == name
+    workload = agent_workload(objects)
+    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+    labelled = [(obj["metadata"]["name"], obj["metadata"]["labels"]) for obj in objects]
+    for name, labels in [*labelled, ("the agent pods", pod_labels)]:
+        # The agent pods and the metrics Service carry Joulie's name for its agent: Joulie's
+        # docs select the pods by it, its ServiceMonitors the Service (test_joulie_values.py).
+        joulies = name in ("the agent pods", f"{RELEASE}-agent-metrics")
+        assert labels["app.kubernetes.io/name"] == ("joulie-agent" if joulies else "joulie")
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/component"] == "agent"
         assert labels["app.kubernetes.io/part-of"] == "joulie"
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/version"]
-        assert labels["helm.sh/chart"] == "joulie-0.1.0"
-    workload = agent_workload(objects)
+        assert labels["helm.sh/chart"] == "joulie-0.2.0"
     selector = workload["spec"]["selector"]["matchLabels"]
-    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= pod_labels.items()
     # The selector is immutable: nothing that changes between upgrades.
     assert not {"app.kubernetes.io/version", "helm.sh/chart"} & selector.keys()
+
+
+def test_the_selector_is_the_same_whatever_the_names(render: Render) -> None:
+    # nameOverride renames objects and their app.kubernetes.io/name, never the agent pods'
+    # selector, which no upgrade may change.
+    for mode in ("daemonset", "pool"):
+        base = agent_workload(render({"agent": {"mode": mode}}))["spec"]["selector"]
+        for names in ({"nameOverride": "power"}, {"fullnameOverride": "energy"}):
+            workload = agent_workload(render({**names, "agent": {"mode": mode}}))
+            assert workload["spec"]["selector"] == base, names
+        assert base == {"matchLabels": {
+            "app.kubernetes.io/name": "joulie-agent",
+            "app.kubernetes.io/instance": RELEASE,
+            "app.kubernetes.io/component": "agent",
+        }}
+
+
+def test_pod_labels_cannot_take_the_selectors_labels(render: Render) -> None:
+    # A pod that its workload's selector does not match is refused by the API server.
+    extra = {"app.kubernetes.io/name": "mine", "app.kubernetes.io/instance": "mine",
+             "app.kubernetes.io/part-of": "energy", "team": "a"}
+    workload = agent_workload(render({"agent": {"podLabels": extra}}))
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # The chart's other labels give way to the user's.
+    assert labels["app.kubernetes.io/part-of"] == "energy"
+    assert labels["team"] == "a"
 
 
 def test_names_follow_the_release(render: Render) -> None:

@@ -11,6 +11,7 @@ extensions, so the CRDs use none that validates (a CEL rule would need a
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import jsonschema
@@ -92,6 +93,25 @@ def test_schemas_are_structural(kind: str) -> None:
     # unknown fields); the API server refuses a CRD that is not structural.
     for path, node in walk(schema_of(kind)):
         assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+
+
+@pytest.mark.parametrize("kind", ["NodePowerProfile", "NodeTwin"])
+def test_the_watts_cap_is_described_as_each_packages_limit(kind: str) -> None:
+    # What `kubectl explain` shows must be what the agent does: the value goes to every
+    # package zone as it is (tests/backends/sysfs/test_rapl.py::
+    # test_the_cap_is_written_to_every_package_exact_files_and_restore), where it was once
+    # described, and applied, as the node's total split evenly over the packages.
+    schema = dict(walk(schema_of(kind)))
+    described = {
+        path: schema[path]["description"]
+        for path in (".spec.cpu.packagePowerCapWatts", ".spec.cpu.packagePowerCapPctOfMax")
+    }
+    assert "each CPU package" in described[".spec.cpu.packagePowerCapWatts"]
+    assert "each package's limit" in described[".spec.cpu.packagePowerCapPctOfMax"]
+    columns = [c.get("description", "") for c in version_of(kind).get(
+        "additionalPrinterColumns", [])]
+    for text in [*described.values(), *columns]:
+        assert not re.search(r"\bsplit|\bevenly|\btotal|\bbudget", text, re.IGNORECASE), text
 
 
 def test_enums_and_cap_minimum() -> None:

@@ -1,9 +1,11 @@
-"""A Joulie user's values and monitoring against agentpool's chart (issue 41, sections 1-2).
+"""A Joulie user's values, monitoring and docs against agentpool's chart (issue 41, sections
+1-2; issue 47, item 1).
 
 Fixtures of our own state what Joulie's chart takes (``joulie/values-<revision>.yaml``:
 every key of its values at revisions b9a50b1 and c38b80d; :data:`JOULIE_SET`: the
-``--set`` expressions its experiments install with) and how its ServiceMonitors find
-the agent (:data:`SERVICE_MONITORS`). Rendered by the real Helm engine, loaded
+``--set`` expressions its experiments install with), how its ServiceMonitors find
+the agent (:data:`SERVICE_MONITORS`) and how its docs and its agent Service find the
+agent pods (:data:`POD_SELECTORS`). Rendered by the real Helm engine, loaded
 as Helm loads a ``-f`` file (its YAML parser, its number types).
 """
 
@@ -28,7 +30,12 @@ from tests.support.chart import (
     one,
     parse_manifests,
 )
-from tests.support.joulie_chart import SERVICE_MONITORS, VALUES_DIR
+from tests.support.joulie_chart import (
+    POD_SELECTORS,
+    SERVICE_MONITORS,
+    VALUES_DIR,
+    selector_labels,
+)
 
 REVISIONS = ("b9a50b1", "c38b80d")
 IGNORED = ("operator", "schedulerExtender", "grafanaDashboard")
@@ -302,3 +309,26 @@ def test_the_service_annotations_of_a_joulie_values_file_are_not_doubled(
         "prometheus.io/scrape": "true", "prometheus.io/port": "8080",
         "prometheus.io/path": "/other",  # the user's value wins
     }
+
+
+# --- issue 47, item 1: Joulie's docs and agent Service find the agent pods -------------
+
+
+@pytest.mark.parametrize("where", POD_SELECTORS)
+@pytest.mark.parametrize("values", ["chart defaults", "Joulie's values file", "nameOverride"])
+@BOTH_MODES
+def test_joulies_pod_selectors_find_the_agent_pods(
+    helm: Any, render: Render, where: str, values: str, mode: str
+) -> None:
+    given = {
+        "chart defaults": {"agent": {"mode": mode}},
+        "Joulie's values file": joulie_values(helm, "c38b80d", mode=mode),
+        "nameOverride": {"nameOverride": "power", "agent": {"mode": mode}},
+    }[values]
+    objects = render(given)
+    wanted = selector_labels(POD_SELECTORS[where])
+    # The agent workload makes every pod of the release; each one is found.
+    pods = [w["spec"]["template"]["metadata"]["labels"]
+            for w in find(objects, "DaemonSet") + find(objects, "StatefulSet")]
+    assert len(pods) == 1
+    assert wanted.items() <= pods[0].items(), (where, pods[0])

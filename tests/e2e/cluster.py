@@ -164,18 +164,25 @@ class Cluster:
         return helm_python.Config(kubeconfig_path=str(self.settings.kubeconfig),
                                   namespace=NAMESPACE)
 
-    def install(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The release, as Helm describes it (``info.notes`` is the rendered NOTES.txt)."""
+    def install(self, values: dict[str, Any], chart: Path = CHART_DIR) -> dict[str, Any]:
+        """The release, as Helm describes it (``info.notes`` is the rendered NOTES.txt);
+        ``chart``: a chart's directory or packaged archive."""
         with self.helm() as helm:
-            release: dict[str, Any] = helm.install(str(CHART_DIR), RELEASE, values,
+            release: dict[str, Any] = helm.install(str(chart), RELEASE, values,
                                                    namespace=NAMESPACE, wait="watcher",
                                                    timeout=300)
         return release
 
-    def upgrade(self, values: dict[str, Any]) -> None:
+    def upgrade(self, values: dict[str, Any], chart: Path = CHART_DIR) -> None:
         with self.helm() as helm:
-            helm.upgrade(str(CHART_DIR), RELEASE, values, namespace=NAMESPACE,
+            helm.upgrade(str(chart), RELEASE, values, namespace=NAMESPACE,
                          wait="watcher", timeout=300)
+
+    def revisions(self) -> list[tuple[int, str, str]]:
+        """(revision, chart version, status) of each revision of the release, oldest first."""
+        with self.helm() as helm:
+            return [(r["revision"], r["chart_version"], r["status"])
+                    for r in helm.history(RELEASE)]
 
     def uninstall(self) -> None:
         """Remove the release and wait until its pods are gone (each restores on SIGTERM)."""
@@ -188,6 +195,11 @@ class Cluster:
     def agent_pods(self) -> list[client.V1Pod]:
         pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=AGENT_LABELS).items
         return sorted(pods, key=lambda p: p.metadata.name)
+
+    def pods_selected(self, selector: str) -> list[str]:
+        """Names of the pods a label selector finds (``kubectl get pods -l``), sorted."""
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        return sorted(p.metadata.name for p in pods)
 
     def ready_agent_pods(self, count: int) -> list[client.V1Pod] | None:
         pods = [p for p in self.agent_pods() if p.metadata.deletion_timestamp is None]
@@ -397,6 +409,15 @@ class Cluster:
                 ]),
             )
             self.core.create_node(body)
+
+    def remove_pool(self, nodes: Iterable[str]) -> None:
+        """What a pool test leaves: the release (its pods gone), the nodes' profiles and
+        every fake node."""
+        self.uninstall()
+        for node in nodes:
+            self.delete_custom("telemetryprofiles", node)
+            self.delete_custom("nodepowerprofiles", node)
+        self.delete_fake_nodes()
 
     def delete_fake_nodes(self) -> None:
         for node in self.core.list_node(label_selector=f"{FAKE_LABEL}=true").items:

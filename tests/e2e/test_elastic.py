@@ -97,11 +97,7 @@ def elastic(cluster: Cluster, simulator: Simulator, helper: NodeHelper) -> Itera
             timing.record("lease pool: helm install", pod, ready_log(cluster, pod.metadata.name))
         yield
     finally:
-        cluster.uninstall()
-        for node in NODES:
-            cluster.delete_custom("telemetryprofiles", node)
-            cluster.delete_custom("nodepowerprofiles", node)
-        cluster.delete_fake_nodes()
+        cluster.remove_pool(NODES)
 
 
 def scale(cluster: Cluster, replicas: int) -> None:

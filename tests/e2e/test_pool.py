@@ -73,11 +73,7 @@ def pool(cluster: Cluster, simulator: Simulator) -> Iterator[list[client.V1Pod]]
             timing.record("pool: helm install", pod, ready_log(cluster, pod.metadata.name))
         yield pods
     finally:
-        cluster.uninstall()
-        for node in NODES:
-            cluster.delete_custom("telemetryprofiles", node)
-            cluster.delete_custom("nodepowerprofiles", node)
-        cluster.delete_fake_nodes()
+        cluster.remove_pool(NODES)
 
 
 def test_pods_are_ready_with_no_restart_and_no_failed_probe(

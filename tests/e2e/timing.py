@@ -25,6 +25,7 @@ class Start:
 
 
 _STARTS: list[Start] = []
+_NOTES: list[str] = []
 
 
 def agent_seconds(log: str) -> float | None:
@@ -48,6 +49,11 @@ def record(what: str, pod: client.V1Pod, log: str) -> Start:
     return start
 
 
+def note(line: str) -> None:
+    """Another measurement, printed as it is after the times to ready."""
+    _NOTES.append(line)
+
+
 def report_lines() -> list[str]:
     def seconds(value: float | None) -> str:
         return "   ?  " if value is None else f"{value:5.2f}s"
@@ -55,4 +61,4 @@ def report_lines() -> list[str]:
     return [
         f"{s.what:<38} {s.pod:<26} agent {seconds(s.agent_s)}  kubelet {seconds(s.kubelet_s)}"
         for s in _STARTS
-    ]
+    ] + _NOTES

@@ -19,6 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "charts" / "joulie"
 RELEASE = "joulie"
 NAMESPACE = "joulie-system"
+PREVIOUS_CHART = Path(__file__).parent / "charts" / "joulie-0.1.0.tgz"
+"""The chart before 0.2.0 gave the agent pods Joulie's label (in their immutable selector),
+as a chart repository would serve it: charts/joulie at 41a6a4e, packaged by Helm's SDK
+(``git archive 41a6a4e charts/joulie | tar -x``, then ``helm_python.package``). What the
+upgrade tests upgrade from; a copy, so that it needs no git history."""
 
 Manifest = dict[str, Any]
 Render = Callable[..., list[Manifest]]

@@ -26,6 +26,29 @@ SERVICE_MONITORS = {
     "examples/10": ({"app.kubernetes.io/name": "joulie-agent"}, "metrics"),
 }
 
+POD_SELECTORS = {
+    # Where Joulie's docs and chart select its agent pods, and the selector, as kubectl's
+    # -l takes it (the snapshot of joulie-k8s/Joulie these fixtures were read from; its
+    # chart is c38b80d's). The docs' commands are `kubectl -n joulie-system logs -l ...`
+    # (examples/01: `get pod -l ... --field-selector spec.nodeName=...`); the Service is
+    # joulie-agent-metrics, whose endpoints are the pods it selects.
+    "website/content/en/docs/getting-started/01-quickstart.md":
+        "app.kubernetes.io/name=joulie-agent",
+    "examples/01-stress-ng-throttling/README.md": "app.kubernetes.io/name=joulie-agent",
+    "examples/05-simulated-telemetry-control/README.md": "app.kubernetes.io/name=joulie-agent",
+    "examples/06-simulator-kwok/README.md": "app.kubernetes.io/name=joulie-agent",
+    "examples/07-simulator-gpu-powercaps/README.md": "app.kubernetes.io/name=joulie-agent",
+    "charts/joulie/templates/services.yaml": "app.kubernetes.io/name=joulie-agent",
+}
+
+
+def selector_labels(selector: str) -> dict[str, str]:
+    """An equality-based label selector (``k=v,k=v``, all these are) as the labels it needs."""
+    pairs = [term.split("=", 1) for term in selector.split(",")]
+    assert all(len(p) == 2 and p[0] and "!" not in p[0] for p in pairs), selector
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 SERVICE_ACCOUNT = "joulie-agent"
 """The ServiceAccount Joulie's chart runs its agent as (both modes)."""
 STATEFULSET = "joulie-agent-pool"

@@ -36,20 +36,68 @@ plus the StatefulSet's controller-revision-hash label stays within 63.
 {{- end }}
 {{- end }}
 
-{{/* Selector labels: stable for the lifetime of a release. */}}
+{{/*
+Joulie's name for its agent: the app.kubernetes.io/name of Joulie's agent pods, by which
+Joulie's docs (kubectl logs -l app.kubernetes.io/name=joulie-agent) and its agent Service
+select them, and of its metrics Service, by which its ServiceMonitors select that. The
+agent pods and the metrics Service carry it; every other object the chart's name.
+*/}}
+{{- define "joulie.agentAppName" -}}
+joulie-agent
+{{- end }}
+
+{{/*
+Selector labels of the agent pods, fixed for the lifetime of a workload: a DaemonSet's or
+StatefulSet's selector cannot change (joulie.checkSelector). Independent of nameOverride.
+*/}}
 {{- define "joulie.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "joulie.name" . }}
+app.kubernetes.io/name: {{ include "joulie.agentAppName" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: agent
 {{- end }}
 
-{{/* Kubernetes recommended labels, on every object. */}}
+{{/* Kubernetes recommended labels, on every object (the agent pods: joulie.podMetadata). */}}
 {{- define "joulie.labels" -}}
 helm.sh/chart: {{ include "joulie.chart" . }}
-{{ include "joulie.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "joulie.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
 app.kubernetes.io/version: {{ include "joulie.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
 app.kubernetes.io/part-of: joulie
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* "k=v,k=v" of a map of labels, keys sorted: a selector as kubectl -l takes it. */}}
+{{- define "joulie.selectorString" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/*
+On an upgrade, refuse before anything is applied when this release's agent workload in the
+cluster selects its pods otherwise than the chart does (a release of a chart before 0.2.0
+selects app.kubernetes.io/name: joulie, the chart's name). The API server would refuse the
+new selector as immutable, with the upgrade half applied; the way out is to replace the
+workload, which the message spells out. lookup answers only against a cluster (helm
+install, upgrade, --dry-run=server); helm template renders without this check.
+*/}}
+{{- define "joulie.checkSelector" -}}
+{{- if .Release.IsUpgrade }}
+{{- $kind := ternary "StatefulSet" "DaemonSet" (eq .Values.agent.mode "pool") }}
+{{- $name := include "joulie.agentName" . }}
+{{- $live := lookup "apps/v1" $kind .Release.Namespace $name }}
+{{- $owner := dig "metadata" "annotations" "meta.helm.sh/release-name" "" ($live | default dict) }}
+{{- if and $live (eq $owner .Release.Name) }}
+{{- $want := include "joulie.selectorLabels" . | fromYaml }}
+{{- $have := dig "spec" "selector" dict $live }}
+{{- if ne (toJson $have) (toJson (dict "matchLabels" $want)) }}
+{{- fail (printf "the %s %s/%s selects its pods by %s; from chart 0.2.0 on they carry Joulie's agent label and are selected by %s, and a %s's selector cannot change. Replace it once, then upgrade again: kubectl -n %s delete %s %s --cascade=foreground (it returns once the old pods have stopped, each having put back what it changed; the nodes are not controlled until the new pods start). See \"Upgrading\" in the chart's README." $kind .Release.Namespace $name (include "joulie.selectorString" (dig "matchLabels" dict $have)) (include "joulie.selectorString" $want) $kind .Release.Namespace (lower $kind) $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "joulie.serviceAccountName" -}}
@@ -112,13 +160,13 @@ of its own: it outlives container restarts, so a restarted agent restores the or
 /var/lib/agentpool/state
 {{- end }}
 
-{{/* Pod metadata shared by both workloads. */}}
+{{/* Pod metadata shared by both workloads: the selector's labels win over agent.podLabels,
+which win over the chart's other labels. */}}
 {{- define "joulie.podMetadata" -}}
 labels:
-  {{- include "joulie.labels" . | nindent 2 }}
-  {{- with .Values.agent.podLabels }}
-  {{- toYaml . | nindent 2 }}
-  {{- end }}
+  {{- $labels := include "joulie.selectorLabels" . | fromYaml }}
+  {{- $labels = merge $labels (.Values.agent.podLabels | default dict) (include "joulie.labels" . | fromYaml) }}
+  {{- toYaml $labels | nindent 2 }}
 {{- with .Values.agent.podAnnotations }}
 annotations:
   {{- toYaml . | nindent 2 }}
