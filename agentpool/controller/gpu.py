@@ -11,8 +11,9 @@ node controller parses it, and the routing, once per input
 (:class:`GpuDesired`). As in Joulie's agent, a node whose Node object has no
 allocatable GPU resource is ``blocked`` before any backend is asked. A
 percent cap over HTTP resolves against the telemetry's per-GPU maximum, else
-the node's NodeHardware ``capRangePerGpu``, else the hardware catalog's board
-power (the supervisor sends the last two in the inputs). Each tick's result
+the node's NodeHardware ``capRangePerGpu``, else the board power of its GPU
+product (the hardware catalog's, else agentpool's table of data sheets; the
+supervisor sends these in the inputs). Each tick's result
 carries what the backend showed of the GPUs (:class:`~agentpool.results.GpuSeen`)
 for the node's NodeHardware.
 
@@ -226,14 +227,15 @@ class GpuController:
         if telemetry is not None and telemetry.min_cap is not None and telemetry.max_cap:
             limits = DeviceLimits(telemetry.min_cap, telemetry.max_cap, telemetry.default_cap)
         elif cap.watts_per_gpu is None and known is not None:
-            # Joulie's simulator sends no per-GPU maximum: NodeHardware's, else the catalog's.
+            # Joulie's simulator sends no per-GPU maximum: NodeHardware's, else the product's.
             limits = DeviceLimits(known.min_watts or 0.0, known.max_watts)
             observed["maxCapWattsPerGpuFrom"] = known.source
         if limits is None and cap.watts_per_gpu is None:
             message = (
                 "capPctOfMax needs each GPU's maximum, and neither the GPU telemetry "
-                "(gpu.maxCapWattsPerGpu), the node's NodeHardware (capRangePerGpu) nor the "
-                "hardware catalog gives one"
+                "(gpu.maxCapWattsPerGpu), the node's NodeHardware (capRangePerGpu), the "
+                "hardware catalog nor agentpool's table of data sheets (for the GPU product "
+                "label) gives one"
             )
             return self._export(GpuTickResult(GpuBackend.HTTP, Result.BLOCKED, message), {})
         if limits is not None:

@@ -3,6 +3,7 @@ the NodeHardware report.
 
 Owns: reading the Node object's hints, discovering the host's RAPL zones and
 cpufreq policies and, through NVML / AMD SMI, its GPUs (read only), Joulie's
-hardware catalog, and the NodeHardware ``status`` body.
+hardware catalog, agentpool's own table of GPU board power, and the
+NodeHardware ``status`` body.
 Never: writes anywhere, decides a cap, or talks to Kubernetes (kube/ publishes).
 """

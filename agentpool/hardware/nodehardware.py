@@ -14,8 +14,10 @@ Sources, in decreasing trust: what the host shows (sysfs,
 :mod:`agentpool.hardware.host`, under host control; the GPUs through NVML or
 AMD SMI, or a worker's GPU telemetry: a :class:`~agentpool.results.GpuSeen`),
 the Node's capacity and allocatable (logical CPUs, memory, GPU resources as
-Joulie counts them), its labels (:mod:`agentpool.hardware.labels`), and the
-catalog (a GPU model's board power range where nothing measured one). A pure
+Joulie counts them), its labels (:mod:`agentpool.hardware.labels`), and a
+GPU product's board power range where nothing measured one: the catalog's,
+else agentpool's own table of data sheets (:mod:`agentpool.hardware.boards`;
+said in the warnings, and the node then is ``heuristic`` at best). A pure
 function of its inputs.
 """
 
@@ -25,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentpool.hardware.boards import BoardPower, board_power
 from agentpool.hardware.catalog import ENV as CATALOG_ENV
 from agentpool.hardware.catalog import Catalog
 from agentpool.hardware.host import HostFacts
@@ -146,15 +149,28 @@ def _gpu_vendor(labels: Mapping[str, str], seen: GpuSeen | None, allocated: str 
     return "none"
 
 
-def _gpu_range(seen: GpuSeen | None, max_w: float | None,
-               min_w: float | None) -> dict[str, Any] | None:
+def _gpu_range(
+    seen: GpuSeen | None, raw: str | None, catalog: Catalog | None
+) -> tuple[dict[str, Any] | None, BoardPower | None]:
+    """``capRangePerGpu``: what the host or the telemetry measured, else the board power of
+    the product (the catalog's, else the built-in table's, which is returned too)."""
     if seen is not None and seen.max_watts:
         found = {"minWatts": seen.min_watts, "maxWatts": seen.max_watts,
                  "defaultWatts": seen.default_watts}
-        return {k: v for k, v in found.items() if v is not None}
-    if max_w:
-        return {"maxWatts": max_w} if min_w is None else {"minWatts": min_w, "maxWatts": max_w}
-    return None
+        return {k: v for k, v in found.items() if v is not None}, None
+    board = board_power(raw, catalog)
+    if board is None:
+        return None, None
+    found = {"minWatts": board.min_watts, "maxWatts": board.max_watts,
+             "defaultWatts": board.default_watts}
+    return {k: v for k, v in found.items() if v is not None}, board
+
+
+def _from_table(board: BoardPower, catalog: Catalog | None) -> str:
+    """Why a range came from the built-in table, for the warnings."""
+    unknown = "no hardware catalog is set" if catalog is None else "the hardware catalog lacks it"
+    return (f"gpu capRangePerGpu from agentpool's {board.source}, not measured: no GPU "
+            f"library or telemetry reported a range and {unknown}")
 
 
 def _gpu_status(
@@ -162,7 +178,8 @@ def _gpu_status(
     allocatable: Mapping[str, Any],
     access: GpuAccess,
     catalog: Catalog | None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[str]]:
+    """The ``gpu`` part, and what ``quality.warnings`` must say of it (a range not measured)."""
     seen = access.seen
     allocated, allocated_vendor = allocatable_gpus(allocatable)
     count = seen.count if seen is not None and seen.count is not None else allocated or 0
@@ -175,16 +192,20 @@ def _gpu_status(
         "count": count,
     }
     warnings: list[str] = []
+    notes: list[str] = []
     model = catalog.match_gpu(raw) if catalog is not None and raw else None
     if raw:
         gpu["rawModel"] = raw
     if model is not None:
         gpu["model"] = model.key
     if count:
-        cap_range = _gpu_range(seen, model.max_watts if model else None,
-                               model.min_watts if model else None)
+        cap_range, board = _gpu_range(seen, raw, catalog)
         if cap_range is not None:
             gpu["capRangePerGpu"] = cap_range
+        if board is not None and board.heuristic:
+            # The model is no catalog's then: quality.overall is at best heuristic.
+            notes.append(_from_table(board, catalog))
+            warnings.append(notes[-1])
         if seen is not None and seen.cap_watts is not None:
             gpu["currentCapWatts"] = seen.cap_watts
     host_control = access.control == "host" and seen is not None and seen.control
@@ -199,7 +220,7 @@ def _gpu_status(
             warnings.append("GPU caps cannot be set here: no usable power limit range seen")
     if warnings:
         gpu["warnings"] = warnings
-    return gpu
+    return gpu, notes
 
 
 def _overall(cpu: Mapping[str, Any], gpu: Mapping[str, Any]) -> str:
@@ -237,7 +258,7 @@ def nodehardware_status(
     if host is None:
         cpu["controlAvailable"] = http_control
         cpu["telemetryAvailable"] = http_telemetry
-    gpu = _gpu_status(labels, allocatable, gpus or GpuAccess(), catalog)
+    gpu, gpu_notes = _gpu_status(labels, allocatable, gpus or GpuAccess(), catalog)
     status: dict[str, Any] = {"cpu": cpu, "gpu": gpu}
     memory = parse_quantity(capacity.get("memory"))
     if memory:
@@ -254,7 +275,8 @@ def nodehardware_status(
             warning = _unresolved(name, catalog)
             part["warnings"] = [warning, *part.get("warnings", ())]
             warnings.append(warning)
-    warnings += inferred  # then how much was measured
+    warnings += gpu_notes  # then what was only looked up
+    warnings += inferred  # and how much was measured
     if host is None:
         warnings.append("not under host control: nothing measured on the host")
     elif "capRange" not in cpu or "landmarks" not in cpu:

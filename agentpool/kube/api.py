@@ -256,6 +256,11 @@ class KubeApi:
         """``CoordinationV1Api``, for reading and writing this pod's Lease."""
         return client.CoordinationV1Api(self._client)
 
+    @functools.cached_property
+    def apps(self) -> Any:
+        """``AppsV1Api``, for reading agent pools' StatefulSets in any namespace."""
+        return client.AppsV1Api(self._client)
+
     def close(self) -> None:
         self._client.close()
 

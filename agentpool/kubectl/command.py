@@ -25,6 +25,7 @@ from agentpool import __version__
 from agentpool.config.options import option
 from agentpool.durations import parse_duration
 from agentpool.errors import KubeError
+from agentpool.kubectl.pools import Pools, find_pools
 from agentpool.kubectl.render import as_json, table
 from agentpool.kubectl.rows import NodeRow, Options, build_rows, parse_time
 
@@ -62,8 +63,8 @@ def _now(ctx: click.Context, param: click.Parameter, value: str | None) -> datet
 
 def _snapshot(
     kubeconfig: str | None, context: str | None, selector: str, namespace: str | None,
-    options: Options,
-) -> list[NodeRow]:
+    shards: int | None, now: datetime, stale_s: float,
+) -> tuple[list[NodeRow], Pools]:
     # The Kubernetes client only now: --help and usage errors stay fast.
     from agentpool.kube.api import KubeApi
     from agentpool.kube.clusterread import read_cluster, user_client
@@ -73,21 +74,26 @@ def _snapshot(
     logging.getLogger("agentpool.kube.reachability").disabled = True
     api = KubeApi(user_client(kubeconfig, context))
     try:
-        objects = read_cluster(api, selector or None, namespace)
+        objects = read_cluster(api, selector or None, namespace, statefulsets=shards is None)
     finally:
         api.close()
-    return build_rows(objects.nodes, objects.power_profiles, objects.telemetry_profiles,
-                      objects.node_twins, objects.leases, options)
+    pools = find_pools(objects.statefulsets, objects.unreadable, bool(objects.leases),
+                       namespace, shards)
+    rows = build_rows(objects.nodes, objects.power_profiles, objects.telemetry_profiles,
+                      objects.node_twins, objects.leases, Options(now, pools, stale_s))
+    return rows, pools
 
 
-def _show(rows: list[NodeRow], output: str, watching: bool) -> None:
+def _show(rows: list[NodeRow], pools: Pools, output: str, watching: bool) -> None:
     if output == "json":
-        click.echo(as_json(rows), nl=False)
+        click.echo(as_json(rows, pools), nl=False)
         return
     if watching and sys.stdout.isatty():
         click.echo(CLEAR, nl=False)
     elif watching:
         click.echo()
+    for note in pools.notes:  # where the shard counts come from: beside, not in, the table
+        click.echo(note, err=True)
     click.echo(table(rows, wide=output == "wide"), nl=False)
     for row in rows:
         for problem in row.problems:
@@ -101,9 +107,11 @@ def _show(rows: list[NodeRow], output: str, watching: bool) -> None:
 @click.option("-l", "--selector", default=option("POOL_NODE_SELECTOR").default, show_default=True,
               help="label selector of the managed nodes (the agent's POOL_NODE_SELECTOR)")
 @click.option("-n", "--namespace", default=None,
-              help="namespace of the pool Leases (elastic pools)  [default: all namespaces]")
+              help="namespace of the agent pool (its Leases or StatefulSet)  "
+                   "[default: all namespaces]")
 @click.option("--shards", type=click.IntRange(min=1), default=None,
-              help="static pool: POOL_SHARDS, to show each node's shard")
+              help="static pool: POOL_SHARDS, to show each node's shard  [default: read "
+                   "from the pool's StatefulSet]")
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table",
               show_default=True, help="wide adds the GPU result and the message")
 @click.option("-w", "--watch", is_flag=True, help="refresh until Ctrl-C")
@@ -123,23 +131,24 @@ def status(
     its desired caps, the result and backend of its status, power, and the status's age.
 
     Reads only cluster objects with your kubeconfig (nodes, NodeTwins or NodePowerProfiles,
-    TelemetryProfile statuses, pool Leases): no port-forward. Exits 1 when a managed node
-    has no live owner or its result is error, 3 when the cluster cannot be read.
+    TelemetryProfile statuses, pool Leases, StatefulSets): no port-forward. Says on stderr
+    where the shard counts were found. Exits 1 when a managed node has no live owner or its
+    result is error, 3 when the cluster cannot be read.
     """
     code = 0
     stop = _Interrupt() if watch else None
     try:
         while True:
-            options = Options(now or datetime.now(UTC), shards, stale)
             try:
-                rows = _snapshot(kubeconfig, context, selector, namespace, options)
+                rows, pools = _snapshot(kubeconfig, context, selector, namespace, shards,
+                                        now or datetime.now(UTC), stale)
             except KubeError as exc:
                 click.echo(f"agentpool status: cannot read the cluster: {exc}", err=True)
                 code = EXIT_UNREADABLE
                 if not watch:
                     break
             else:
-                _show(rows, output, watch)
+                _show(rows, pools, output, watch)
                 code = EXIT_PROBLEMS if any(row.problems for row in rows) else 0
             if stop is None or stop.sleep(interval):
                 break

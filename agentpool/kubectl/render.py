@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from agentpool.kubectl.pools import Pools
 from agentpool.kubectl.rows import NodeRow, short_duration
 
 COLUMNS = ("NODE", "OWNER", "API", "CPU CAP", "GPU CAP", "RESULT", "BACKEND", "POWER", "AGE")
@@ -23,6 +24,8 @@ def _owner(row: NodeRow) -> str:
 
 def _cells(row: NodeRow, wide: bool) -> list[str]:
     power = None if row.power_w is None else f"{row.power_w:.0f} W"
+    if power is not None and row.whole_node_power:
+        power += " (node)"
     cells = [
         row.node, _owner(row), row.api.value, _dash(row.cpu_cap), _dash(row.gpu_cap),
         _dash(row.result), _dash(row.backend), _dash(power),
@@ -44,7 +47,13 @@ def table(rows: Sequence[NodeRow], wide: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def as_json(rows: Sequence[NodeRow]) -> str:
+def as_json(rows: Sequence[NodeRow], pools: Pools | None = None) -> str:
     problems = sum(1 for row in rows if row.problems)
-    document = {"nodes": [row.as_json() for row in rows], "problemNodes": problems}
+    pools = pools or Pools()
+    document = {
+        "nodes": [row.as_json() for row in rows],
+        "problemNodes": problems,
+        "shards": [pool.as_json() for pool in pools.pools],
+        "notes": list(pools.notes),
+    }
     return json.dumps(document, indent=2) + "\n"

@@ -4,21 +4,31 @@ Which API a node follows is decided as the agent decides it with
 ``JOULIE_API=auto`` (``ClusterView.api_of``, over the objects the supervisor
 watches): its NodeTwin if one targets it, else its NodePowerProfile. Its
 owner is the pod whose live Lease claims it (elastic pools), else its shard
-when the shard count is given. Whether that owner is alive: for an elastic
+when its pool's shard count is known (:mod:`.pools`: ``--shards``, or the
+static pool's StatefulSet). Whether that owner is alive: for an elastic
 pool, its Lease (``renewTime`` + duration compared with this machine's
 clock, so a skewed clock shifts it); otherwise the age of the node's status,
 which a live agent rewrites at least every heartbeat.
+
+Its power: what the agent observed of the CPU packages (the profile API's
+``observed``, in a TelemetryProfile), else, for a node on the NodeTwin API,
+whose status has no room for it (Joulie's schema declares four keys in
+``controlStatus``), the whole node's power that Joulie's operator measured
+and wrote in the NodeTwin's ``status.powerMeasurement`` (from Prometheus or an
+HTTP endpoint; not its ``static`` or ``utilization`` estimates, nor a 0 that
+means it measured nothing).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from agentpool.errors import ProfileError
+from agentpool.kubectl.pools import Pools
 from agentpool.pool.assignment import shard_of
 from agentpool.pool.membership import ANNOTATION_CLAIMS, decode_claims
 from agentpool.resources.nodeinputs import NodeApi
@@ -37,8 +47,8 @@ Raw = Mapping[str, Any]
 @dataclass(frozen=True)
 class Options:
     now: datetime
-    shards: int | None = None
-    """Static pool: the shard count, to name each node's shard (fnv32a, as the agent)."""
+    pools: Pools = field(default_factory=Pools)
+    """Static pools: their shard counts, to name each node's shard (fnv32a, as the agent)."""
     stale_s: float = 660.0
     """A status older than this means nobody keeps it (no live owner)."""
 
@@ -47,7 +57,7 @@ class Options:
 class NodeRow:
     node: str
     owner: str | None
-    """A pod name (elastic pool), ``shard N`` (static, --shards), or None: unknown."""
+    """A pod name (elastic pool), ``shard N`` (static), or None: unknown."""
     owner_live: bool | None
     """None: cannot tell (no Lease, no status)."""
     api: NodeApi
@@ -60,10 +70,18 @@ class NodeRow:
     gpu_result: str | None
     gpu_backend: str | None
     power_w: float | None
+    power_from: str | None
+    """Where :attr:`power_w` was read (its field), which says what it measures."""
     gpu_power_w: float | None
     updated_at: datetime | None
     age_s: float | None
     problems: tuple[str, ...]
+
+    @property
+    def whole_node_power(self) -> bool:
+        """:attr:`power_w` is the whole node's (Joulie's operator's measurement), not the
+        CPU packages' the agent observed."""
+        return (self.power_from or "").startswith("powerMeasurement.")
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -71,7 +89,8 @@ class NodeRow:
             "api": self.api.value, "cpuCap": self.cpu_cap, "gpuCap": self.gpu_cap,
             "result": self.result, "backend": self.backend, "message": self.message,
             "gpuResult": self.gpu_result, "gpuBackend": self.gpu_backend,
-            "powerWatts": self.power_w, "gpuPowerWatts": self.gpu_power_w,
+            "powerWatts": self.power_w, "powerFrom": self.power_from,
+            "gpuPowerWatts": self.gpu_power_w,
             "updatedAt": None if self.updated_at is None else _rfc3339(self.updated_at),
             "ageSeconds": None if self.age_s is None else round(self.age_s, 3),
             "problems": list(self.problems),
@@ -197,15 +216,45 @@ def build_rows(
     tps = _by_node(telemetry_profiles, _tp_node)
     twins = _by_node(node_twins, spec_node_name)
     pool = _leases(leases, options.now)
+    labels = {metadata_name(n): _labels(n) for n in nodes}
     rows = []
-    for node in sorted(metadata_name(n) for n in nodes):
-        rows.append(_row(node, npps.get(node), tps.get(node), twins.get(node), pool, options))
+    for node in sorted(labels):
+        rows.append(_row(node, labels[node], npps.get(node), tps.get(node), twins.get(node),
+                         pool, options))
     return rows
 
 
+def _labels(node: Raw) -> dict[str, str]:
+    labels = _map(_map(node.get("metadata")).get("labels"))
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+POWER_FIELDS = ("packagePowerWatts", "observedPowerWatts")
+"""What the agent's ``observed`` reports power in: host RAPL's package total, and the power
+the DVFS fallback controls on."""
+ESTIMATES = ("static", "utilization")
+"""``powerMeasurement.source`` values that are no measurement (Joulie's CRD: estimates)."""
+
+
+def _power(observed: Raw, twin_status: Raw | None) -> tuple[float | None, str | None]:
+    """(watts, the field they were read from)."""
+    for key in POWER_FIELDS:
+        power = _number(observed.get(key))
+        if power is not None:
+            return power, f"observed.{key}"
+    if twin_status is None:
+        return None, None
+    measured = _map(twin_status.get("powerMeasurement"))
+    power = _number(measured.get("measuredNodePowerW"))
+    source = measured.get("source")
+    if power is None or power <= 0 or source in ESTIMATES:
+        return None, None
+    return power, f"powerMeasurement.measuredNodePowerW ({source or 'no source'})"
+
+
 def _row(
-    node: str, npp: Raw | None, tp: Raw | None, twin: Raw | None, pool: list[_Lease],
-    options: Options,
+    node: str, labels: Mapping[str, str], npp: Raw | None, tp: Raw | None, twin: Raw | None,
+    pool: list[_Lease], options: Options,
 ) -> NodeRow:
     problems: list[str] = []
     desired: Raw | None
@@ -223,12 +272,11 @@ def _row(
     cpu, gpu = _map(status.get("cpu")), _map(status.get("gpu"))
     updated = parse_time(cpu.get("updatedAt"))
     age = None if updated is None else (options.now - updated).total_seconds()
-    observed = _map(cpu.get("observed"))
-    power = _number(observed.get("packagePowerWatts"))
-    if power is None:
-        power = _number(observed.get("observedPowerWatts"))
+    twin_status = _map(twin.get("status")) if twin is not None else None
+    power, power_from = _power(_map(cpu.get("observed")), twin_status)
     gpu_observed = _map(gpu.get("observed"))
-    owner, live = _owner(node, pool, age, options, problems)
+    shards = options.pools.shards_of(labels)
+    owner, live = _owner(node, shards, pool, age, options, problems)
     result = cpu.get("result") if isinstance(cpu.get("result"), str) else None
     if result == "error":
         problems.append(f"result error: {cpu.get('message') or ''}".rstrip(": "))
@@ -238,7 +286,8 @@ def _row(
         node=node, owner=owner, owner_live=live, api=api, cpu_cap=cpu_cap, gpu_cap=gpu_cap,
         result=result, backend=_text(cpu.get("backend")), message=_text(cpu.get("message")),
         gpu_result=_text(gpu.get("result")), gpu_backend=_text(gpu.get("backend")),
-        power_w=power, gpu_power_w=_number(gpu_observed.get("powerWattsTotal")),
+        power_w=power, power_from=power_from,
+        gpu_power_w=_number(gpu_observed.get("powerWattsTotal")),
         updated_at=updated, age_s=age, problems=tuple(problems),
     )
 
@@ -248,7 +297,8 @@ def _text(value: Any) -> str | None:
 
 
 def _owner(
-    node: str, pool: list[_Lease], age: float | None, options: Options, problems: list[str]
+    node: str, shards: int | None, pool: list[_Lease], age: float | None, options: Options,
+    problems: list[str],
 ) -> tuple[str | None, bool | None]:
     if pool:
         claiming = [lease for lease in pool if node in lease.claims]
@@ -262,7 +312,7 @@ def _owner(
             return dead.pod, False
         problems.append("no live owner: no live pool pod claims it")
         return None, False
-    owner = f"shard {shard_of(node, options.shards)}" if options.shards else None
+    owner = f"shard {shard_of(node, shards)}" if shards else None
     if age is None:
         return owner, None
     if age > options.stale_s:

@@ -31,7 +31,8 @@ class GpuRange:
     max_watts: float
     min_watts: float | None
     source: str
-    """Where it comes from, for the status: ``NodeHardware`` or ``hardware catalog``."""
+    """Where it comes from, for the status: ``NodeHardware``, ``hardware catalog: KEY`` or
+    ``built-in table: PRODUCT (data sheet)``."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,6 @@ class NodeInputs:
     """CPU package maximum of the whole node from its NodeHardware (HTTP percent caps)."""
     gpu_range: GpuRange | None = None
     """Per-GPU range from the node's NodeHardware ``capRangePerGpu``, else the hardware
-    catalog (HTTP GPU percent caps)."""
+    catalog, else agentpool's table of data sheets (HTTP GPU percent caps)."""
     spec_stale: bool = False
     """The desired state has not been confirmed from the API for SPEC_READ_TIMEOUT."""

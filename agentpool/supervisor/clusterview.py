@@ -25,6 +25,7 @@ from typing import Any
 from agentpool.config.options import AgentMode, JoulieApi
 from agentpool.config.settings import Settings
 from agentpool.controller.budget import longest_tick_s
+from agentpool.hardware.boards import board_power
 from agentpool.hardware.catalog import Catalog
 from agentpool.hardware.labels import GPU_PRODUCT_LABELS, first_label, gpu_allocatable
 from agentpool.kube.api import Resource
@@ -76,7 +77,8 @@ class ClusterView:
     def __init__(self, settings: Settings, catalog: Catalog | None = None) -> None:
         self.settings = settings
         self.catalog = catalog
-        """The hardware catalog: GPU ranges for percent caps where NodeHardware has none."""
+        """The hardware catalog: GPU ranges for percent caps where NodeHardware has none (before
+        agentpool's own table)."""
         self.selector = parse_selector(settings.pool_node_selector)
         self.labels: dict[str, dict[str, str]] = {}
         self.gpus: dict[str, dict[str, str]] = {}
@@ -298,14 +300,11 @@ class ClusterView:
         return f"no API yet: neither a NodeTwin nor a NodePowerProfile targets it ({setting})"
 
     def _catalog_gpu(self, node: str) -> GpuRange | None:
-        """The board power range of the node's GPU model (its product label) in the catalog."""
-        if self.catalog is None:
-            return None
-        model = self.catalog.match_gpu(first_label(self.labels.get(node, {}),
-                                                   tuple(GPU_PRODUCT_LABELS)))
-        if model is None:
-            return None
-        return GpuRange(model.max_watts, model.min_watts, f"hardware catalog: {model.key}")
+        """The board power range of the node's GPU product (its product label): the catalog's,
+        else agentpool's own table's (:func:`~agentpool.hardware.boards.board_power`)."""
+        product = first_label(self.labels.get(node, {}), tuple(GPU_PRODUCT_LABELS))
+        board = board_power(product, self.catalog)
+        return None if board is None else GpuRange(board.max_watts, board.min_watts, board.source)
 
     def inputs_for(self, node: str) -> NodeInputs:
         """The node's inputs: the desired state of the API it follows (:meth:`api_of`), the

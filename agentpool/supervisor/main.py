@@ -424,8 +424,8 @@ def _catalog(settings: Settings) -> Catalog | None:
     try:
         catalog = load_catalog(settings.hardware_catalog_path)
     except ConfigError as exc:
-        log.warning("%s; NodeHardware carries no catalog keys and GPU percent caps over HTTP "
-                    "use only NodeHardware's and the telemetry's maxima", exc)
+        log.warning("%s; NodeHardware carries no catalog keys, and GPU ranges come from "
+                    "what is measured, else agentpool's own table of data sheets", exc)
         return None
     log.info("hardware catalog %s (version %s) loaded", settings.hardware_catalog_path,
              catalog.version)

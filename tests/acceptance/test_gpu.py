@@ -22,10 +22,12 @@ from typing import Any
 import pytest
 
 from agentpool.sim.cluster import SimCluster
+from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import MANAGED, power_profile, telemetry_profile, twin_name
 from agentpool.sim.polling import wait_until
 from agentpool.sim.power.gpu import GpuConfig
 from tests.support.fake_nvml import FakeGpu, FakeNvml, build
+from tests.support.joulie_chart import AGENT_ENV, pool_env
 
 pytest.importorskip("pynvml", reason="nvidia-ml-py (agentpool[nvidia]) is not installed")
 
@@ -193,4 +195,61 @@ def test_nodetwin_percent_caps_over_http_find_the_maximum_joulies_simulator_does
         assert gpu["model"] == "H100_SXM_80G"
         assert gpu["capRangePerGpu"] == {"minWatts": 200.0, "maxWatts": 700.0}
         assert (gpu["count"], gpu["currentCapWatts"], gpu["controlAvailable"]) == (4, 350.0, True)
+        assert agent.terminate() == 0
+
+
+@pytest.fixture(params=["emulator", "envtest"])
+def server(request: pytest.FixtureRequest) -> EnvtestServer | None:
+    return request.getfixturevalue("envtest_server") if request.param == "envtest" else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_joulies_defaults_without_a_catalog_publish_the_data_sheet_range_and_cap_by_it(
+    tmp_path: Path, server: EnvtestServer | None
+) -> None:
+    """Joulie's chart mounts no hardware catalog by default, its operator writes GPU caps
+    as a percent (``GPU_ECO_CAP_PCT_OF_MAX``: 60) and its simulator's GPU telemetry sends
+    no range: the node's NodeHardware gets ``capRangePerGpu`` from agentpool's table of
+    data sheets, ``heuristic``, saying so, and the percent cap resolves against it."""
+    with SimCluster(tmp_path, api="nodetwin", server=server) as cluster:
+        joulies = GpuConfig(count=8, min_watts=100, max_watts=800, default_watts=700,
+                            report_limits=False)
+        cluster.power.add_node("gpu-0", gpu=joulies)
+        cluster.add_node("gpu-0", cap=150, gpus=8,
+                         labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+        cluster.api.patch("nodetwins", twin_name("gpu-0"),
+                          {"spec": {"gpu": {"powerCap": {"scope": "perGpu", "capPctOfMax": 60}}}})
+        env = {
+            # The pool StatefulSet of Joulie's chart with its default agent.env, so no
+            # HARDWARE_CATALOG_PATH; but a 1 s interval instead of 20 s (a short test) and
+            # SimCluster's free port instead of :8080 (which may be taken here).
+            **pool_env(1, AGENT_ENV),
+            "RECONCILE_INTERVAL": "1s",
+            **cluster.routing_env(),
+            "TELEMETRY_GPU_CONTROL": "http",
+            "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": cluster.power.control_endpoint,
+        }
+        del env["METRICS_ADDR"]
+        agent = cluster.start_agent(env)
+        agent.wait_ready()
+        # 60% of the H100 SXM5's 700 W (its data sheet), within its 200 W minimum.
+        wait_until(lambda: cluster.power.state("gpu-0").gpu_cap_watts == 420.0, 30)
+
+        def published() -> dict[str, Any] | None:
+            [hardware] = cluster.api.list("nodehardwares") or [None]
+            gpu = ((hardware or {}).get("status") or {}).get("gpu") or {}
+            return hardware if gpu.get("currentCapWatts") == 420.0 else None
+
+        status = wait_until(published, 30)["status"]
+        assert status["gpu"]["capRangePerGpu"] == {
+            "minWatts": 200.0, "maxWatts": 700.0, "defaultWatts": 700.0}
+        assert status["gpu"]["rawModel"] == "NVIDIA-H100-80GB-HBM3"
+        assert "model" not in status["gpu"]
+        assert status["quality"]["overall"] == "heuristic"
+        [why] = [w for w in status["quality"]["warnings"] if "capRangePerGpu" in w]
+        assert "built-in table: NVIDIA H100 SXM5 80GB" in why
+        assert why.endswith("no hardware catalog is set")
+        twin = cluster.api.get("nodetwins", twin_name("gpu-0"))
+        assert twin["status"]["controlStatus"]["gpu"]["result"] == "applied"
         assert agent.terminate() == 0

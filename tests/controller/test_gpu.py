@@ -181,7 +181,7 @@ def test_http_percent_resolves_against_nodehardware_or_the_catalog_when_telemetr
     gpu = node.gpu()
     assert gpu.result is Result.BLOCKED
     assert "capRangePerGpu" in gpu.message
-    assert "hardware catalog" in gpu.message
+    assert "hardware catalog nor agentpool's table of data sheets" in gpu.message
     assert gpu_posts(sim, "joulie-gpu") == []
     for known, posted in (
         (GpuRange(300.0, 150.0, "NodeHardware"), 150.0),  # 50% of 300, at its minimum

@@ -171,6 +171,47 @@ def test_gpu_telemetry_over_http_wins_over_the_catalog() -> None:
     assert gpu["model"] == "H100_SXM_80G"  # the product label, resolved
 
 
+def test_http_gpus_without_a_catalog_take_their_range_from_agentpools_table() -> None:
+    # Joulie's chart defaults: no catalog mounted, and its simulator's telemetry sends no range.
+    status = nodehardware_status(
+        {**LABELS, **H100}, CAPACITY, {"nvidia.com/gpu": "8"}, None,
+        http_control=True, http_telemetry=True, gpus=GpuAccess("http", telemetry=True),
+    )
+    gpu = status["gpu"]
+    # The H100 SXM5 data sheet: up to 700 W; nvidia-smi's minimum 200 W; 700 W by default.
+    assert gpu["capRangePerGpu"] == {"minWatts": 200.0, "maxWatts": 700.0, "defaultWatts": 700.0}
+    assert "model" not in gpu
+    assert status["quality"]["overall"] == "heuristic"
+    [table] = [w for w in status["quality"]["warnings"] if "capRangePerGpu" in w]
+    assert table.startswith("gpu capRangePerGpu from agentpool's built-in table: NVIDIA H100 "
+                            "SXM5 80GB (NVIDIA H100 Tensor Core GPU datasheet")
+    assert table.endswith("not measured: no GPU library or telemetry reported a range and no "
+                          "hardware catalog is set")
+    assert table in gpu["warnings"]
+    # A catalog that lacks the product: the table still, and the warning says why.
+    l40s = {"nvidia.com/gpu.product": "NVIDIA-L40S"}
+    gpu = nodehardware_status(l40s, {}, {"nvidia.com/gpu": "4"}, None,
+                              gpus=GpuAccess("http"), catalog=CATALOG)["gpu"]
+    assert gpu["capRangePerGpu"] == {"maxWatts": 350.0}  # no minimum published
+    assert any(w.endswith("the hardware catalog lacks it") for w in gpu["warnings"])
+
+
+def test_what_is_measured_ranks_above_the_catalog_and_the_table() -> None:
+    labels = {**LABELS, **H100}
+    telemetry = GpuSeen("nvidia", 8, None, 150.0, 600.0, None, 450.0, True)
+    nvml = GpuSeen("nvidia", 8, "NVIDIA H100 80GB HBM3", 250.0, 690.0, 690.0, 500.0, True)
+    for access, cap_range in (
+        (GpuAccess("http", True, telemetry), {"minWatts": 150.0, "maxWatts": 600.0}),
+        (GpuAccess("host", seen=nvml), {"minWatts": 250.0, "maxWatts": 690.0,
+                                        "defaultWatts": 690.0}),
+    ):
+        for catalog in (None, CATALOG):
+            status = nodehardware_status(labels, {}, {"nvidia.com/gpu": "8"}, None,
+                                         gpus=access, catalog=catalog)
+            assert status["gpu"]["capRangePerGpu"] == cap_range
+            assert not any("capRangePerGpu" in w for w in status["quality"]["warnings"])
+
+
 def test_gpu_labels_without_gpus_are_not_present() -> None:
     gpu = nodehardware_status(H100, {}, {"nvidia.com/gpu": "0"}, None, catalog=CATALOG)["gpu"]
     assert gpu["present"] is False

@@ -10,8 +10,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentpool.kube.status import HEARTBEAT_S
 from agentpool.kubectl import command
+from agentpool.kubectl.pools import given, static_pools
 from agentpool.kubectl.render import table
 from agentpool.kubectl.rows import NodeRow, Options, build_rows, short_duration
 from agentpool.pool.membership import ANNOTATION_CLAIMS, encode_claims
@@ -82,10 +85,75 @@ def test_the_nodetwin_wins_and_the_oldest_of_several_is_used() -> None:
 def test_an_invalid_desired_state_and_an_error_are_problems() -> None:
     bad = power_profile("n", 100, "eco")
     bad["spec"]["cpu"]["packagePowerCapWatts"] = -5
-    (row,) = rows(["n"], [bad], shards=3)
+    (row,) = rows(["n"], [bad], pools=given(3))
     assert row.cpu_cap == "invalid"
     assert "spec.cpu.packagePowerCapWatts" in row.problems[0]
     assert row.owner.startswith("shard ")
+
+
+def test_a_static_pools_shard_is_its_own_count_over_the_nodes_it_selects() -> None:
+    pools = static_pools([
+        {"metadata": {"name": "gpu-pool", "namespace": "j"}, "spec": {"replicas": 3, "template": {
+            "spec": {"containers": [{"name": "agent", "env": [
+                {"name": "AGENT_MODE", "value": "pool"}, {"name": "POOL_SHARDS", "value": "3"},
+                {"name": "POOL_NODE_SELECTOR", "value": "kind=gpu"}]}]}}}},
+    ])
+    nodes = [{"metadata": {"name": name, "labels": {"kind": kind}}}
+             for name, kind in (("g-1", "gpu"), ("g-2", "gpu"), ("c-1", "cpu"))]
+    got = build_rows(nodes, [], [], [], [], Options(NOW, pools))
+    # fnv32a % 3 of each name, worked out by hand from the FNV-1a definition.
+    assert [(row.node, row.owner) for row in got] == [
+        ("c-1", None), ("g-1", f"shard {fnv_mod('g-1', 3)}"), ("g-2", f"shard {fnv_mod('g-2', 3)}")]
+
+
+def fnv_mod(name: str, shards: int) -> int:
+    """32-bit FNV-1a (offset basis 2166136261, prime 16777619) modulo ``shards``: the
+    contract's sharding, computed here on its own."""
+    value = 2166136261
+    for byte in name.encode():
+        value = ((value ^ byte) * 16777619) % 2**32
+    return value % shards
+
+
+def cell(text: str, column: str) -> str:
+    """The first row's cell under ``column`` (columns start where their header starts)."""
+    header, first = text.splitlines()[:2]
+    start = header.index(column)
+    following = [header.index(c) for c in header[start:].split()[1:2]]
+    return first[start:following[0] if following else None].strip()
+
+
+def twin(status: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "n"}, "spec": {"nodeName": "n", "profile": "eco",
+            "cpu": {"packagePowerCapWatts": 90}}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("measurement", "power", "shown"),
+    [
+        ({"source": "prometheus", "measuredNodePowerW": 412.3}, 412.3, "412 W (node)"),
+        ({"source": "http", "measuredNodePowerW": 250}, 250.0, "250 W (node)"),
+        ({"source": "static", "measuredNodePowerW": 300}, None, "-"),  # an estimate
+        ({"source": "utilization", "measuredNodePowerW": 300}, None, "-"),
+        ({"source": "http-error", "measuredNodePowerW": 0}, None, "-"),  # measured nothing
+        ({"measuredNodePowerW": "lots"}, None, "-"),
+    ],
+)
+def test_a_nodetwin_nodes_power_is_what_joulies_operator_measured_of_the_node(
+    measurement: dict[str, Any], power: float | None, shown: str
+) -> None:
+    (row,) = rows(["n"], twins=[twin({"powerMeasurement": measurement})])
+    assert row.power_w == power
+    assert (row.power_from is None) == (power is None)
+    assert cell(table([row]), "POWER") == shown
+
+
+def test_the_agents_own_observation_is_the_power_of_the_cpu_packages() -> None:
+    tp = {"metadata": {"name": "n"}, "spec": {"target": {"scope": "node", "nodeName": "n"}},
+          "status": {"control": {"cpu": {"observed": {"observedPowerWatts": 96.4}}}}}
+    (row,) = rows(["n"], [power_profile("n", 100, "eco")], [tp])
+    assert (row.power_w, row.power_from) == (96.4, "observed.observedPowerWatts")
+    assert cell(table([row]), "POWER") == "96 W"
 
 
 def test_short_durations_read_like_kubectls() -> None:

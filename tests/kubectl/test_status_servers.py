@@ -9,6 +9,7 @@ then runs a static pool of 2 shards, and the command must agree with it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,10 +24,13 @@ import pytest
 
 from agentpool.pool.membership import ANNOTATION_CLAIMS, LABEL_POOL, encode_claims
 from agentpool.sim.apiserver.errors import ApiError
-from agentpool.sim.cluster import SimCluster
+from agentpool.sim.cluster import KINDS, SimCluster
+from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.polling import wait_until
+from tests.support.agents import worker_pids
 from tests.support.apiservers import Backend
+from tests.support.chart import CHART_DIR, load_helm, one, parse_manifests
 
 GOLDEN = Path(__file__).parent / "golden"
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -61,8 +65,9 @@ def cpu_status(result: str, backend: str, message: str, updated_ago: float,
     return status
 
 
-def seed(api: Any) -> None:
-    """Five managed nodes, one unmanaged; two pool Leases (one expired)."""
+def seed(api: Any, leases: bool = True) -> None:
+    """Five managed nodes, one unmanaged; two pool Leases (one expired) unless not
+    ``leases``."""
     try:
         api.create("namespaces", {"metadata": {"name": POOL_NS}})
     except (ApiError, KeyError):
@@ -91,9 +96,15 @@ def seed(api: Any) -> None:
                  "cpu": {"packagePowerCapPctOfMax": 60},
                  "gpu": {"powerCap": {"scope": "perGpu", "capWattsPerGpu": 250}}},
     })
-    api.patch("nodetwins", "w-1", {"status": {"controlStatus": {
-        "cpu": cpu_status("applied", "rapl", "60% of max 330 W = 198.0 W: RAPL PL1", 300),
-        "gpu": cpu_status("applied", "http", "GPU cap 250 W", 300)}}}, subresource="status")
+    api.patch("nodetwins", "w-1", {"status": {
+        "controlStatus": {
+            "cpu": cpu_status("applied", "rapl", "60% of max 330 W = 198.0 W: RAPL PL1", 300),
+            "gpu": cpu_status("applied", "http", "GPU cap 250 W", 300)},
+        # Joulie's operator's: the whole node's power, as its Prometheus query measured it.
+        "powerMeasurement": {"source": "prometheus", "measuredNodePowerW": 412.3,
+                             "nodeTdpW": 700}}}, subresource="status")
+    if not leases:
+        return
     api.create("leases", lease("joulie-agent-pool-0", 3, {"w-0", "w-1", "w-3"}),
                namespace=POOL_NS)
     api.create("leases", lease("joulie-agent-pool-1", 60, {"w-2"}), namespace=POOL_NS)
@@ -134,6 +145,93 @@ def test_a_static_pool_shows_shards_and_stale_statuses(seeded: Backend) -> None:
     assert done.returncode == 1, done.stderr
     assert done.stdout == golden("static-wide.txt")
     assert done.stderr == golden("static-wide.stderr")
+
+
+def chart_statefulset(**pool: Any) -> dict[str, Any]:
+    """The pool StatefulSet as the chart renders it (Helm's own engine), ``pool`` merged
+    into ``agent.pool``."""
+    with load_helm().Chart.load(CHART_DIR) as chart:
+        objects = parse_manifests(chart.render(
+            {"agent": {"mode": "pool", "pool": pool}}, name="joulie", namespace=POOL_NS))
+    return one(objects, "StatefulSet")
+
+
+@pytest.fixture
+def static_pool(backend: Backend) -> Iterator[Backend]:
+    """The seeded cluster without Leases, and the chart's StatefulSet of 2 replicas."""
+    seed(backend.direct, leases=False)
+    sts = chart_statefulset(replicas=2)
+    backend.direct.create("statefulsets", sts, namespace=POOL_NS)
+    try:
+        yield backend
+    finally:
+        backend.direct.delete("statefulsets", sts["metadata"]["name"], POOL_NS)
+
+
+def test_a_static_pool_shows_shards_read_from_its_statefulset(static_pool: Backend) -> None:
+    # The same table as with --shards 2, and where the count was found.
+    done = status(static_pool.kubeconfig, "-o", "wide")
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == golden("static-wide.txt")
+    assert done.stderr == golden("static-statefulset.stderr")
+    # --shards still wins, and a namespace without the pool finds none.
+    done = status(static_pool.kubeconfig, "--shards", "3", "-o", "json")
+    assert json.loads(done.stdout)["notes"] == ["shards: 3 (--shards)"]
+    done = status(static_pool.kubeconfig, "-n", "default", "-o", "json")
+    document = json.loads(done.stdout)
+    assert {row["owner"] for row in document["nodes"]} == {None}
+    assert document["notes"] == [
+        "shards: not found (no StatefulSet in namespace default runs the agent with "
+        "AGENT_MODE=pool): --shards N names each node's shard"]
+
+
+def test_a_user_who_may_not_list_statefulsets_gets_the_table_and_why_no_shards(
+    envtest_server: EnvtestServer, tmp_path: Path,
+) -> None:
+    """The plugin runs with the user's credentials: a role that reads what the table needs
+    but not StatefulSets costs only the shard counts."""
+    server = envtest_server
+    admin = server.api()
+    admin.wipe(KINDS)
+    seed(admin, leases=False)
+    sts = chart_statefulset(replicas=2)
+    admin.create("statefulsets", sts, namespace=POOL_NS)
+    name = "agentpool-status-viewer"
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+        {"apiGroups": ["joulie.io"], "resources": ["*"], "verbs": ["get", "list"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]},
+    ]
+    objects = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": name, "namespace": POOL_NS}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": POOL_NS}]},
+    ]
+    admin.apply(objects)
+    try:
+        kubeconfig = server.service_account_kubeconfig(tmp_path / "viewer", POOL_NS, name)
+        done = status(kubeconfig, "-o", "wide")
+        assert done.returncode == 1, done.stderr
+        first, *problems = done.stderr.splitlines()
+        assert first.startswith("shards: unknown (StatefulSets not listed: list statefulsets: "
+                                "HTTP 403 ")
+        assert first.endswith("--shards N names each node's shard")
+        assert problems == golden("static-wide.stderr").splitlines()[1:]
+        # No shard known; w-2's status is stale: nobody owns it.
+        owners = [line.split()[1] for line in done.stdout.splitlines()[1:]]
+        assert owners == ["-", "-", "none", "-", "-"]
+    finally:
+        for obj in reversed(objects):
+            kind = f"{obj['kind']}.{obj['apiVersion']}"
+            admin.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+        admin.delete("statefulsets", sts["metadata"]["name"], POOL_NS)
+        admin.wipe(KINDS)
 
 
 def test_healthy_nodes_exit_0_and_json_says_the_same(seeded: Backend) -> None:
@@ -182,21 +280,35 @@ def test_it_agrees_with_a_running_static_pool(cluster: SimCluster) -> None:
     nodes = [f"kwok-node-{i}" for i in range(4)]
     for node in nodes:
         cluster.add_node(node)
-    agents = [cluster.start_agent({"POOL_SHARDS": "2", "POOL_SHARD_ID": str(i)})
-              for i in range(2)]
-    for agent in agents:
-        agent.wait_ready(60)
-    wait_until(lambda: all(cluster.status(n).get("result") == "applied" for n in nodes), 60)
-    done = subprocess.run(
-        [sys.executable, "-m", "agentpool", "status", "--kubeconfig", str(cluster.kubeconfig),
-         "--shards", "2", "-o", "json"], capture_output=True, text=True, timeout=60, check=False)
+    # The chart's StatefulSet is there (no controller makes its pods here): the agents run
+    # as its pods would, with its POOL_SHARDS and their ordinals.
+    sts = chart_statefulset(replicas=2)
+    with contextlib.suppress(ApiError, KeyError):
+        cluster.api.create("namespaces", {"metadata": {"name": POOL_NS}})
+    cluster.api.create("statefulsets", sts, namespace=POOL_NS)
+    try:
+        env = {v["name"]: v["value"] for v in sts["spec"]["template"]["spec"]["containers"][0][
+            "env"] if v["name"] in ("POOL_SHARDS", "POOL_NODE_SELECTOR")}
+        agents = [cluster.start_agent({**env, "POD_NAME": f"joulie-agent-pool-{i}"})
+                  for i in range(2)]
+        for agent in agents:
+            agent.wait_ready(60)
+        wait_until(lambda: all(cluster.status(n).get("result") == "applied" for n in nodes), 60)
+        done = subprocess.run(
+            [sys.executable, "-m", "agentpool", "status", "--kubeconfig",
+             str(cluster.kubeconfig), "-o", "json"],
+            capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        cluster.api.delete("statefulsets", sts["metadata"]["name"], POOL_NS)
     assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)["nodes"]
-    from agentpool.pool.assignment import shard_of
-
+    document = json.loads(done.stdout)
+    rows = document["nodes"]
+    # Each node's shard, as the pods that write its status own it: fnv32a(node) % 2.
+    owners = {node: f"shard {i}" for i, agent in enumerate(agents) for node in worker_pids(agent)}
     assert [(r["node"], r["owner"], r["ownerLive"], r["result"], r["backend"], r["cpuCap"])
-            for r in rows] == [
-        (n, f"shard {shard_of(n, 2)}", True, "applied", "rapl", "120 W") for n in nodes]
+            for r in rows] == [(n, owners[n], True, "applied", "rapl", "120 W") for n in nodes]
+    assert document["notes"] == [
+        "shards: 2 (StatefulSet joulie-system/joulie-agent-pool, POOL_SHARDS)"]
     for agent in agents:
         assert agent.terminate() == 0
     # Stopped: nothing claims a cap is in force, and nobody is there to keep the status.

@@ -151,7 +151,19 @@ def test_gpu_ranges_come_from_nodehardware_else_the_catalog() -> None:
     assert view.inputs_for("g").gpu_range == GpuRange(600.0, 150.0, "NodeHardware")
     # The agent's own writes come back: the same range changes nothing.
     assert view.apply(Change(Resource.NODE_HARDWARES, "MODIFIED", published)) == set()
-    assert ClusterView(Settings()).inputs_for("g").gpu_range is None  # no catalog, no object
+    assert ClusterView(Settings()).inputs_for("g").gpu_range is None  # no node, no range
+
+
+def test_without_a_catalog_gpu_ranges_come_from_agentpools_table() -> None:
+    view = ClusterView(Settings())
+    nodes = [{"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}}}
+             for name, product in (("h", "NVIDIA-H100-80GB-HBM3"), ("x", "Fake_GPU"))]
+    view.apply(Relisted(Resource.NODES, nodes))
+    known = view.inputs_for("h").gpu_range
+    assert known is not None
+    assert (known.max_watts, known.min_watts) == (700.0, 200.0)  # the H100 SXM5 data sheet
+    assert known.source.startswith("built-in table: NVIDIA H100 SXM5 80GB (")
+    assert view.inputs_for("x").gpu_range is None  # a product no table knows
 
 
 def test_nodehardware_gpu_ranges_are_read_as_numbers_or_not_at_all() -> None:
