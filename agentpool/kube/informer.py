@@ -13,11 +13,12 @@ logged at debug level: :mod:`agentpool.kube.reachability` tells the outage.
 
 What the server cannot filter for us, ``keep`` does before anything is queued:
 an object that does not concern this pod (another shard's node, another node's
-profile) is dropped as soon as it is decoded, and with ``keep_name`` (kinds whose
-object is the node itself) an event about a node this pod does not want is passed
-over before it is decoded at all (:func:`agentpool.kube.rawevents.head`). An object
-once passed on is followed until it is gone or no longer kept, so that its last
-event (retargeted to another node, deleted) reaches the cache too.
+profile) is dropped as soon as it is decoded. With ``wants`` (the nodes whose
+objects ``keep`` keeps) a watch event about no node this pod wants is passed over
+before it is decoded at all, read off its line (:mod:`agentpool.kube.rawevents`:
+a Node's name, or every node name a custom resource's line holds). An object once
+passed on is followed until it is gone or no longer kept, so that its last event
+(retargeted to another node, deleted) reaches the cache too.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import tenacity
 from agentpool.backoff import RECONNECT_MAX_S, reconnect_delay
 from agentpool.errors import KubeError, KubeTemporaryError
 from agentpool.kube.api import KubeApi, Resource, abort_read
-from agentpool.kube.rawevents import head
+from agentpool.kube.rawevents import glance, head
 from agentpool.kube.reachability import level_of
 from agentpool.proctitle import name_thread
 
@@ -90,13 +91,14 @@ class Informer:
         on_watch_restart: Callable[[Resource, str], None] | None = None,
         max_backoff_s: float = RECONNECT_MAX_S,
         keep: Callable[[dict[str, Any]], bool] | None = None,
-        keep_name: Callable[[str], bool] | None = None,
+        wants: Callable[[str], bool] | None = None,
     ) -> None:
         self.api = api
         self.keep = keep
         """Whether an object concerns this pod (None: every object does)."""
-        self.keep_name = keep_name
-        """For a kind whose objects are nodes: ``keep`` decided from the name alone."""
+        self.wants = wants
+        """The nodes whose objects ``keep`` keeps, where an event's node names tell it
+        before the event is decoded (None: decode every event)."""
         self._passed: set[str] = set()
         """Names of the objects passed on since the last list and not deleted or dropped
         since: the cache holds them. Only the informer's thread touches it."""
@@ -219,7 +221,7 @@ class Informer:
                 self.label_selector,
                 self.field_selector,
                 on_open=self._remember,
-                skip=self._skip if self.keep_name is not None else None,
+                skip=self._skip if self.wants is not None else None,
             ):
                 self._confirm()
                 kind = str(event.get("type", ""))
@@ -256,15 +258,26 @@ class Informer:
         return kept or known
 
     def _skip(self, line: str) -> str | None:
-        """The resourceVersion of an event about a node nobody here wants, read before the
-        line is decoded; None: decode it (a node kept or followed, or an unknown shape)."""
-        read = head(line)
-        if read is None or self.keep_name is None:
+        """The resourceVersion of an event about no node this pod wants and no object it
+        follows, read before the line is decoded; None: decode it (one that concerns the
+        pod, or a line that cannot be read safely without decoding it)."""
+        wants = self.wants
+        if wants is None:
             return None
-        _, name, version = read
-        if name in self._passed or self.keep_name(name):
+        if self.resource is Resource.NODES:
+            read = head(line)
+            if read is None or read[1] in self._passed or wants(read[1]):
+                return None
+            return read[2]
+        seen = glance(line)
+        if (
+            seen is None
+            or not seen.nodes  # targets no node: let ``keep`` say what that means
+            or any(wants(node) for node in seen.nodes)
+            or not seen.names.isdisjoint(self._passed)
+        ):
             return None
-        return version
+        return seen.version
 
 
 def _name(obj: dict[str, Any]) -> str:

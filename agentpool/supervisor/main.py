@@ -137,7 +137,7 @@ def _informer_factory(
             on_watch_restart=on_watch_restart,
             max_backoff_s=reconnect_cap(settings.reconcile_interval_s),
             keep=scope.keep,
-            keep_name=scope.keep_name,
+            wants=scope.wants,
         )
 
     return make

@@ -61,8 +61,9 @@ class KindScope:
     field_selector: str | None = None
     keep: Callable[[dict[str, Any]], bool] | None = None
     """Whether an object concerns this pod; None: every object does."""
-    keep_name: Wants | None = None
-    """For nodes: ``keep`` from the name alone, so events are passed over undecoded."""
+    wants: Wants | None = None
+    """The nodes ``keep`` keeps the objects of: events about others are passed over
+    undecoded (:class:`~agentpool.kube.informer.Informer`)."""
 
 
 def wanted_nodes(settings: Settings) -> Wants | None:
@@ -107,15 +108,16 @@ def kind_scope(settings: Settings, kind: Resource) -> KindScope:
         return KindScope(
             label_selector=settings.pool_node_selector,
             keep=lambda obj: node_wanted(metadata_name(obj)),
-            keep_name=node_wanted,
+            wants=node_wanted,
         )
     if wants is None:
         return KindScope()
     if kind is Resource.TELEMETRY_PROFILES:
-        return KindScope(keep=_telemetry(wants))
+        return KindScope(keep=_telemetry(wants), wants=wants)
     by_name = daemonset and kind in (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
     name = node_object_name(settings.node_name or "")
     return KindScope(
         field_selector=f"metadata.name={name}" if by_name else None,
         keep=_targeting(wants),
+        wants=wants,
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.kube.informer import Change, Informer, InformerEvent, Relisted
-from agentpool.kube.rawevents import head
+from agentpool.kube.rawevents import glance, head
 from agentpool.resources.parse import spec_node_name
 from tests.support.apiservers import Backend
 
@@ -129,7 +129,7 @@ def test_events_about_unwanted_nodes_pass_undecoded_and_move_the_watch_on(
     api, sink = api_for(backend), Sink()
     informer = Informer(api, Resource.NODES, sink, watch_timeout_s=2,
                         keep=lambda obj: obj["metadata"]["name"] == "a",
-                        keep_name=lambda name: name == "a")
+                        wants=lambda name: name == "a")
     informer.start()
     try:
         first = sink.next()
@@ -151,3 +151,68 @@ def test_events_about_unwanted_nodes_pass_undecoded_and_move_the_watch_on(
     finally:
         informer.stop()
         api.close()
+
+
+def test_a_glance_at_a_custom_resources_line_reads_what_decoding_it_gives(
+    backend: Backend,
+) -> None:
+    """Every line of a NodeTwin's life: where ``glance`` reads one, its version is the
+    object's and its names and node names include the object's (on the real server every
+    line is read; the emulator writes JSON with spaces, which ``glance`` leaves alone)."""
+    backend.direct.create("nodetwins", twin("before", "x"))
+    api, seen = api_for(backend), []
+
+    def skip(line: str) -> str | None:
+        seen.append((glance(line), json.loads(line)))
+        return None
+
+    listing = api.list(Resource.NODE_TWINS)
+    backend.direct.create("nodetwins", twin("w1", "worker-1.example.com"))
+    backend.direct.patch("nodetwins", "w1", {"spec": {"policy": {"name": "p"}}})
+    backend.direct.patch("nodetwins", "w1", {"spec": {"nodeName": "worker-2"}})
+    backend.direct.delete("nodetwins", "w1")
+    try:
+        for event in api.watch(Resource.NODE_TWINS, listing.resource_version, 5, skip=skip):
+            if event["type"] == "DELETED":
+                break
+    finally:
+        api.close()
+    assert [event["type"] for _, event in seen] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
+    for read, event in seen:
+        if read is None:
+            assert backend.server is None
+            continue
+        obj = event["object"]
+        assert read.version == obj["metadata"]["resourceVersion"]
+        assert obj["metadata"]["name"] in read.names
+        assert spec_node_name(obj) in read.nodes
+
+
+def test_events_of_other_nodes_custom_resources_are_not_decoded(backend: Backend) -> None:
+    backend.direct.create("nodetwins", twin("mine", "a"))
+    backend.direct.create("nodetwins", twin("other", "b"))
+    decoded: list[str] = []
+
+    def keep(obj: dict[str, Any]) -> bool:
+        decoded.append(obj["metadata"]["name"])
+        return spec_node_name(obj) == "a"
+
+    api, sink = api_for(backend), Sink()
+    informer = Informer(api, Resource.NODE_TWINS, sink, keep=keep, wants=lambda n: n == "a")
+    informer.start()
+    try:
+        assert isinstance(sink.next(), Relisted)
+        decoded.clear()
+        for i in range(3):
+            cap = {"cpu": {"packagePowerCapWatts": 90 + i}}
+            backend.direct.patch("nodetwins", "other", {"spec": cap})
+        backend.direct.patch("nodetwins", "mine", {"spec": {"profile": "performance"}})
+        assert sink.change() == ("MODIFIED", "mine", "a")
+        # Retargeted to another node, a followed object is still decoded and passed on.
+        backend.direct.patch("nodetwins", "mine", {"spec": {"nodeName": "b"}})
+        assert sink.change() == ("MODIFIED", "mine", "b")
+    finally:
+        informer.stop()
+        api.close()
+    if backend.server is not None:
+        assert decoded == ["mine", "mine"]

@@ -68,14 +68,14 @@ def test_a_static_pool_keeps_its_shards_nodes_and_their_objects() -> None:
     assert nodes.label_selector == "joulie.io/managed=true"
     assert nodes.field_selector is None
     assert nodes.keep is not None
-    assert nodes.keep_name is not None
+    assert nodes.wants is not None
     twins = kind_scope(s, Resource.NODE_TWINS)
     assert twins.field_selector is None
     assert twins.keep is not None
     for i in range(30):
         node = f"node-{i}"
         mine = fnv32a(node) % 3 == 1
-        assert nodes.keep_name(node) is mine
+        assert nodes.wants(node) is mine
         assert nodes.keep({"metadata": {"name": node}}) is mine
         assert twins.keep(twin(node)) is mine
 
@@ -88,5 +88,5 @@ def test_pools_that_cannot_narrow_keep_everything() -> None:
         for kind in Resource:
             scope = kind_scope(s, kind)
             assert scope.keep is None
-            assert scope.keep_name is None
+            assert scope.wants is None
             assert scope.field_selector is None
