@@ -199,6 +199,41 @@ def slopes(rows: list[Row]) -> list[str]:
     return lines
 
 
+def api_floor(server: EnvtestServer, conns: Connections, names: list[str],
+              opts: Options) -> dict[str, float]:
+    """``bench/apifloor.py`` on this server: a pool pod's lists answered, and a watch
+    event received, by a client that does nothing else."""
+    script = Path(__file__).with_name("apifloor.py")
+    base = [sys.executable, str(script), "--url", server.url, "--token",
+            server.users[ADMIN].token, "--ca", str(server.ca_file)]
+    floor: dict[str, float] = json.loads(subprocess.run(
+        [*base[:2], "list", *base[2:]], capture_output=True, text=True, check=True,
+        timeout=900).stdout)
+    twins, hardware = churn_rates(len(names) + 1, opts.churn_cap)
+    reader = subprocess.Popen([*base[:2], "watch", *base[2:], "--seconds", str(opts.churn_s)],
+                              stdout=subprocess.PIPE, text=True)
+    assert reader.stdout is not None
+    if reader.stdout.readline().strip() != "listed":
+        raise RuntimeError("bench/apifloor.py watch failed")
+    with Churn(conns, names, twins + hardware, hardware / (twins + hardware)):
+        out, _ = reader.communicate(timeout=opts.churn_s + 120)
+    floor.update(json.loads(out))
+    return floor
+
+
+def floor_lines(floors: dict[int, dict[str, float]]) -> str:
+    lines = ["", "Floors in the same run (`bench/apifloor.py`: a client that only reads, no "
+             "agent code):"]
+    for size, floor in sorted(floors.items()):
+        per_event = 1e6 * floor["cpu_s"] / max(1.0, floor["events"])
+        lines.append(f"- {size:,} nodes: the API server answers a pool pod's lists (its "
+                     f"selector's Nodes, every NodeTwin and NodeHardware, in parallel, in "
+                     f"pages) in {floor['lists_s']:.2f} s; receiving one NodeTwin or "
+                     f"NodeHardware watch event costs {per_event:.0f} us of CPU "
+                     f"({floor['events']:.0f} events)")
+    return "\n".join(lines) + "\n"
+
+
 def cache_cost(cluster: SimCluster) -> dict[str, float]:
     """``bench/cachecost.py`` over this cluster: the supervisor's caches kept whole."""
     script = Path(__file__).with_name("cachecost.py")
@@ -280,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[Row] = []
     caches: dict[int, dict[str, float]] = {}
+    floors: dict[int, dict[str, float]] = {}
     names = [f"worker-{i:05d}.dc1.example.com" for i in range(opts.sizes[-1])]
     with tempfile.TemporaryDirectory(prefix="agentpool-clustersize-") as tmp, \
             EnvtestServer(workdir=Path(tmp) / "envtest") as server, \
@@ -294,9 +330,11 @@ def main(argv: list[str] | None = None) -> int:
             for mode in opts.modes:
                 rows.append(run_pod(cluster, conns, names[:size], mode, opts, log))
                 log(f"  {rows[-1]}")
+            floors[size] = api_floor(server, conns, names[1:size], opts)
+            log(f"  floors: {floors[size]}")
             caches[size] = cache_cost(cluster)
             log(f"  elastic pool caches: {caches[size]}")
-    text = markdown(rows, opts, started, _commit()) + elastic_line(caches)
+    text = markdown(rows, opts, started, _commit()) + floor_lines(floors) + elastic_line(caches)
     print(text)
     if opts.output != "-":
         replace_section(Path(opts.output), "clustersize.py", text)

@@ -371,6 +371,7 @@ class KubeApi:
         page_size: int,
     ) -> Listing:
         items: list[dict[str, Any]] = []
+        kept: list[str] = []
         rv = ""
         token: str | None = None
         lister = self._lister(resource)
@@ -386,13 +387,20 @@ class KubeApi:
             response = self._call("list", resource, functools.partial(lister, **kwargs))
             body = json_body(response, f"list {resource.value}")
             meta = body.get("metadata") or {}
-            rv = rv or str(meta.get("resourceVersion") or "")
+            rv = rv or _fresh(str(meta.get("resourceVersion") or ""))
             page = body.get("items") or []
             del body  # the page's objects go as soon as they are filtered
-            items.extend(i for i in page if isinstance(i, dict) and (keep is None or keep(i)))
+            if keep is None:
+                items.extend(i for i in page if isinstance(i, dict))
+            else:
+                # What is kept is held as text until the last page is gone: decoded
+                # again then, none of its small objects pins a page's memory.
+                kept.extend(json.dumps(i) for i in page if isinstance(i, dict) and keep(i))
             del page
-            token = meta.get("continue") or None
+            token = _fresh(str(meta.get("continue") or "")) or None
+            del meta
             if not token:
+                items.extend(json.loads(text) for text in kept)
                 return Listing(items, rv)
 
     def watch(
@@ -586,6 +594,11 @@ class KubeApi:
         self.reachability.answered()
         body = json_body(response, f"discover {path}")
         return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}
+
+def _fresh(text: str) -> str:
+    """A copy of ``text`` that is no part of the decoded page it came from."""
+    return text.encode().decode()
+
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
     """The selector arguments of a list or watch call; empty ones are left out."""
