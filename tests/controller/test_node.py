@@ -274,7 +274,7 @@ def test_http_control_auto_applies_rapl(tmp_path: Path, sim: PowerSim) -> None:
         )
         result = h.tick()
         assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
-        assert result.message == "RAPL cap set to 120 W"
+        assert result.message == "RAPL cap 120 W over HTTP: RAPL cap set to 120 W"
         assert result.observed["capWatts"] == 120.0
         assert control_bodies(sim) == [(RAPL_ACTION, 120.0, -1)]
         assert sim.state(NODE).cap_watts == 120.0
