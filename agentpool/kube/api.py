@@ -298,8 +298,9 @@ class KubeApi:
             response = fn()
         except ApiException as exc:
             self._on_request(verb, resource.value, int(exc.status or 0))
-            self.reachability.answered()
-            raise _wrap(exc, f"{verb} {resource.value}") from exc
+            wrapped = _wrap(exc, f"{verb} {resource.value}")
+            self.reachability.heard(int(exc.status or 0), str(wrapped))
+            raise wrapped from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._on_request(verb, resource.value, 0)
             raise self._unanswered(exc, f"{verb} {resource.value}") from exc
@@ -513,10 +514,11 @@ class KubeApi:
             )
         except ApiException as exc:
             self._on_request("get", "discovery", int(exc.status or 0))
-            self.reachability.answered()
+            wrapped = _wrap(exc, f"discover {path}")
+            self.reachability.heard(int(exc.status or 0), str(wrapped))
             if exc.status == 404:
                 return set()
-            raise _wrap(exc, f"discover {path}") from exc
+            raise wrapped from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._on_request("get", "discovery", 0)
             raise self._unanswered(exc, f"discover {path}") from exc
