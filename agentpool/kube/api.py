@@ -527,6 +527,28 @@ class KubeApi:
         body = json_body(response, f"discover {path}")
         return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}
 
+    def readyz(self) -> tuple[int, str]:
+        """The server's ``/readyz``: its status and body (the checks that fail), whatever
+        the status (``system:public-info-viewer`` lets every client read it by default)."""
+        if self._limiter is not None:
+            self._limiter.wait()
+        request = self._client.param_serialize(
+            "GET", "/readyz", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
+        )
+        try:
+            response = self._client.call_api(
+                *request, _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S)
+            )
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._on_request("get", "readyz", 0)
+            raise self._unanswered(exc, "get /readyz") from exc
+        status = int(response.status)
+        self._on_request("get", "readyz", status)
+        self.reachability.heard(status, f"get /readyz: HTTP {status}")
+        return status, bytes(data or b"").decode("utf-8", "replace")
+
+
 def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
     """The selector arguments of a list or watch call; empty ones are left out."""
     given = {"label_selector": label_selector, "field_selector": field_selector}
