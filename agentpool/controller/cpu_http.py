@@ -69,7 +69,10 @@ class HttpCpu:
         if answer.result is Result.APPLIED:
             self._held_cap, self._held_endpoint = cap, self.endpoint
             self._release_throttle(cap)
-            return TickResult(Backend.RAPL, Result.APPLIED, answer.message, observed)
+            # The cap in our words, then the endpoint's: a gateway answers the same words
+            # to every request, and the message is all a NodeTwin's status carries.
+            message = f"RAPL cap {cap:g} W over HTTP: {answer.message}"
+            return TickResult(Backend.RAPL, Result.APPLIED, message, observed)
         return f"RAPL {answer.result.value}: {answer.message}"
 
     def dvfs_budget(self, cap: float) -> tuple[float, str]:

@@ -279,7 +279,14 @@ class GpuController:
                 cap_watts=cap_now,
                 control=True,
             )
-        result = GpuTickResult(GpuBackend.HTTP, answer.result, answer.message, observed, seen)
+        message = answer.message
+        if answer.result is Result.APPLIED:
+            # The cap in our words, then the endpoint's (which may say nothing of it).
+            posted = f"{watts:g} W per GPU"
+            asked = cap.describe()
+            what = posted if asked == posted else f"{asked} -> {posted}"
+            message = f"GPU cap {what} over HTTP: {message}"
+        result = GpuTickResult(GpuBackend.HTTP, answer.result, message, observed, seen)
         return self._export(result, {ALL_DEVICES: (cap_now, power)})
 
     # -- host ----------------------------------------------------------------------------------

@@ -312,8 +312,9 @@ class KubeApi:
             response = fn()
         except ApiException as exc:
             self._on_request(verb, resource.value, int(exc.status or 0))
-            self.reachability.answered()
-            raise _wrap(exc, f"{verb} {resource.value}") from exc
+            wrapped = _wrap(exc, f"{verb} {resource.value}")
+            self.reachability.heard(int(exc.status or 0), str(wrapped))
+            raise wrapped from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._on_request(verb, resource.value, 0)
             raise self._unanswered(exc, f"{verb} {resource.value}") from exc
@@ -583,10 +584,11 @@ class KubeApi:
             )
         except ApiException as exc:
             self._on_request("get", "discovery", int(exc.status or 0))
-            self.reachability.answered()
+            wrapped = _wrap(exc, f"discover {path}")
+            self.reachability.heard(int(exc.status or 0), str(wrapped))
             if exc.status == 404:
                 return set()
-            raise _wrap(exc, f"discover {path}") from exc
+            raise wrapped from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._on_request("get", "discovery", 0)
             raise self._unanswered(exc, f"discover {path}") from exc
@@ -594,6 +596,28 @@ class KubeApi:
         self.reachability.answered()
         body = json_body(response, f"discover {path}")
         return {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, dict)}
+
+    def readyz(self) -> tuple[int, str]:
+        """The server's ``/readyz``: its status and body (the checks that fail), whatever
+        the status (``system:public-info-viewer`` lets every client read it by default)."""
+        if self._limiter is not None:
+            self._limiter.wait()
+        request = self._client.param_serialize(
+            "GET", "/readyz", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
+        )
+        try:
+            response = self._client.call_api(
+                *request, _request_timeout=(CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S)
+            )
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._on_request("get", "readyz", 0)
+            raise self._unanswered(exc, "get /readyz") from exc
+        status = int(response.status)
+        self._on_request("get", "readyz", status)
+        self.reachability.heard(status, f"get /readyz: HTTP {status}")
+        return status, bytes(data or b"").decode("utf-8", "replace")
+
 
 def _fresh(text: str) -> str:
     """A copy of ``text`` that is no part of the decoded page it came from."""

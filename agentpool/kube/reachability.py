@@ -1,18 +1,28 @@
 """Whether the API server answers at all: one account of an outage, for the log and /readyz.
 
 Every request of a :class:`~agentpool.kube.api.KubeApi` reports here whether
-it got an HTTP answer (any status) or none (refused, reset, timed out:
-:class:`~agentpool.errors.KubeUnreachableError`). The first request without
-an answer after one with an answer starts an *outage*, told once in the log
-(WARNING, with the error and what the agent does meanwhile); while it lasts,
-one line at most every :data:`SUMMARY_EVERY_S` says for how long and how many
-requests went unanswered; the first answer ends it with one line saying how
-long it lasted. The threads that made the requests log their own unanswered
-ones at debug level only (:func:`level_of`), so the log of an outage is a few
-lines whatever the number of nodes and threads retrying.
+it got an HTTP answer (:meth:`Reachability.heard`) or none (refused, reset,
+timed out: :class:`~agentpool.errors.KubeUnreachableError`). The first
+request without an answer after one with an answer starts an *outage*, told
+once in the log (WARNING, with the error and what the agent does meanwhile);
+while it lasts, one line at most every :data:`SUMMARY_EVERY_S` says for how
+long and how many requests went unanswered; the first answer ends it with
+one line saying how long it lasted. The threads that made the requests log
+their own unanswered ones at debug level only (:func:`level_of`), so the log
+of an outage is a few lines whatever the number of nodes and threads retrying.
+
+What counts as an answer: any HTTP status but those of :data:`NOT_SERVING`.
+A kube-apiserver coming back from a restart answers 503 ("server is
+starting") for custom resources while its CRD informer syncs, and a proxy
+in front of it answers 502 or 503 while it is away: during an outage such an
+answer is one more request unanswered, never its end. Outside an outage it
+starts none (the server answered a moment ago; the request's own caller says
+what failed), so a server that answers 503 on one path among answers on the
+others does not make outages begin and end by the second.
 
 It only counts and tells: retrying is each caller's business, and it never
-blocks a request.
+blocks a request. :meth:`Reachability.when_back` names who is told, in the
+thread that made the answering request, when an outage ends.
 """
 
 from __future__ import annotations
@@ -30,6 +40,14 @@ log = logging.getLogger(__name__)
 
 SUMMARY_EVERY_S = 60.0
 """While the API server stays unreachable, the log says so again this often at most."""
+NOT_SERVING = frozenset({502, 503})
+"""HTTP statuses that do not end an outage: the server says it is not serving yet (503),
+or a proxy in front of it finds none (502, 503)."""
+
+
+def serving(status: int) -> bool:
+    """Whether an HTTP answer with ``status`` is the API server's word (it ends an outage)."""
+    return status not in NOT_SERVING
 
 
 def level_of(exc: KubeError) -> int:
@@ -64,6 +82,11 @@ class Reachability:
         self._lock = threading.Lock()
         self._outage: Outage | None = None
         self._told_at = 0.0
+        self._listeners: list[Callable[[], None]] = []
+
+    def when_back(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever an outage ends; it must not block (wake a thread)."""
+        self._listeners.append(listener)
 
     @property
     def down(self) -> bool:
@@ -73,8 +96,16 @@ class Reachability:
     def outage(self) -> Outage | None:
         return self._outage
 
+    def heard(self, status: int, error: str) -> None:
+        """A request got an HTTP answer with ``status``; ``error`` says how the request
+        failed where the status says it did."""
+        if serving(status):
+            self.answered()
+        elif self._outage is not None:
+            self.unanswered(error)
+
     def answered(self) -> None:
-        """A request got an HTTP answer (whatever its status)."""
+        """A request got the server's answer (a status that :func:`serving` accepts)."""
         if self._outage is None:  # the common case, without the lock
             return
         with self._lock:
@@ -83,9 +114,14 @@ class Reachability:
             lasted = format_duration(round(self._clock() - outage.since))
             log.info(
                 "Kubernetes API at %s answers again after %s (%d requests without an answer "
-                "meanwhile): watches resume, pending statuses are written",
-                self.server, lasted, outage.unanswered,
+                "meanwhile, the last: %s): watches resume, pending statuses are written",
+                self.server, lasted, outage.unanswered, outage.error,
             )
+            for listener in self._listeners:
+                try:
+                    listener()
+                except Exception:  # a listener's bug must not fail the request that answered
+                    log.exception("a listener of the API's return failed")
 
     def unanswered(self, error: str) -> None:
         """A request got no answer; ``error`` says how it failed."""

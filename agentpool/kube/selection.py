@@ -14,8 +14,23 @@ agent, an upgrade that drops the old API), so discovery never stops:
 informer failed, see :meth:`KindDiscovery.wake`), calls ``on_added`` for a
 kind that became served and ``on_removed`` for one that stopped being
 served. A kind counts as removed only once two discoveries at least
-:data:`ABSENT_CONFIRM_S` apart both lack it, so one odd answer (a server
-still loading its CRDs after a restart) does not drop a cache.
+:data:`ABSENT_CONFIRM_S` apart both lack it, so one odd answer does not drop
+a cache.
+
+An answer that is an error (a 5xx, the 503 a starting server answers) is
+not "not served": it is said as it is, and every kind is kept. Nor is an
+answer from a server that is not ready yet. A kube-apiserver coming back
+from a restart serves its core paths at once, but answers 503 "server is
+starting" for custom resources while its CRD informer syncs, then 404 for
+their group version until its discovery controller has registered them,
+and its ``/readyz`` fails for seconds after that (measured on 1.20:
+:data:`agentpool.sim.apiserver.server.STARTING_PHASES`). So an answer that
+would lose a kind, or leave the setting unworkable, is taken only once the
+server's ``/readyz`` answers 200 (or cannot say: 401, 403 or 404, where the
+two looks above are the only guard); until then the last known kinds are
+kept, and the log says once that the server is starting and once that it is
+ready. When an outage ends (:meth:`~agentpool.kube.reachability.Reachability.when_back`)
+discovery looks again at once, and at the server's readiness first.
 
 A kind can be served and still out of reach: RBAC may not let the agent
 list and watch it (Joulie's own chart grants its agent nodetwins and
@@ -44,6 +59,7 @@ from agentpool.backoff import Backoff
 from agentpool.config.options import JoulieApi
 from agentpool.errors import KubeError, KubeTemporaryError, KubeUnreachableError
 from agentpool.kube.api import GROUP, KubeApi, Resource
+from agentpool.kube.reachability import level_of
 from agentpool.proctitle import name_thread
 
 log = logging.getLogger(__name__)
@@ -61,6 +77,11 @@ ACCESS_RECHECK_S = 60.0
 """A served kind RBAC keeps the agent from reading is asked about again this often."""
 READ_VERBS = ("list", "watch")
 """What an informer needs."""
+READYZ_CANNOT_SAY = frozenset({401, 403, 404})
+"""``/readyz`` answers that say nothing of readiness (a role without
+``system:public-info-viewer``, a server without the endpoint)."""
+FAILING_SHOWN = 4
+"""The failing ``/readyz`` checks named in the log, at most."""
 
 JOULIE_KINDS = (
     Resource.NODE_POWER_PROFILES,
@@ -166,9 +187,15 @@ class KindDiscovery:
         """When to ask RBAC again about a served kind (never again once it may be read)."""
         self.problem: str | None = "API discovery has not answered yet"
         """Why the agent cannot work yet (for ``/readyz``); None once it can."""
+        self.starting: str | None = None
+        """What the API server is doing instead of being ready (``starting: /readyz answers
+        HTTP 500 ...``), from the last look at its ``/readyz``; None when it is ready."""
         self._answered = False
         self._absent_since: dict[Resource, float] = {}
-        self._logged: tuple[frozenset[Resource], str | None, frozenset[Resource]] | None = None
+        self._logged: tuple[object, ...] | None = None
+        self._back = threading.Event()
+        """Set when an outage ended: the next discovery looks at the server's readiness."""
+        api.reachability.when_back(self._server_back)
         self._thread = threading.Thread(target=self._run, name="api-discovery", daemon=True)
 
     def start(self) -> None:
@@ -183,23 +210,40 @@ class KindDiscovery:
         """Discover again soon (an informer failed: its CRD may be gone). Thread safe."""
         self._wake.set()
 
+    def _server_back(self) -> None:
+        """An outage ended (in the thread whose request got the answer): look soon."""
+        self._back.set()
+        self._wake.set()
+
     def discover(self) -> None:
         """One discovery, and the callbacks it calls for; the thread's body, public for tests."""
+        looked = self._back.is_set()
+        if looked:
+            self._back.clear()
+            self._look_at_readiness()
         try:
             names = self._api.served()
         except KubeError as exc:
-            if not self._answered:
-                self.problem = f"API discovery failed: {exc}"
-            if isinstance(exc, KubeUnreachableError):
-                log.debug("API discovery failed: %s", exc)  # the outage is told once
-            else:
-                self._log(self.watched, f"API discovery failed: {exc}")
+            self._failed(exc)
             return
         if self._stop.is_set():  # stopped while asking: start and log nothing more
             return
-        self._answered = True
         now = self._clock()
-        self.served = frozenset(k for k in JOULIE_KINDS if k.value in names)
+        answer = frozenset(k for k in JOULIE_KINDS if k.value in names)
+        losing = self._would_lose(answer)
+        if (losing or self.starting is not None) and not looked:
+            self._look_at_readiness()
+        if losing and self.starting is not None:
+            if not self._answered:
+                self.problem = (
+                    f"Kubernetes API at {self._api.reachability.server} is {self.starting}; "
+                    "the Joulie kinds it serves are known once it is ready"
+                )
+                self._log(self.watched, self.problem, logging.WARNING)
+                return
+            answer |= self.served  # not taken from a server that is not ready
+        self._answered = True
+        self.served = answer
         self._review_access(now)
         wanted = kinds_for(self.setting, self.served - self.forbidden)
         for kind in wanted:
@@ -221,6 +265,61 @@ class KindDiscovery:
         # Only now: readiness must never see a working setting before its informers exist.
         self.problem = problem_for(self.setting, self.served, self.forbidden)
         self._log(self.watched, self.problem)
+
+    def _would_lose(self, answer: frozenset[Resource]) -> bool:
+        """Whether taking ``answer`` would lose a kind known to be served, or leave the
+        setting unworkable."""
+        return bool(self.served - answer) or problem_for(self.setting, answer) is not None
+
+    def _look_at_readiness(self) -> None:
+        """Ask the server's ``/readyz``; say once when it is not ready, and once when it
+        is again."""
+        was, self.starting = self.starting, self._not_ready()
+        server = self._api.reachability.server
+        if self.starting is not None and was is None:
+            kept = ", ".join(k.value for k in JOULIE_KINDS if k in self.served) or "none yet"
+            log.info(
+                "Kubernetes API at %s is %s; discovery keeps the Joulie kinds last found "
+                "(%s) until it is ready", server, self.starting, kept,
+            )
+        elif self.starting is None and was is not None:
+            log.info(
+                "Kubernetes API at %s is ready: discovery goes by what it serves again", server
+            )
+
+    def _not_ready(self) -> str | None:
+        """What the server does instead of being ready, from its ``/readyz``; None when it
+        is ready or cannot say."""
+        try:
+            status, body = self._api.readyz()
+        except KubeError as exc:
+            return f"not answering /readyz ({exc})"
+        if status == 200 or status in READYZ_CANNOT_SAY:
+            return None
+        failing = [
+            line[3:].split(" ", 1)[0] for line in body.splitlines() if line.startswith("[-]")
+        ]
+        doing = "shutting down" if "shutdown" in failing else "starting"
+        shown = ", ".join(failing[:FAILING_SHOWN]) + (", ..." if failing[FAILING_SHOWN:] else "")
+        return f"{doing}: /readyz answers HTTP {status}" + (
+            f" (failing: {shown})" if failing else ""
+        )
+
+    def _failed(self, exc: KubeError) -> None:
+        """Discovery got no answer, or an error for one: nothing is taken from it."""
+        if isinstance(exc, KubeUnreachableError):
+            log.debug("API discovery failed: %s", exc)  # the outage is told once
+            if not self._answered:
+                self.problem = f"API discovery failed: {exc}"
+            return
+        temporary = isinstance(exc, KubeTemporaryError)
+        if not self._answered:
+            self.problem = f"API discovery failed: {exc}"
+            self._log(self.watched, self.problem, logging.WARNING if temporary else logging.ERROR)
+            return
+        kept = ", ".join(k.value for k in JOULIE_KINDS if k in self.watched) or "none"
+        self._log(self.watched, self.problem, level_of(exc),
+                  f"API discovery failed: {exc}; the Joulie kinds watched are kept ({kept})")
 
     @property
     def note(self) -> str | None:
@@ -265,14 +364,24 @@ class KindDiscovery:
             return False
         return True
 
-    def _log(self, watched: frozenset[Resource], problem: str | None) -> None:
-        """Once per distinct state, not every round."""
-        state = (watched, problem, self.forbidden)
+    def _log(
+        self,
+        watched: frozenset[Resource],
+        problem: str | None,
+        level: int = logging.ERROR,
+        failure: str | None = None,
+    ) -> None:
+        """Once per distinct state, not every round; ``failure``: a discovery that failed
+        while the agent works, said at ``level``."""
+        state = (watched, problem, self.forbidden, failure)
         if self._logged == state:
             return
         self._logged = state
+        if failure is not None:
+            log.log(level, "%s", failure)
+            return
         if problem is not None:
-            log.error("not ready: %s; retrying until it is", problem)
+            log.log(level, "not ready: %s; retrying until it is", problem)
             return
         log.info(
             "Joulie kinds watched (JOULIE_API=%s): %s",
@@ -286,7 +395,7 @@ class KindDiscovery:
             )
 
     def _delay(self, retry: float) -> float:
-        if self.problem is not None:
+        if self.problem is not None or self.starting is not None:
             return retry
         delay = self._period
         if self._absent_since:  # confirm a removal without waiting a whole period

@@ -5,10 +5,12 @@ NodeTwin ``status.controlStatus`` (:func:`twin_status_body`), each with its
 ``cpu`` and, for a node with a GPU cap, ``gpu`` part.
 
 Writes go through the status subresource as a JSON merge patch, never a PUT
-of the object. A node's status is written when backend/result/message
-change, or as a heartbeat once per ``heartbeat_s``; anything in
-between only replaces the pending entry, so a slow or failing API server
-costs one pending write per profile, never a queue, and the last result wins.
+of the object. A node's status is written when it changes (backend, result,
+message, or what ``observed`` says was enforced: the cap, GPU caps, the
+throttle..., never its readings alone; see :mod:`agentpool.results`), or as
+a heartbeat once per ``heartbeat_s``; anything in between only replaces the
+pending entry, so a slow or failing API server costs one pending write per
+profile, never a queue, and the last result wins.
 
 The agent runs its writer with :data:`HEARTBEAT_S` (5 minutes, like the
 kubelet's ``nodeStatusReportFrequency``) and ``spread_heartbeats``, which
@@ -76,7 +78,7 @@ StatusBody = Callable[[TickResult, frozenset[str]], dict[str, Any]]
 
 @dataclass
 class _Written:
-    key: tuple[str, ...]
+    key: tuple[object, ...]
     heartbeat_at: float
     """When an unchanged status is due again."""
     observed_keys: frozenset[str]

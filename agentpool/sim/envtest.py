@@ -29,6 +29,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -192,8 +193,17 @@ class EnvtestServer:
             "--unsafe-no-fsync",
         ])
 
-    def start_apiserver(self) -> None:
-        """Start (or restart after :meth:`stop_apiserver`) kube-apiserver on the same port."""
+    def start_apiserver(self, cpu_share: float = 1.0) -> None:
+        """Start (or restart after :meth:`stop_apiserver`) kube-apiserver on the same port.
+
+        ``cpu_share`` below 1: until it is ready, it and etcd run only that share of the
+        time (:class:`_Throttle`), as on a control-plane node short of CPU, so that each
+        phase of its start (CRD paths answering 503 "server is starting", then 404
+        until the CRDs' discovery is registered, ``/readyz`` failing for seconds after
+        that) lasts long enough for clients to meet it.
+        """
+        if not 0 < cpu_share <= 1:
+            raise ValueError(f"cpu_share must be in (0, 1], not {cpu_share}")
         sa_key = str(self.workdir / "sa.key")
         self._apiserver = self._spawn("kube-apiserver", [
             str(self.assets / "kube-apiserver"),
@@ -215,7 +225,13 @@ class EnvtestServer:
                f"--audit-log-path={self.audit_log}", "--audit-log-format=json"]
               if self.audited else []),
         ])
-        wait_until(self._ready, START_TIMEOUT_S, interval=0.2)
+        slowed = [p.pid for p in (self._apiserver, self._etcd) if p is not None]
+        throttles = [_Throttle(pid, cpu_share) for pid in slowed] if cpu_share < 1 else []
+        try:
+            wait_until(self._ready, START_TIMEOUT_S / cpu_share, interval=0.2)
+        finally:
+            for throttle in throttles:
+                throttle.stop()
 
     def _ready(self) -> bool:
         for name, proc in (("etcd", self._etcd), ("kube-apiserver", self._apiserver)):
@@ -245,11 +261,12 @@ class EnvtestServer:
             _stop(proc, timeout=0.0)
         self._apiserver = self._etcd = None
 
-    def restart(self) -> None:
-        """Start etcd and kube-apiserver again, new processes on the same ports and data."""
+    def restart(self, cpu_share: float = 1.0) -> None:
+        """Start etcd and kube-apiserver again, new processes on the same ports and data
+        (``cpu_share``: see :meth:`start_apiserver`)."""
         if self._etcd is None:
             self._start_etcd()
-        self.start_apiserver()
+        self.start_apiserver(cpu_share)
 
     def stop(self) -> None:
         _stop(self._apiserver)
@@ -321,6 +338,39 @@ class EnvtestServer:
         """(major, minor) of the running server, for skipping newer features by version."""
         info = self.api().request("GET", "/version")
         return int(info["major"]), int(str(info["minor"]).rstrip("+"))
+
+
+class _Throttle:
+    """Lets a process run only ``share`` of each :data:`SLICE_S` (SIGCONT, then SIGSTOP),
+    from a thread, until :meth:`stop` (which leaves it running)."""
+
+    SLICE_S = 0.05
+
+    def __init__(self, pid: int, share: float) -> None:
+        self._pid = pid
+        self._share = share
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="envtest-throttle", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._done.is_set():
+                os.kill(self._pid, signal.SIGCONT)
+                if self._done.wait(self.SLICE_S * self._share):
+                    break
+                os.kill(self._pid, signal.SIGSTOP)
+                self._done.wait(self.SLICE_S * (1 - self._share))
+        except ProcessLookupError:
+            return  # it exited: the start fails and says why
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._pid, signal.SIGCONT)
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:

@@ -353,7 +353,8 @@ def _turns(
         result = tick()
         finished = time.monotonic()
         # Same status as last reported: say "ticked" in constant bytes. Readings that
-        # changed (``observed``) are reported with the next full report, REFRESH_S apart.
+        # changed (power, not what was enforced) go with the next full report, REFRESH_S
+        # apart.
         same = reported is not None and result.status_key() == reported.status_key()
         try:
             if same and (result == reported or finished - reported_at < REFRESH_S):

@@ -88,8 +88,9 @@ the supervisor recognises them without unpickling."""
 TICKED_MESSAGE = Ticked()
 """What :func:`read_frames` gives for those bytes, without unpickling them."""
 REFRESH_S = 60.0
-"""A result that differs only in ``observed`` (power readings) is reported at most this
-often; the status writer writes ``observed`` at its heartbeat only, minutes apart."""
+"""A result that differs only in its readings (:data:`~agentpool.results.READINGS`) is
+reported at most this often: the status writer writes them with a change or a heartbeat
+only, minutes apart."""
 
 
 @dataclass(frozen=True)

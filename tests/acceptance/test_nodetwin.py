@@ -201,7 +201,7 @@ def test_agent_against_an_authenticating_https_gateway(tmp_path: Path) -> None:
         agent = cluster.start_agent(env)
         agent.wait_ready()
         wait_until(lambda: cluster.status("a").get("result") == "applied", 20)
-        assert cluster.status("a")["message"] == "gateway applied the cap"
+        assert cluster.status("a")["message"] == "RAPL cap 150 W over HTTP: gateway applied the cap"
         gw.token = "the-gateway-now-wants-another"  # our token is refused from now on
         wait_until(lambda: cluster.status("a").get("result") == "error", 20)
         message = cluster.status("a")["message"]

@@ -97,7 +97,10 @@ def test_http_watts_applied_with_status_and_metrics(sim: PowerSim, tmp_path: Pat
     )
     gpu = node.gpu()
     assert (gpu.backend, gpu.result) == (GpuBackend.HTTP, Result.APPLIED)
-    assert gpu.message == "GPU cap set to 250 W per GPU on 4 GPU(s)"
+    # Ours, then the endpoint's words (which may say nothing of the cap).
+    assert gpu.message == (
+        "GPU cap 250 W per GPU over HTTP: GPU cap set to 250 W per GPU on 4 GPU(s)"
+    )
     assert sim.state("gpu-0").gpu_cap_watts == 250
     assert sim.state("gpu-0").cap_watts == 150  # the CPU side went on as before
     assert gpu.observed["controlState"]["gpuCapWattsPerGpuApplied"] == 250
@@ -110,20 +113,26 @@ def test_http_watts_applied_with_status_and_metrics(sim: PowerSim, tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    ("cap", "posted", "applied"),
+    ("cap", "posted", "applied", "said"),
     [
-        ({"capWattsPerGpu": 50}, 100, 100),  # clamped to the devices' minimum
-        ({"capWattsPerGpu": 900}, 400, 400),  # and to their maximum
-        ({"capPctOfMax": 60}, 240, 240),  # percent of each device's maximum
-        ({"capPctOfMax": 60, "capWattsPerGpu": 300}, 300, 300),  # watts win
+        # clamped to the devices' minimum
+        ({"capWattsPerGpu": 50}, 100, 100, "50 W per GPU -> 100 W per GPU"),
+        # and to their maximum
+        ({"capWattsPerGpu": 900}, 400, 400, "900 W per GPU -> 400 W per GPU"),
+        # percent of each device's maximum
+        ({"capPctOfMax": 60}, 240, 240, "60% of each GPU's maximum -> 240 W per GPU"),
+        # watts win
+        ({"capPctOfMax": 60, "capWattsPerGpu": 300}, 300, 300, "300 W per GPU"),
     ],
 )
 def test_http_clamping_and_percent(
-    sim: PowerSim, tmp_path: Path, cap: dict[str, Any], posted: float, applied: float
+    sim: PowerSim, tmp_path: Path, cap: dict[str, Any], posted: float, applied: float, said: str
 ) -> None:
     node = Node("gpu-0", tmp_path)
     node.set(power_profile("gpu-0", None, gpu_cap=cap), telemetry_profile("gpu-0", sim))
-    assert node.gpu().result is Result.APPLIED
+    gpu = node.gpu()
+    assert gpu.result is Result.APPLIED
+    assert gpu.message.startswith(f"GPU cap {said} over HTTP: ")
     assert gpu_posts(sim, "gpu-0") == [posted]
     assert sim.state("gpu-0").gpu_cap_watts == applied
 

@@ -274,7 +274,7 @@ def test_http_control_auto_applies_rapl(tmp_path: Path, sim: PowerSim) -> None:
         )
         result = h.tick()
         assert (result.backend, result.result) == (Backend.RAPL, Result.APPLIED)
-        assert result.message == "RAPL cap set to 120 W"
+        assert result.message == "RAPL cap 120 W over HTTP: RAPL cap set to 120 W"
         assert result.observed["capWatts"] == 120.0
         assert control_bodies(sim) == [(RAPL_ACTION, 120.0, -1)]
         assert sim.state(NODE).cap_watts == 120.0
@@ -403,6 +403,13 @@ def test_a_node_pinned_over_its_cap_keeps_one_status_message(
     ]
     # The error is live: the mean of the readings since the wait (119.4, 118.8, 120 W) - cap.
     assert h.metric("joulie_dvfs_cap_error_watts") == pytest.approx(19.4)
+    # Nor does anything else of its status move but the readings.
+    results = [h.tick(20) for _ in range(2)]
+    sim.set_load(NODE, 0.97)
+    results.append(h.tick(20))
+    readings = {r.observed["observedPowerWatts"] for r in results}
+    assert len(readings) > 1
+    assert {repr(r.status_key()) for r in results} == {repr(results[0].status_key())}
 
 
 def test_every_http_request_of_a_node_names_the_pod_and_shard(

@@ -126,7 +126,8 @@ def test_statuses_say_what_was_applied(cluster: Cluster, pool: list[client.V1Pod
             assert status["backend"] == "dvfs"
         else:
             assert status["backend"] == "rapl"
-            assert status["message"] == f"RAPL cap set to {cap_of(node):g} W"
+            cap = cap_of(node)
+            assert status["message"] == f"RAPL cap {cap:g} W over HTTP: RAPL cap set to {cap:g} W"
             assert status["observed"]["capWatts"] == cap_of(node)
 
 

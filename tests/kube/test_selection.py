@@ -7,9 +7,12 @@ the emulator's ``install(shape)`` serves another set of CRDs, as when CRDs come 
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from agentpool.config.options import JoulieApi
+from agentpool.errors import KubeUnreachableError
 from agentpool.kube.api import KubeApi, Resource
 from agentpool.kube.selection import ABSENT_CONFIRM_S, KindDiscovery, kinds_for, problem_for
 from agentpool.sim.apiserver import ApiEmulator
@@ -188,3 +191,118 @@ def test_the_thread_finds_a_crd_installed_later_and_stops(
     finally:
         d.stop()
     assert not d._thread.is_alive()
+
+
+# -- a server that is starting (the phases of a kube-apiserver 1.20 start: STARTING_PHASES) --
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records
+            if r.name == "agentpool.kube.selection"]
+
+
+def test_a_503_while_the_server_starts_is_said_and_every_kind_kept(
+    api_emulator: ApiEmulator, api: KubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    d, rec, clock = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    d.discover()
+    caplog.clear()
+    api_emulator.starting = "crd-informer"  # every joulie.io path: 503 "server is starting"
+    for _ in range(3):
+        clock.now += ABSENT_CONFIRM_S
+        d.discover()
+    assert (d.watched, d.served, d.problem) == (ALL, ALL, None)
+    assert [c for c, _ in rec.calls] == ["added"] * 4
+    messages = logged(caplog)
+    assert len(messages) == 1, messages
+    level, message = messages[0]
+    assert level == logging.WARNING
+    assert message.startswith(
+        "API discovery failed: discover /apis/joulie.io/v1alpha1: HTTP 503 Service Unavailable; "
+        "the Joulie kinds watched are kept (nodepowerprofiles, telemetryprofiles, "
+    )
+    assert "install" not in caplog.text
+
+
+def test_a_404_from_a_server_not_ready_yet_drops_nothing(
+    api_emulator: ApiEmulator, api: KubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """404 for the CRDs' group version until the server registered their discovery, while
+    its /readyz fails: not "CRDs uninstalled", however long it lasts."""
+    caplog.set_level(logging.INFO, "agentpool.kube.selection")
+    d, rec, clock = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    d.discover()
+    caplog.clear()
+    api_emulator.starting = "crd-discovery"
+    for _ in range(5):
+        clock.now += ABSENT_CONFIRM_S
+        d.discover()
+    assert (d.watched, d.served, d.problem) == (ALL, ALL, None)
+    assert d.starting == (
+        "starting: /readyz answers HTTP 500 (failing: autoregister-completion)"
+    )
+    api_emulator.starting = None
+    d.discover()
+    assert d.starting is None
+    assert [c for c, _ in rec.calls] == ["added"] * 4
+    assert logged(caplog) == [
+        (logging.INFO, f"Kubernetes API at {api_emulator.url} is starting: /readyz answers "
+         "HTTP 500 (failing: autoregister-completion); discovery keeps the Joulie kinds last "
+         "found (nodepowerprofiles, telemetryprofiles, nodetwins, nodehardwares) until it is "
+         "ready"),
+        (logging.INFO, f"Kubernetes API at {api_emulator.url} is ready: discovery goes by what "
+         "it serves again"),
+    ]
+    # Ready, the same answer is taken: a CRD really removed is dropped once confirmed.
+    api_emulator.install("nodetwin")
+    d.discover()
+    clock.now += ABSENT_CONFIRM_S
+    d.discover()
+    assert d.watched == {NT, NHW}
+
+
+def test_an_agent_started_with_the_server_says_it_is_starting_not_uninstalled(
+    api_emulator: ApiEmulator, api: KubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    d, rec, _ = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    api_emulator.starting = "crd-informer"
+    d.discover()
+    assert d.problem is not None
+    assert d.problem.endswith("HTTP 503 Service Unavailable")
+    api_emulator.starting = "crd-discovery"
+    d.discover()
+    assert d.problem == (
+        f"Kubernetes API at {api_emulator.url} is starting: /readyz answers HTTP 500 (failing: "
+        "autoregister-completion); the Joulie kinds it serves are known once it is ready"
+    )
+    assert (rec.calls, d.watched) == ([], frozenset())
+    assert {level for level, _ in logged(caplog)} == {logging.WARNING}
+    assert "install" not in caplog.text
+    api_emulator.starting = None
+    d.discover()
+    assert (d.watched, d.problem) == (ALL, None)
+
+
+def test_the_end_of_an_outage_has_discovery_look_at_the_servers_readiness(
+    api_emulator: ApiEmulator, api: KubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "agentpool.kube.selection")
+    d, rec, _ = discovery(api, JoulieApi.AUTO)
+    api_emulator.install("all")
+    d.discover()
+    api_emulator.stop()
+    with pytest.raises(KubeUnreachableError):
+        api.list(Resource.NODES)
+    api_emulator.starting = "crd-informer"
+    api_emulator.start()
+    api.list(Resource.NODES)  # the server answers: the outage is over
+    assert d._wake.is_set()
+    d.discover()
+    assert d.starting is not None
+    assert d.starting.startswith("starting: /readyz answers HTTP 500 (failing: informer-sync, ")
+    assert f"Kubernetes API at {api_emulator.url} is starting" in caplog.text
+    assert d.watched == ALL
+    assert [c for c, _ in rec.calls] == ["added"] * 4

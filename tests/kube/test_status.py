@@ -69,6 +69,23 @@ def test_writes_only_on_change_or_heartbeat(
     assert status["updatedAt"].endswith("Z")
 
 
+def test_a_new_cap_is_written_even_in_the_same_words(
+    api_emulator: ApiEmulator, writer: StatusWriter, clock: Clock
+) -> None:
+    """A gateway answers "ok" to every request: the message stays, the cap in force moves."""
+    words = "rapl.set_power_cap_watts accepted"
+    assert writer.offer("node-a", "node-a", applied(words, capWatts=120.0, packagePowerWatts=99))
+    assert writer.flush(5)
+    clock.now += 1
+    assert not writer.offer(
+        "node-a", "node-a", applied(words, capWatts=120.0, packagePowerWatts=104)
+    ), "a reading alone"
+    assert writer.offer("node-a", "node-a", applied(words, capWatts=140.0, packagePowerWatts=104))
+    assert writer.flush(5)
+    assert cpu_status(api_emulator)["observed"] == {"capWatts": 140.0, "packagePowerWatts": 104}
+    assert api_emulator.request_counts()[PATCHES] == 2
+
+
 def test_a_heartbeat_keeps_its_tick_of_the_grid(api_emulator: ApiEmulator, clock: Clock) -> None:
     """Offers come on the workers' 20 s grid, every other tick a second early (a fence
     renewal woke the worker) and otherwise half a second into the burst. The heartbeat

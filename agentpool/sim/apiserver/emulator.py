@@ -67,6 +67,11 @@ class ApiEmulator:
         self.served = self._shape(shape)
         """The kinds served now (see :meth:`install`); the others answer 404 as on a
         cluster without their CRD."""
+        self.starting: str | None = None
+        """None: serving. Else the phase of a kube-apiserver start it answers as, until
+        set back to None: ``"crd-informer"`` (every ``joulie.io`` path 503 "server is
+        starting") or ``"crd-discovery"`` (404 for them), ``/readyz`` 500 in both
+        (:data:`~agentpool.sim.apiserver.server.STARTING_PHASES`)."""
         self.store = Store(history_limit=history_limit)
         self._faults = FaultTable()
         self._counters = Counters()
@@ -97,7 +102,8 @@ class ApiEmulator:
             raise RuntimeError("emulator already running")
         server = BackgroundServer(
             lambda: ApiApp(
-                self.store, self._faults, self._counters, served=lambda: self.served
+                self.store, self._faults, self._counters, served=lambda: self.served,
+                starting=lambda: self.starting,
             ).build(),
             host=self._host, port=self._port, shutdown_timeout=self._shutdown_timeout,
         )

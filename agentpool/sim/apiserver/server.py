@@ -38,6 +38,26 @@ from agentpool.sim.apiserver.store import KubeObject, Store
 from agentpool.sim.apiserver.watch import Watcher, encode, translate
 from agentpool.sim.apiserver.workloads import apply_scale, to_scale
 
+STARTING_PHASES = {
+    "crd-informer": (
+        "[+]ping ok\n[+]log ok\n[+]etcd ok\n[-]informer-sync failed: reason withheld\n"
+        "[-]poststarthook/crd-informer-synced failed: reason withheld\n"
+        "[-]autoregister-completion failed: reason withheld\n[+]shutdown ok\n"
+        "readyz check failed\n"
+    ),
+    "crd-discovery": (
+        "[+]ping ok\n[+]log ok\n[+]etcd ok\n[+]informer-sync ok\n"
+        "[+]poststarthook/crd-informer-synced ok\n"
+        "[-]autoregister-completion failed: reason withheld\n[+]shutdown ok\n"
+        "readyz check failed\n"
+    ),
+}
+"""The phases of a kube-apiserver 1.20 start that custom resources meet, as measured on
+envtest's (tests/envtest/test_discovery_restart.py runs the real one), each with the body
+of its ``/readyz`` (500 throughout): while the CRD informer syncs, every ``joulie.io``
+path answers 503 "server is starting"; then, until the CRDs' discovery is registered,
+404; ``/readyz`` fails for seconds more. Core paths are served all along."""
+
 DEFAULT_WATCH_TIMEOUT = 1800.0
 """Seconds a watch without ``timeoutSeconds`` lasts (the apiserver picks 30-60 min)."""
 
@@ -113,9 +133,13 @@ class ApiApp:
         counters: Counters,
         default_watch_timeout: float = DEFAULT_WATCH_TIMEOUT,
         served: Callable[[], tuple[ResourceType, ...]] = lambda: resources.RESOURCES,
+        starting: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._served = served
         """Asked on every request, so a test can "install a CRD" while clients run."""
+        self._starting = starting
+        """The phase of a kube-apiserver start answered as, asked on every request
+        (:data:`STARTING_PHASES`); None: serving."""
         self._store = store
         self._faults = faults
         self._counters = counters
@@ -152,10 +176,12 @@ class ApiApp:
             )
         for path, document in documents.items():
             # The Python client asks for "/version/" and "/apis/" with a trailing slash.
-            app.router.add_get(path, self._document(document))
-            app.router.add_get(path + "/", self._document(document))
-        for path in ("/healthz", "/livez", "/readyz"):
+            joulie = path.startswith(f"/apis/{resources.JOULIE_GROUP}")
+            app.router.add_get(path, self._document(document, joulie))
+            app.router.add_get(path + "/", self._document(document, joulie))
+        for path in ("/healthz", "/livez"):
             app.router.add_get(path, self._ok)
+        app.router.add_get("/readyz", self._readyz)
         for rt in resources.RESOURCES:
             # A namespaced kind's collection across namespaces serves list and watch only.
             app.router.add_route("*", rt.base_path, self._handler(rt, named=False))
@@ -173,12 +199,14 @@ class ApiApp:
 
     # -- plumbing ------------------------------------------------------------
 
-    @classmethod
-    def _document(cls, make: Callable[[web.Request], Any]) -> Handler:
+    def _document(self, make: Callable[[web.Request], Any], joulie: bool = False) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
+            starting = self._while_starting() if joulie else None
+            if starting is not None:
+                return starting
             body = make(request)
             if body is None:  # a group that is not installed
-                return await cls._not_found(request)
+                return await self._not_found(request)
             return _json(body)
 
         return handler
@@ -186,6 +214,25 @@ class ApiApp:
     @staticmethod
     async def _ok(request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.StreamResponse:
+        phase = self._starting()
+        if phase is None:
+            return web.Response(text="ok")
+        return web.Response(status=500, text=STARTING_PHASES[phase])
+
+    def _while_starting(self) -> web.StreamResponse | None:
+        """A ``joulie.io`` path's answer in a phase of the server's start; None: served."""
+        phase = self._starting()
+        if phase == "crd-informer":
+            return error_response(
+                ApiError(503, "ServiceUnavailable", "server is starting", retry_after=10)
+            )
+        if phase == "crd-discovery":
+            return error_response(
+                ApiError(404, "NotFound", "the server could not find the requested resource")
+            )
+        return None
 
     @staticmethod
     async def _not_found(request: web.Request) -> web.StreamResponse:
@@ -222,6 +269,9 @@ class ApiApp:
         async def handler(request: web.Request) -> web.StreamResponse:
             if rt not in self._served():  # as a cluster without that CRD installed
                 return await self._not_found(request)
+            starting = self._while_starting() if rt.group == resources.JOULIE_GROUP else None
+            if starting is not None:
+                return starting
             verb = self._verb(request.method, named, request.query)
             if rt.namespaced and "namespace" not in request.match_info and verb not in (
                 "list", "watch",
