@@ -32,8 +32,8 @@ import time
 from urllib.parse import quote, urlsplit
 
 JOULIE = "/apis/joulie.io/v1alpha1"
-LISTS = (("/api/v1/nodes", "joulie.io/managed=true", 100), (f"{JOULIE}/nodetwins", "", 500),
-         (f"{JOULIE}/nodehardwares", "", 500))
+LISTS = (("/api/v1/nodes", "joulie.io/managed=true", 100), (f"{JOULIE}/nodetwins", "", 100),
+         (f"{JOULIE}/nodehardwares", "", 100))
 """The agent's page sizes (``agentpool.kube.api``)."""
 _VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
 _CONTINUE = re.compile(rb'"continue":"([^"]*)"')

@@ -65,13 +65,12 @@ CONNECTION_POOL_SIZE = 32
 writes several at once; the client's default (5 per CPU) would make urllib3 discard
 connections, with a warning each time, on a pod limited to one CPU."""
 REQUEST_TIMEOUT_S = 30.0
-LIST_PAGE_SIZE = 500
-"""Objects per page of a LIST (``limit``, then ``continue``), as client-go's reflector pages
-them: a page is decoded, filtered and dropped before the next is asked for, so the decoded
-peak is a page's, not the cluster's."""
-NODE_PAGE_SIZE = 100
-"""Nodes per page: a real cluster's Node is about 14 KB of JSON (its images and conditions),
-seven times a Joulie object, and what a page decodes to stays pinned by what is kept of it."""
+LIST_PAGE_SIZE = 100
+"""Objects per page of a LIST (``limit``, then ``continue``): a page is decoded, filtered and
+dropped before the next is asked for, so the decoded peak is a page's, not the cluster's.
+client-go's reflector asks for 500; 100 because that peak stays in the process's memory
+(what a pool pod keeps of a page is decoded again afterwards, but the allocator holds on
+to the room), and a real cluster's Node is about 14 KB of JSON."""
 WATCH_READ_MARGIN_S = 10.0
 """A watch's reads may wait its server-side timeout plus this (at most doubling it)."""
 
@@ -343,7 +342,7 @@ class KubeApi:
         field_selector: str | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
         keep: Callable[[dict[str, Any]], bool] | None = None,
-        page_size: int | None = None,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> Listing:
         """Every object of ``resource`` the selectors pick (and ``keep`` keeps), in pages.
 
@@ -351,8 +350,6 @@ class KubeApi:
         ``continue`` token that expired meanwhile (410 Gone: etcd compacted past it) starts
         the list again, once; the next expiry is a :class:`KubeTemporaryError`.
         """
-        if page_size is None:
-            page_size = NODE_PAGE_SIZE if resource is Resource.NODES else LIST_PAGE_SIZE
         for attempt in (1, 2):
             try:
                 return self._list_pages(resource, label_selector, field_selector, timeout_s,
