@@ -42,11 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--settle", type=float, default=10.0, help="seconds after the sync (10)")
+    p.add_argument("--shards", type=int, default=0,
+                   help="a static pool's shard 0 of this many instead (0: an elastic pool)")
     a = p.parse_args(argv)
-    settings = load_settings({
-        "KUBECONFIG": a.kubeconfig, "AGENT_MODE": "pool", "POOL_MEMBERSHIP": "lease",
-        "POD_NAME": "agent-pool-0", "POD_NAMESPACE": "default",
-    })
+    pool = ({"POOL_SHARDS": str(a.shards), "POOL_SHARD_ID": "0"} if a.shards else
+            {"POOL_MEMBERSHIP": "lease", "POD_NAME": "agent-pool-0", "POD_NAMESPACE": "default"})
+    settings = load_settings({"KUBECONFIG": a.kubeconfig, "AGENT_MODE": "pool", **pool})
     before = rss()
     api = KubeApi(load_client(a.kubeconfig))
     view = ClusterView(settings)

@@ -343,8 +343,10 @@ class KubeApi:
         timeout_s: float = REQUEST_TIMEOUT_S,
         keep: Callable[[dict[str, Any]], bool] | None = None,
         page_size: int = LIST_PAGE_SIZE,
+        trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Listing:
-        """Every object of ``resource`` the selectors pick (and ``keep`` keeps), in pages.
+        """Every object of ``resource`` the selectors pick (and ``keep`` keeps), in pages,
+        each cut down by ``trim`` to what the caller reads.
 
         The pages are one consistent snapshot (the first page's resourceVersion). A
         ``continue`` token that expired meanwhile (410 Gone: etcd compacted past it) starts
@@ -353,7 +355,7 @@ class KubeApi:
         for attempt in (1, 2):
             try:
                 return self._list_pages(resource, label_selector, field_selector, timeout_s,
-                                        keep, page_size)
+                                        keep, page_size, trim)
             except KubePermanentError as exc:
                 if exc.status != 410 or attempt == 2:
                     raise
@@ -367,9 +369,10 @@ class KubeApi:
         timeout_s: float,
         keep: Callable[[dict[str, Any]], bool] | None,
         page_size: int,
+        trim: Callable[[dict[str, Any]], dict[str, Any]] | None,
     ) -> Listing:
         items: list[dict[str, Any]] = []
-        kept: list[str] = []
+        kept = bytearray()
         rv = ""
         token: str | None = None
         lister = self._lister(resource)
@@ -388,17 +391,20 @@ class KubeApi:
             rv = rv or _fresh(str(meta.get("resourceVersion") or ""))
             page = body.get("items") or []
             del body  # the page's objects go as soon as they are filtered
-            if keep is None:
+            if keep is None and trim is None:
                 items.extend(i for i in page if isinstance(i, dict))
             else:
-                # What is kept is held as text until the last page is gone: decoded
-                # again then, none of its small objects pins a page's memory.
-                kept.extend(json.dumps(i) for i in page if isinstance(i, dict) and keep(i))
+                # What is kept is held as text, one line each in one buffer outside the
+                # small-object heap, until the last page is gone: decoded again then,
+                # none of its objects pins the memory a page was decoded into.
+                for i in page:
+                    if isinstance(i, dict) and (keep is None or keep(i)):
+                        kept += json.dumps(i if trim is None else trim(i)).encode() + b"\n"
             del page
             token = _fresh(str(meta.get("continue") or "")) or None
             del meta
             if not token:
-                items.extend(json.loads(text) for text in kept)
+                items.extend(json.loads(line) for line in kept.splitlines())
                 return Listing(items, rv)
 
     def watch(

@@ -92,8 +92,11 @@ class Informer:
         max_backoff_s: float = RECONNECT_MAX_S,
         keep: Callable[[dict[str, Any]], bool] | None = None,
         wants: Callable[[str], bool] | None = None,
+        trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.api = api
+        self.trim = trim
+        """Cuts each object passed on down to what the cache reads (None: whole)."""
         self.keep = keep
         """Whether an object concerns this pod (None: every object does)."""
         self.wants = wants
@@ -207,7 +210,8 @@ class Informer:
         if not self._stop.is_set():
             if self._rv is None:
                 listing = self.api.list(
-                    self.resource, self.label_selector, self.field_selector, keep=self.keep
+                    self.resource, self.label_selector, self.field_selector, keep=self.keep,
+                    trim=self.trim,
                 )
                 self._passed = {_name(item) for item in listing.items}
                 self.sink(Relisted(self.resource, listing.items))
@@ -240,7 +244,8 @@ class Informer:
                     )
                 self._rv = str((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
                 if kind in ("ADDED", "MODIFIED", "DELETED") and self._admit(kind, obj):
-                    self.sink(Change(self.resource, kind, obj))
+                    self.sink(Change(self.resource, kind, obj if self.trim is None
+                                     else self.trim(obj)))
                 # BOOKMARK: only the resourceVersion moves on.
             # Otherwise the server ended the stream (timeoutSeconds): _run watches again.
 

@@ -138,6 +138,7 @@ def _informer_factory(
             max_backoff_s=reconnect_cap(settings.reconcile_interval_s),
             keep=scope.keep,
             wants=scope.wants,
+            trim=scope.trim,
         )
 
     return make

@@ -32,10 +32,11 @@ PER_WORKER_BYTES = 3 * MIB
 """One worker and the supervisor's share for its node: 1.7 to 1.8 MiB measured five
 minutes after start (N = 50 to 500), and workers grow by a few tenths of a MiB over the
 first twenty minutes (BENCHMARKS.md, current results: 1.83 MiB PSS at N = 1,000)."""
-PER_CACHED_NODE_BYTES = 16 * KIB
+PER_CACHED_NODE_BYTES = 24 * KIB
 """What an elastic pool pod's caches hold for each managed node, its own or not: it keeps
-every managed node's objects (docs/modes.md). Measured: PLACEHOLDER (BENCHMARKS.md,
-``clustersize.py``, the elastic line)."""
+every managed node's objects (docs/modes.md), cut down to what it reads. Measured: 18 to
+21 KiB a node, Node, NodeTwin and NodeHardware of a real cluster's size, 1,000 nodes
+(BENCHMARKS.md, ``clustersize.py``, the elastic line); the rest is room."""
 
 
 def mib(value: int) -> str:

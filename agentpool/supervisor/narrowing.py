@@ -33,11 +33,13 @@ The profile API's objects are named by hand or by older operators
 (``node-<name>``), and change seldom: those a daemonset pod still receives
 whole, decodes and drops. A shard is no selector a server knows, so a pool
 pod receives every object of the Joulie kinds and keeps its shard's; an
-elastic pool's share moves with its members, so it keeps everything.
+elastic pool's share moves with its members, so it keeps everything. Whatever
+is kept is cut down at once to what the cluster view reads (:data:`TRIMS`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,7 @@ from agentpool.kube.api import Resource
 from agentpool.kube.nodehardware import node_object_name
 from agentpool.pool.assignment import owns
 from agentpool.resources.parse import metadata_name, spec_node_name, target_of, target_problem
+from agentpool.supervisor.echoes import kept
 
 Wants = Callable[[str], bool]
 """Whether this pod wants a node's objects."""
@@ -64,6 +67,8 @@ class KindScope:
     wants: Wants | None = None
     """The nodes ``keep`` keeps the objects of: events about others are passed over
     undecoded (:class:`~agentpool.kube.informer.Informer`)."""
+    trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """What of each object the cluster view reads; the rest is dropped at once."""
 
 
 def wanted_nodes(settings: Settings) -> Wants | None:
@@ -95,8 +100,48 @@ def _telemetry(wants: Wants) -> Callable[[dict[str, Any]], bool]:
     return keep
 
 
+def _part(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _node(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Node as the cluster view reads it: labels, capacity, allocatable (a real one's
+    images and conditions are most of its 14 KB)."""
+    meta, status = _part(obj, "metadata"), _part(obj, "status")
+    return {
+        "metadata": {"name": meta.get("name"), "labels": meta.get("labels")},
+        "status": {"capacity": status.get("capacity"), "allocatable": status.get("allocatable")},
+    }
+
+
+def _hardware(obj: dict[str, Any]) -> dict[str, Any]:
+    """A NodeHardware as the cluster view reads it: its node, CPU and GPU ranges."""
+    status = _part(obj, "status")
+    return {
+        "metadata": {"name": _part(obj, "metadata").get("name")},
+        "spec": obj.get("spec"),
+        "status": {"cpu": status.get("cpu"), "gpu": status.get("gpu")},
+    }
+
+
+TRIMS: dict[Resource, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    Resource.NODES: _node,
+    Resource.NODE_HARDWARES: _hardware,
+    Resource.NODE_TWINS: kept,
+    Resource.NODE_POWER_PROFILES: kept,
+    Resource.TELEMETRY_PROFILES: kept,
+}
+"""What the cluster view reads of each kind (:mod:`agentpool.supervisor.clusterview`,
+:mod:`agentpool.supervisor.twinview`); status the agent writes itself is never read."""
+
+
 def kind_scope(settings: Settings, kind: Resource) -> KindScope:
     """What the informer of ``kind`` asks for and keeps (the module docstring's table)."""
+    return dataclasses.replace(_narrowed(settings, kind), trim=TRIMS[kind])
+
+
+def _narrowed(settings: Settings, kind: Resource) -> KindScope:
     wants = wanted_nodes(settings)
     daemonset = settings.mode is AgentMode.DAEMONSET
     if kind is Resource.NODES:

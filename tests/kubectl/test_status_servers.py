@@ -177,11 +177,12 @@ def test_a_static_pool_shows_shards_read_from_its_statefulset(static_pool: Backe
     # --shards still wins, and a namespace without the pool finds none.
     done = status(static_pool.kubeconfig, "--shards", "3", "-o", "json")
     assert json.loads(done.stdout)["notes"] == ["shards: 3 (--shards)"]
-    done = status(static_pool.kubeconfig, "-n", "default", "-o", "json")
+    # A namespace of its own: other tests on the shared server leave pools in "default".
+    done = status(static_pool.kubeconfig, "-n", "no-pool-here", "-o", "json")
     document = json.loads(done.stdout)
     assert {row["owner"] for row in document["nodes"]} == {None}
     assert document["notes"] == [
-        "shards: not found (no StatefulSet in namespace default runs the agent with "
+        "shards: not found (no StatefulSet in namespace no-pool-here runs the agent with "
         "AGENT_MODE=pool): --shards N names each node's shard"]
 
 

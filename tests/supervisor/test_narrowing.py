@@ -90,3 +90,31 @@ def test_pools_that_cannot_narrow_keep_everything() -> None:
             assert scope.keep is None
             assert scope.wants is None
             assert scope.field_selector is None
+
+
+def test_every_kind_is_cut_down_to_what_the_cluster_view_reads() -> None:
+    s = settings(AGENT_MODE="pool", POOL_MEMBERSHIP="lease", POD_NAME="agent-0",
+                 POD_NAMESPACE="joulie-system")
+    node = {
+        "metadata": {"name": "n", "labels": {"a": "b"}, "managedFields": [{"manager": "k"}]},
+        "status": {"capacity": {"cpu": "64"}, "allocatable": {"nvidia.com/gpu": "8"},
+                   "images": [{"names": ["x"], "sizeBytes": 1}], "conditions": []},
+    }
+    trim = kind_scope(s, Resource.NODES).trim
+    assert trim is not None
+    assert trim(node) == {"metadata": {"name": "n", "labels": {"a": "b"}},
+                          "status": {"capacity": {"cpu": "64"},
+                                     "allocatable": {"nvidia.com/gpu": "8"}}}
+    twin = {"metadata": {"name": "t", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "resourceVersion": "7"},
+            "spec": {"nodeName": "n"}, "status": {"controlStatus": {}}}
+    trim = kind_scope(s, Resource.NODE_TWINS).trim
+    assert trim is not None
+    assert trim(twin) == {"metadata": {"name": "t", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                          "spec": {"nodeName": "n"}}
+    hardware = {"metadata": {"name": "h"}, "spec": {"nodeName": "n"},
+                "status": {"cpu": {"sockets": 2}, "gpu": {"count": 8}, "memory": {}}}
+    trim = kind_scope(s, Resource.NODE_HARDWARES).trim
+    assert trim is not None
+    assert trim(hardware) == {"metadata": {"name": "h"}, "spec": {"nodeName": "n"},
+                              "status": {"cpu": {"sockets": 2}, "gpu": {"count": 8}}}
