@@ -10,6 +10,9 @@ from agentpool.sim.clusterapi import ClusterApi
 from agentpool.sim.envtest import EnvtestServer
 from tests.support.chart import CHART_DIR, NAMESPACE, load_helm, parse_manifests
 
+AUDITED_AGENT = "audited-agent"
+"""A user of the audited server (``audited`` in conftest.py) in ``system:masters``: its
+requests are the agent's alone in the audit log."""
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding")
 

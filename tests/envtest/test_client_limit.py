@@ -13,14 +13,10 @@ outruns that bound (else the check below it could not fail).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime
 
-import pytest
-
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.clusterapi import chart_crds
-from agentpool.sim.envtest import EnvtestServer, EnvtestUnavailableError, find_assets
+from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from tests.envtest.accounts import chart_account
 
@@ -29,18 +25,6 @@ NODES = 12
 JITTER = 1
 """Requests released by the limiter in order may arrive a little out of step: one more in a
 span is the network's, not the limiter's."""
-
-
-@pytest.fixture(scope="module")
-def audited() -> Iterator[EnvtestServer]:
-    """A kube-apiserver of its own, with the audit log on (the shared one has it off)."""
-    try:
-        assets = find_assets()
-    except EnvtestUnavailableError as exc:
-        pytest.skip(str(exc))
-    with EnvtestServer(assets, audit=True) as server:
-        server.api().apply(chart_crds())
-        yield server
 
 
 def received(server: EnvtestServer, user: str, since: float, until: float) -> list[float]:

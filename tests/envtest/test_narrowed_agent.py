@@ -4,37 +4,22 @@ kube-apiserver whose audit log says what the agent asked for."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
-
 from agentpool.sim.cluster import SimCluster
-from agentpool.sim.clusterapi import chart_crds
-from agentpool.sim.envtest import EnvtestServer, EnvtestUnavailableError, find_assets
+from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
+from tests.envtest.accounts import AUDITED_AGENT
 
-AGENT = "narrowed-agent"
 NODES = [f"w{i}.example.com" for i in range(6)]
 MINE = NODES[2]
-
-
-@pytest.fixture(scope="module")
-def audited() -> Iterator[EnvtestServer]:
-    try:
-        assets = find_assets()
-    except EnvtestUnavailableError as exc:
-        pytest.skip(str(exc))
-    with EnvtestServer(assets, users={AGENT: ("system:masters",)}, audit=True) as server:
-        server.api().apply(chart_crds())
-        yield server
 
 
 def reads(server: EnvtestServer) -> dict[str, set[str]]:
     """Resource -> the field selectors of the agent's lists and watches of it."""
     seen: dict[str, set[str]] = {}
-    for event in server.audit(AGENT):
+    for event in server.audit(AUDITED_AGENT):
         ref = event.get("objectRef") or {}
         if event.get("verb") in ("list", "watch") and ref.get("resource"):
             query = parse_qs(urlsplit(event["requestURI"]).query)
@@ -52,7 +37,8 @@ def capped_at(cluster: SimCluster, node: str, watts: float, since: float) -> boo
 def test_a_daemonset_pod_reads_its_own_nodetwin_and_nodehardware_by_name(
     audited: EnvtestServer, tmp_path: Path
 ) -> None:
-    with SimCluster(workdir=tmp_path, server=audited, user=AGENT, api="nodetwin") as cluster:
+    with SimCluster(workdir=tmp_path, server=audited, user=AUDITED_AGENT,
+                    api="nodetwin") as cluster:
         for i, name in enumerate(NODES):
             cluster.add_node(name, cap=100.0 + i)
         start = time.monotonic()
