@@ -213,7 +213,9 @@ class Informer:
                     self.resource, self.label_selector, self.field_selector, keep=self.keep,
                     trim=self.trim,
                 )
-                self._passed = {_name(item) for item in listing.items}
+                self._passed = (
+                    {_name(item) for item in listing.items} if self.keep is not None else set()
+                )
                 self.sink(Relisted(self.resource, listing.items))
                 self._confirm()
                 self.synced.set()
