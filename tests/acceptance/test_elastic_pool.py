@@ -187,6 +187,7 @@ def test_a_worker_slow_to_stop_delays_its_nodes_new_owner_instead_of_overlapping
         pool.cluster.power.set_fault(node, "hang", hang_seconds=10)
     sampler = MetricsSampler(pool.scrapers).start()  # type: ignore[arg-type]
     try:
+        wait_until(lambda: bool(sampler.samples), 30)  # it has seen the nodes where they are
         since = time.monotonic()
         pool.scale(3)
         pool.start(2)
@@ -195,7 +196,15 @@ def test_a_worker_slow_to_stop_delays_its_nodes_new_owner_instead_of_overlapping
         for node in moving:
             pool.cluster.power.set_fault(node, None)
         wait_converged(pool, 3, since)
+        converged = time.monotonic()
+        wait_until(lambda: sampler.samples[-1][0] > converged, 30)  # and where they went
     finally:
         sampler.stop()
-    assert len(sampler.samples) > 20
+    # The sampler watched the handoff itself: a moving node on its old pod first, then on
+    # the newcomer (however few samples a loaded machine let it take in between).
+    newcomer_name = f"{pool.name}-2"
+    holders = [sample.get(moving[0], set()) for _, sample in sampler.samples]
+    first_new = next((i for i, pods in enumerate(holders) if pods == {newcomer_name}), None)
+    assert first_new is not None, holders
+    assert any(pods and newcomer_name not in pods for pods in holders[:first_new]), holders
     assert sampler.doubles() == []
