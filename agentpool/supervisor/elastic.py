@@ -150,6 +150,12 @@ class ElasticPool:
             return False
         return state.handoff.phase(node) in (NodePhase.RUNNING, NodePhase.RELEASING)
 
+    @property
+    def cycle_in_flight(self) -> bool:
+        """Whether a lease cycle was handed to the thread and :meth:`turn` has not yet seen
+        it end. A loop that stops turning with none in flight writes the Lease no more."""
+        return self._busy
+
     def worker_fence(self) -> FenceTimes | None:
         """The deadlines this pod's workers hold now (None before the first renewal)."""
         if self.state is None:

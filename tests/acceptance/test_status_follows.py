@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,28 +33,34 @@ NODE = "gw-0"
 
 class SameWords:
     """An HTTP control endpoint that answers ``"ok"`` to anything, and records what it was
-    posted."""
+    posted, each post with what :attr:`look` saw as it arrived (the tick that posted it
+    waits for the answer meanwhile)."""
 
     def __init__(self) -> None:
         self.url = ""
+        self.look: Callable[[], bool] = lambda: False
         self._lock = threading.Lock()
         self._posts: list[dict[str, Any]] = []
+        self._looks: list[bool] = []
 
     @property
     def endpoint(self) -> str:
         return f"{self.url}/control/{{node}}"
 
     def record(self, body: dict[str, Any]) -> None:
+        seen = self.look()
         with self._lock:
             self._posts.append(body)
+            self._looks.append(seen)
 
-    def posts(self, action: str, **fields: Any) -> int:
-        """How many requests asked for ``action`` with these field values."""
+    def looks(self, action: str, **fields: Any) -> list[bool]:
+        """What :attr:`look` saw at each request that asked for ``action`` with these field
+        values, in order."""
         with self._lock:
-            return sum(
-                1 for p in self._posts
+            return [
+                seen for p, seen in zip(self._posts, self._looks, strict=True)
                 if p.get("action") == action and all(p.get(k) == v for k, v in fields.items())
-            )
+            ]
 
     def count(self) -> int:
         with self._lock:
@@ -162,12 +168,13 @@ def test_a_cap_enforced_shows_in_the_status_of_its_tick(api: str) -> None:
             "RAPL cap 120 W over HTTP: rapl.set_power_cap_watts accepted"
         )
         changed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # Each post looks at the status as it arrives: whether the status already says what
+        # the tick before enforced is seen by the endpoint, whenever this thread gets to run.
+        endpoint.look = lambda: says(control(cluster, api), 140, 300)
         change_caps(cluster, api)
         # The tick the change triggered posts both caps; its status write follows at once,
         # before the next tick posts them again.
         wait_until(lambda: says(control(cluster, api), 140, 300), INTERVAL_S * 3)
-        assert endpoint.posts("rapl.set_power_cap_watts", capWatts=140) == 1
-        assert endpoint.posts("gpu.set_power_cap_watts", capWattsPerGpu=300) == 1
         after = control(cluster, api)
         for part in ("cpu", "gpu"):
             assert after[part]["updatedAt"] >= changed_at
@@ -183,4 +190,10 @@ def test_a_cap_enforced_shows_in_the_status_of_its_tick(api: str) -> None:
         wait_until(lambda: endpoint.count() >= posts + 6, INTERVAL_S * 8)
         assert status_writes(cluster, api) == writes
         assert control(cluster, api) == after
+        # The change's tick posted the caps before its status said them, and the status
+        # said them by the next tick's posts.
+        for action, fields in (("rapl.set_power_cap_watts", {"capWatts": 140}),
+                               ("gpu.set_power_cap_watts", {"capWattsPerGpu": 300})):
+            looks = endpoint.looks(action, **fields)
+            assert looks[:2] == [False, True], (action, looks)
         assert agent.terminate() == 0

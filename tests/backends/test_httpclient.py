@@ -20,7 +20,7 @@ from agentpool.results import Result
 from agentpool.sim.power.model import RequestKind
 from agentpool.sim.power.server import PowerSim
 from tests.backends.scripted import OK_S, Scripted, answer
-from tests.support.rawhttp import Answer, RawServer
+from tests.support.rawhttp import OVERRUN_S, Answer, RawServer
 
 
 def test_every_request_says_which_pod_and_shard_sent_it(sim: PowerSim) -> None:
@@ -111,14 +111,17 @@ def test_a_kept_connection_closed_by_the_server_is_replaced(
 
 def test_an_answer_dripped_slower_than_the_timeout_is_cut_off_at_it() -> None:
     # Each piece arrives inside the socket timeout; the whole took 12 x 0.06 s against a
-    # timeout of 0.25 s, because the timeout bounded each receive, not the request.
+    # timeout of 0.25 s, because the timeout bounded each receive, not the request. Here
+    # the drip (one byte every 0.1 s) would take about 6 s that way, past the timeout
+    # and what a busy machine may add to it.
     body = b'{"packagePowerWatts": 12}'
     data = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    with RawServer(Answer(data, pieces=12, delay_s=0.06)) as server:
+    assert len(data) * 0.1 > 0.25 + OVERRUN_S
+    with RawServer(Answer(data, pieces=len(data), delay_s=0.1)) as server:
         started = time.monotonic()
         with pytest.raises(HttpBackendError, match=r"timed out after 0\.25s"):
             read_package_power(HttpEndpoint(server.url, 0.25), "n")
-        assert time.monotonic() - started < 0.25 + 0.5
+        assert time.monotonic() - started < 0.25 + OVERRUN_S
 
 
 def test_an_answer_held_open_after_its_headers_ends_at_the_timeout() -> None:
@@ -127,7 +130,7 @@ def test_an_answer_held_open_after_its_headers_ends_at_the_timeout() -> None:
         started = time.monotonic()
         with pytest.raises(HttpBackendError, match="timed out"):
             post_control(HttpEndpoint(server.url, 0.25), "n", RAPL_ACTION, 120.0, -1)
-        assert time.monotonic() - started < 0.25 + 0.5
+        assert time.monotonic() - started < 0.25 + OVERRUN_S
 
 
 def test_a_control_answer_is_cut_to_what_a_status_can_carry(

@@ -300,6 +300,11 @@ def test_renewals_stop_when_the_loop_stops_turning(backend: Backend, pool: str) 
         for _ in range(10):  # a few turns: renewals happen
             pod.elastic.turn(NODES)
             time.sleep(0.1)
+        # The last turns may have handed the thread a renewal: turned until its end is
+        # seen (a renewal, then a list of the pool's Leases, can take longer than a
+        # turn's 0.1 s on a loaded machine), then no more.
+        wait_until(lambda: pod.elastic.turn(NODES) is not None
+                   and not pod.elastic.cycle_in_flight, 10)
         first = _renew_time(coord, pod.name)
         # No turns for three renew periods: the thread must not renew by itself.
         time.sleep(3 * ELASTIC.renew_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -32,9 +33,17 @@ SPAWN_PHASES = (0.4, 0.7)
 """Where in the interval the workers start: far from the grid, so that a worker keeping
 its own phase would tick 0.4 or 0.7 s after each grid time."""
 LATE_S = 0.25
-"""How long after its grid time a tick's report may arrive here. Measured: 2 to 8 ms (a
-host tick, its report, the reading thread's wake-up; 8 beside a CI run); thirty times
-that leaves room for a loaded machine and is still well short of the spawn phases."""
+"""How long after its grid time a tick's report usually arrives here. Measured: 2 to 8 ms
+(a host tick, its report, the reading thread's wake-up; 8 beside a CI run); thirty times
+that is still well short of the spawn phases. On a loaded machine a few reports come later
+than that: the grid is judged by the median tick, which a worker keeping its own phase
+would put 0.4 or 0.7 s after the grid time."""
+ATTEMPTS = 3
+"""Grid times a fence scenario is tried at. A loaded machine can leave the test's thread
+or the worker unscheduled past the moment a scenario needs (a fence read inside the window
+instead of before it, or after the tick instead of inside the window); such a try shows
+nothing either way and the next grid time is used. A worker that breaks the rule fails
+every try."""
 
 
 @pytest.mark.parametrize("interval", [0.5, 1.0, 20.0])
@@ -117,9 +126,13 @@ def test_two_workers_started_apart_tick_on_the_same_grid(
         phases = [t % INTERVAL_S for t in later]
         print(f"worker {index}: ticks arrived {', '.join(f'{p:.3f}' for p in phases)} s after "
               "a grid time")
-        assert all(p < LATE_S for p in phases), phases
+        assert statistics.median(phases) < LATE_S, phases
         gaps = [b - a for a, b in itertools.pairwise(later)]
-        assert all(math.isclose(g, INTERVAL_S, abs_tol=LATE_S) for g in gaps), gaps
+        assert math.isclose(statistics.median(gaps), INTERVAL_S, abs_tol=LATE_S), gaps
+        # One tick per grid time: none between them (a report held up by the machine's
+        # load arrives late, but in its own interval).
+        span = later[-1] - later[0]
+        assert len(later) <= round(span / INTERVAL_S) + 1, later
 
 
 def test_a_fence_just_before_the_tick_wakes_the_worker_to_tick_and_one_well_before_does_not(
@@ -140,24 +153,29 @@ def test_a_fence_just_before_the_tick_wakes_the_worker_to_tick_and_one_well_befo
         far = FenceTimes(time.monotonic() + 3600.0, None)
         try:
             wait_for(lambda: len(arrivals.times) >= 2)  # at once, then on the grid
-            grid = grid_after(arrivals.times[1])
-            # Twice the window before its tick: read, and slept on until the grid time.
-            time.sleep(max(0.0, grid - 2 * window - time.monotonic()))
-            ours.send(Fence(far))
-            wait_for(lambda: len(arrivals.times) >= 3)
-            late = arrivals.times[2] - grid
-            print(f"fence {2 * window:.2f} s before: tick {late:+.3f} s from the grid time")
-            assert 0 <= late < LATE_S
+            # Twice the window before its tick: read, and slept on until the grid time. A
+            # tick before the window opened cannot be the rule's (the fence was read before
+            # it); one inside it means the fence was read late, inside the window.
+            tries = []
+            for _ in range(ATTEMPTS):
+                grid = lead_up(arrivals, 2 * window)
+                tick = tick_after_fence(ours, arrivals, far)
+                tries.append(round(tick - grid, 3))
+                assert tick >= grid - window, f"ticked {grid - tick:.3f} s before its time"
+                if tick >= grid:
+                    break
+            print(f"fence {2 * window:.2f} s before: ticks {tries} s from the grid time")
+            assert tries[-1] >= 0, f"the fence was read inside the window at every try: {tries}"
             # Half the window before its tick: it ticks at once, not at the grid time.
-            grid = grid_after(arrivals.times[2])
-            time.sleep(max(0.0, grid - window / 2 - time.monotonic()))
-            sent = time.monotonic()
-            ours.send(Fence(far))
-            wait_for(lambda: len(arrivals.times) >= 4)
-            early = arrivals.times[3] - grid
-            print(f"fence {window / 2:.3f} s before: tick {early:+.3f} s from the grid time, "
-                  f"{arrivals.times[3] - sent:.3f} s after the fence")
-            assert early < 0
+            tries = []
+            for _ in range(ATTEMPTS):
+                grid = lead_up(arrivals, window / 2)
+                tick = tick_after_fence(ours, arrivals, far)
+                tries.append(round(tick - grid, 3))
+                if tick < grid:
+                    break
+            print(f"fence {window / 2:.3f} s before: ticks {tries} s from the grid time")
+            assert tries[-1] < 0, tries
         finally:
             ours.send(StopWorker())
             ready = wait([process.sentinel], DEADLINE_S)
@@ -165,6 +183,29 @@ def test_a_fence_just_before_the_tick_wakes_the_worker_to_tick_and_one_well_befo
             process.close()
             arrivals.join(DEADLINE_S)
             ours.close()
+
+
+def lead_up(arrivals: Arrivals, lead: float) -> float:
+    """Sleep until ``lead`` before the worker's next grid time; returns that grid time. A
+    grid time the test comes to too late for (a loaded machine) is let go by: the next."""
+    while True:
+        seen = len(arrivals.times)
+        # The last tick's grid time, whether it came early (a wake-up inside the window) or
+        # late; the worker's next tick is at the grid time after it.
+        grid = grid_after(arrivals.times[-1] + early_s(INTERVAL_S))
+        left = grid - lead - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+            return grid
+        wait_for(lambda seen=seen: len(arrivals.times) > seen)  # type: ignore[misc]
+
+
+def tick_after_fence(conn: Connection, arrivals: Arrivals, fence: FenceTimes) -> float:
+    """Send ``fence``; when the worker's next tick report arrived."""
+    seen = len(arrivals.times)
+    conn.send(Fence(fence))
+    wait_for(lambda: len(arrivals.times) > seen)
+    return arrivals.times[seen]
 
 
 def wait_for(condition: Callable[[], bool]) -> None:

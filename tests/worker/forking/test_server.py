@@ -27,11 +27,9 @@ from agentpool.sim.throttle import SlowForks
 from agentpool.supervisor.forkclient import (
     DISCARD_WAIT_S,
     KILL_WAIT_S,
-    LATE_ANSWER_S,
     LOST_EXIT_CODE,
     MAX_BATCH,
     SERVER_MODULE,
-    SPAWN_BOUND_S,
     SPAWN_TIMEOUT_S,
     Deferred,
     ForkedWorker,
@@ -43,6 +41,7 @@ from agentpool.worker.forking.descriptors import close_all
 from agentpool.worker.forking.wire import HEADER
 from agentpool.worker.main import EXIT_CRASH
 from agentpool.worker.protocol import Stopped, StopWorker, TickReport
+from tests.support.forking import LATE_ANSWER_S, widen_late_answers
 
 DEADLINE_S = 30.0
 """A worker forks and ticks in well under a second here; 30 s is for a loaded CI box."""
@@ -252,14 +251,16 @@ def test_a_batch_larger_than_the_socket_takes_is_cut_to_its_first_requests(
 
 
 def test_a_server_that_comes_back_after_the_deadline_forks_nothing_late(
-    server: ForkServer,
+    server: ForkServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Stopped through the batch's deadline, then running again: every request is answered
     # at once, without a fork (the supervisor no longer waits for it), and the server
     # stays, serving the next batch.
+    widen_late_answers(monkeypatch)  # the server is resumed by a timer: see the helper
     pid = server.pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
+    # A quarter of the window past the deadline (the batch begins a moment after the timer).
     resume = threading.Timer(SPAWN_TIMEOUT_S + LATE_ANSWER_S / 4,
                              lambda: os.kill(pid, signal.SIGCONT))
     resume.start()
@@ -279,15 +280,18 @@ def test_a_server_that_comes_back_after_the_deadline_forks_nothing_late(
     stop_all(results, pipes)
 
 
-def test_a_slow_fork_server_cannot_hold_a_batch_past_its_bound(server: ForkServer) -> None:
+def test_a_slow_fork_server_cannot_hold_a_batch_past_its_bound(
+    server: ForkServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A fork takes 0.3 s: every answer comes well within a timeout per answer, and 64 of
     # them took about 20 s. With one deadline the batch returns by its bound, the workers
     # forked by then started and the others deferred; the server, slow but not stuck, stays.
+    bound = widen_late_answers(monkeypatch)  # resumed by SlowForks' thread: see the helper
     pid = server.pid
     assert pid is not None
     with SlowForks(pid, period_s=0.3):
         results, took, pipes = batch(server, 64)
-    assert took < SPAWN_BOUND_S + 1.0, took
+    assert took < bound + 1.0, took
     forked = [r for r in results if isinstance(r, ForkedWorker)]
     assert 0 < len(forked) < 64
     assert [type(r) for r in results[len(forked):]] == [Deferred] * (64 - len(forked))
