@@ -209,7 +209,8 @@ def test_crds_installed_after_start_and_removed_while_running() -> None:
         wait_until(lambda: twin_status(cluster, "a").get("result") == "applied", 20)
         wait_until(lambda: tp_status(cluster, "a").get("result") == "none", 20)
         assert readyz(agent)[0] == 200
-        assert node_apis(agent) == {"a": "nodetwin", "b": "profiles"}
+        # The metrics are published a loop period after the change, not with the status.
+        wait_until(lambda: node_apis(agent) == {"a": "nodetwin", "b": "profiles"}, 20)
 
         # Its CRD is removed again: node a falls back to its profile, b is untouched.
         cluster.emulator.install("profiles")
