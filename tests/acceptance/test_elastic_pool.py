@@ -195,7 +195,16 @@ def test_a_worker_slow_to_stop_delays_its_nodes_new_owner_instead_of_overlapping
         for node in moving:
             pool.cluster.power.set_fault(node, None)
         wait_converged(pool, 3, since)
+        taken = len(sampler.samples)
+        wait_until(lambda: len(sampler.samples) > taken, 30)  # one sample after it, too
     finally:
         sampler.stop()
-    assert len(sampler.samples) > 20
+    # The samples saw the handoff they are about: each moving node held by its old pod
+    # alone, then by the newcomer alone. (How many samples that takes depends on how fast
+    # the pods answer a scrape, which a loaded machine slows several times.)
+    for node in moving:
+        old = owner_of(node, pool.members(2), Assignment.RENDEZVOUS)
+        held = [sample.get(node) for _, sample in sampler.samples]
+        assert {old} in held, (node, held)
+        assert {f"{pool.name}-2"} in held[held.index({old}):], (node, held)
     assert sampler.doubles() == []
