@@ -116,6 +116,9 @@ class RawServer:
                         except TimeoutError:
                             continue
                     return
+                head = answer.data.partition(b"\r\n\r\n")[0].lower()
+                if b"\r\nconnection: close" in head:
+                    return  # as it said: the connection ends with the answer
                 # Keep-alive: the client may send the next request on this connection.
 
     def close(self) -> None:
