@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+from collections.abc import Callable
 from typing import Any
 
 from agentpool.kube.api import KubeApi, Resource, load_client
@@ -43,6 +44,17 @@ class Sink:
 def api_for(backend: Backend, calls: list[tuple[str, str]] | None = None) -> KubeApi:
     hook = None if calls is None else (lambda verb, res, code: calls.append((verb, res)))
     return KubeApi(load_client(str(backend.kubeconfig)), on_request=hook)
+
+
+def watch_until_deleted(api: KubeApi, resource: Resource, version: str,
+                        skip: Callable[[str], str | None]) -> None:
+    """Watch from ``version`` (each line shown to ``skip``) until a deletion; closes ``api``."""
+    try:
+        for event in api.watch(resource, version, 5, skip=skip):
+            if event["type"] == "DELETED":
+                return
+    finally:
+        api.close()
 
 
 def test_a_list_in_pages_is_the_whole_listing_filtered(backend: Backend) -> None:
@@ -108,12 +120,7 @@ def test_the_head_of_a_node_watch_line_is_what_the_line_says(backend: Backend) -
     backend.direct.create("nodes", {"metadata": {"name": "n.example.com", "labels": {"a": "b"}}})
     backend.direct.patch("nodes", "n.example.com", {"metadata": {"labels": {"a": "c"}}})
     backend.direct.delete("nodes", "n.example.com")
-    try:
-        for event in api.watch(Resource.NODES, listing.resource_version, 5, skip=skip):
-            if event["type"] == "DELETED":
-                break
-    finally:
-        api.close()
+    watch_until_deleted(api, Resource.NODES, listing.resource_version, skip)
     assert [seen[1][0] for seen in heads] == ["ADDED", "MODIFIED", "DELETED"]
     for read, decoded in heads:
         assert read in (decoded, None)
@@ -171,12 +178,7 @@ def test_a_glance_at_a_custom_resources_line_reads_what_decoding_it_gives(
     backend.direct.patch("nodetwins", "w1", {"spec": {"policy": {"name": "p"}}})
     backend.direct.patch("nodetwins", "w1", {"spec": {"nodeName": "worker-2"}})
     backend.direct.delete("nodetwins", "w1")
-    try:
-        for event in api.watch(Resource.NODE_TWINS, listing.resource_version, 5, skip=skip):
-            if event["type"] == "DELETED":
-                break
-    finally:
-        api.close()
+    watch_until_deleted(api, Resource.NODE_TWINS, listing.resource_version, skip)
     assert [event["type"] for _, event in seen] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
     for read, event in seen:
         if read is None:
