@@ -350,7 +350,7 @@ class KubeApi:
 
         The pages are one consistent snapshot (the first page's resourceVersion). A
         ``continue`` token that expired meanwhile (410 Gone: etcd compacted past it) starts
-        the list again, once; the next expiry is a :class:`KubeTemporaryError`.
+        the list again, once; a second expiry is raised (the informer retries it).
         """
         for attempt in (1, 2):
             try:
