@@ -26,6 +26,8 @@ from tests.support.agents import (
     MOVED,
     all_read,
     host_cluster,
+    live_worker_pid,
+    live_worker_pids,
     node_apis,
     pl1_files,
     restarts,
@@ -93,7 +95,7 @@ def test_mixed_cluster_then_a_migration_to_the_twin_and_back_without_a_gap() -> 
             "p-0": "profiles", "p-1": "profiles", "t-0": "nodetwin", "t-1": "nodetwin",
             "b-0": "nodetwin", "x-0": "none",
         }
-        pid = worker_pids(agent)["p-0"]
+        pid = live_worker_pid(agent, "p-0")
 
         # p-0 moves to a NodeTwin: both exist for a while, then the profile goes.
         started = time.monotonic()
@@ -151,7 +153,7 @@ def test_removed_caps_are_released_and_the_status_says_so() -> None:
         wait_until(lambda: all_read(files, 50_000_000), 20)
         wait_cap(cluster, "d-0", 120)
         wait_cap(cluster, "t-0", 140)
-        pids = worker_pids(agent)
+        pids = live_worker_pids(agent, ("h-0", "d-0", "t-0"))
 
         cluster.api.delete("nodepowerprofiles", "h-0")  # the TelemetryProfile stays
         cluster.api.delete("nodepowerprofiles", "d-0")
@@ -199,7 +201,7 @@ def test_crds_installed_after_start_and_removed_while_running() -> None:
         agent.wait_ready()
         wait_cap(cluster, "a", 130)
         wait_cap(cluster, "b", 120)
-        pids = worker_pids(agent)
+        pids = live_worker_pids(agent, ("a", "b"))
         started = time.monotonic()
 
         # The current operator's CRDs are installed, and it writes a twin for node a.

@@ -21,6 +21,7 @@ from tests.support.agents import (
     alive,
     all_read,
     host_cluster,
+    live_worker_pids,
     pl1_files,
     restarts,
     series,
@@ -125,7 +126,7 @@ def test_sigterm_stops_everything_and_restores_host_values() -> None:
         agent.wait_ready()
         # 100 W over two packages: 50 W each on PL1.
         wait_until(lambda: all_read(originals, 50_000_000), 20)
-        pids = worker_pids(agent)
+        pids = live_worker_pids(agent, ("h0", "h1"))
         started = time.monotonic()
         assert agent.terminate(timeout=20) == 0
         took = time.monotonic() - started
@@ -165,7 +166,7 @@ def test_daemonset_mode_controls_exactly_its_own_node() -> None:
         agent = cluster.start_agent({"AGENT_MODE": "daemonset", "NODE_NAME": "worker-1"})
         agent.wait_ready()
         wait_until(lambda: cluster.status("worker-1").get("result") == "applied", 20)
-        assert set(worker_pids(agent)) == {"worker-1"}
+        live_worker_pids(agent, {"worker-1"})
         assert set(cluster.controlled_nodes()) == {"worker-1"}
         # Only that node is watched: a change elsewhere is not even seen.
         counts = cluster.emulator.request_counts()

@@ -23,7 +23,14 @@ from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import read_int
 from tests.envtest.accounts import as_agent, chart_account
-from tests.support.agents import host_cluster, joulie_nodes, node_apis, pl1_files, worker_pids
+from tests.support.agents import (
+    host_cluster,
+    joulie_nodes,
+    live_worker_pids,
+    node_apis,
+    pl1_files,
+    worker_pids,
+)
 
 STATUS_KEYS = {"backend", "result", "message", "observed", "updatedAt"}
 """What the agent writes under status.control.cpu: each must survive the server's pruning."""
@@ -123,7 +130,7 @@ def test_daemonset_mode_controls_its_node_and_restores_it_on_sigterm(
         )
         agent.wait_ready(60)
         wait_until(lambda: cluster.status("ds-1").get("result") == "applied", 30)
-        assert set(worker_pids(agent)) == {"ds-1"}
+        live_worker_pids(agent, {"ds-1"})
         assert cluster.status("ds-0") == {}
         ds1 = [p for p in originals if "/ds-1/" in str(p)]
         assert all(read_int(p) == 50_000_000 for p in ds1)
@@ -141,7 +148,7 @@ def test_an_api_server_restart_with_the_data_kept_is_ridden_out(
         agent = cluster.start_agent()
         agent.wait_ready(60)
         wait_until(lambda: cluster.status("restart-0").get("result") == "applied", 30)
-        pids = worker_pids(agent)
+        pids = live_worker_pids(agent, ("restart-0", "restart-1"))
         envtest_server.stop_apiserver()
         wait_until(lambda: agent.get("/readyz", timeout=2)[0] == 503, 60)
         envtest_server.start_apiserver()

@@ -26,7 +26,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.objects import twin_name
 from agentpool.sim.polling import wait_until
-from tests.support.agents import restarts, worker_pids
+from tests.support.agents import live_worker_pids, restarts
 from tests.support.chart import NAMESPACE
 from tests.support.clock import Clock
 from tests.support.joulie_chart import AGENT_ENV, AGENT_RULES, SERVICE_ACCOUNT, agent_rbac, pool_env
@@ -139,6 +139,6 @@ def test_agentpool_under_joulies_agent_role_and_env_enforces_and_reports(
         # No informer ever asked for what the role does not grant; no worker restarted.
         assert "list nodepowerprofiles: HTTP 403" not in logs
         assert "list telemetryprofiles: HTTP 403" not in logs
-        assert set(worker_pids(agent)) == set(nodes)
+        live_worker_pids(agent, nodes)
         assert [restarts(agent, n) for n in nodes] == [0, 0, 0]
         assert agent.terminate() == 0

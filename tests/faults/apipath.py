@@ -158,6 +158,8 @@ def scene(
         agent = cluster.start_agent(dict(env))
         agent.wait_ready(120)
         wait_until(lambda: all(cluster.status(n).get("result") == "applied" for n in names), 60)
+        # Published a loop period after the statuses: the scene's pids are all of them.
+        wait_until(lambda: set(agent.worker_pids()) == set(names), 15)
         yield Scene(server, cluster, proxy, agent, names)
         assert agent.terminate() == 0, agent.logs()[-3000:]
 

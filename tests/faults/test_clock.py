@@ -27,7 +27,7 @@ from agentpool.sim.polling import wait_until
 from agentpool.sim.power.model import RecordedRequest
 from agentpool.worker.cadence import early_s
 from tests.faults.wallclock import SteppedClock, compiler
-from tests.support.agents import restarts, worker_pids
+from tests.support.agents import live_worker_pid, restarts, worker_pids
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,7 +84,7 @@ def test_a_stepped_wall_clock_moves_the_stamps_and_nothing_else(tmp_path: Path) 
         agent.wait_ready()
         for node in ("steady", "changed"):
             wait_until(lambda n=node: cluster.status(n).get("result") == "applied", 20)
-        steady_pid = worker_pids(agent)["steady"]
+        steady_pid = live_worker_pid(agent, "steady")
         cap = 130.0  # the nodes start at 120 W
         for offset in (-HOUR, +HOUR):
             clock.step_to(offset)

@@ -19,7 +19,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import build_nodes, intel_2socket, read_int
 from tests.faults.tmpfs import can_mount_tmpfs, fill, seen_by, with_tmpfs
-from tests.support.agents import all_read, pl1_files, restarts, series, worker_pids
+from tests.support.agents import all_read, live_worker_pid, pl1_files, restarts, series, worker_pids
 
 pytestmark = [
     pytest.mark.slow,
@@ -72,7 +72,7 @@ def test_a_full_disk_holds_new_series_and_new_caps_back_until_space_is_freed() -
         assert "STATE_DIR" in message, message
         assert "No space left on device" in message, message
         assert "nothing written to the host" in message, message
-        pid = worker_pids(agent)["new"]
+        pid = live_worker_pid(agent, "new")
         assert {p: read_int(p) for p in new_files} == {p: originals[p] for p in new_files}
         assert _node_series(agent.metrics(), "new") == set()
         assert worker_pids(agent)["new"] == pid

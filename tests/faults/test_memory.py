@@ -23,7 +23,14 @@ from agentpool.sim.cgroups import MemoryCgroup, available
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.polling import wait_until
 from agentpool.supervisor.memlimit import FIXED_BYTES, MIB, PER_WORKER_BYTES
-from tests.support.agents import alive, restarts, series, worker_pids
+from tests.support.agents import (
+    alive,
+    live_worker_pid,
+    live_worker_pids,
+    restarts,
+    series,
+    worker_pids,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -49,7 +56,7 @@ def test_a_worker_over_the_memory_limit_is_oom_killed_and_restarted_alone() -> N
         agent = cluster.start_agent(workerfaults.env(faults), wrap=cgroup.wrap())
         agent.wait_ready()
         wait_until(lambda: cluster.status("fine").get("result") == "applied", 20)
-        fine_pid = worker_pids(agent)["fine"]
+        fine_pid = live_worker_pid(agent, "fine")
         cgroup.set_limit(cgroup.usage_bytes() + LEAK_ROOM)
         for node in LEAKY:
             cluster.add_node(node)
@@ -97,6 +104,7 @@ def test_a_pod_starts_the_workers_its_memory_limit_holds_and_names_the_figure() 
         assert "raise resources.limits.memory or add pool shards" in (
             cluster.status("n-c")["message"])
         assert figure in agent.logs()
+        live_worker_pids(agent, ("n-a", "n-b"))
         read = series(agent.metrics())
         assert read[("agentpool_memory_limit_bytes", ())] == limit
         assert read[("agentpool_memory_limit_workers", ())] == holds

@@ -295,6 +295,7 @@ def test_it_agrees_with_a_running_static_pool(cluster: SimCluster) -> None:
         for agent in agents:
             agent.wait_ready(60)
         wait_until(lambda: all(cluster.status(n).get("result") == "applied" for n in nodes), 60)
+        wait_until(lambda: sum(len(worker_pids(a)) for a in agents) == len(nodes), 15)
         done = subprocess.run(
             [sys.executable, "-m", "agentpool", "status", "--kubeconfig",
              str(cluster.kubeconfig), "-o", "json"],

@@ -9,7 +9,7 @@ import pytest
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.objects import power_profile, telemetry_profile
 from agentpool.sim.polling import wait_until
-from tests.support.agents import worker_pids
+from tests.support.agents import live_worker_pid
 
 
 def http_control(timeout: float) -> dict[str, Any]:
@@ -118,4 +118,4 @@ def test_two_profiles_for_one_node_pick_the_oldest_and_say_so(cluster: SimCluste
 )
 def test_long_dotted_and_non_ascii_node_names_work(cluster: SimCluster, name: str) -> None:
     wait_until(lambda: cluster.status(name).get("result") == "applied", 20)
-    assert name in worker_pids(cluster.agent)  # type: ignore[attr-defined]
+    live_worker_pid(cluster.agent, name)  # type: ignore[attr-defined]

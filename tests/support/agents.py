@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.cluster import SimCluster
+from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import SysfsTree, build_nodes, intel_2socket, read_int
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -28,6 +29,24 @@ def series(text: str) -> Series:
 def worker_pids(agent: AgentProcess) -> dict[str, int]:
     """node -> pid of its live worker, from ``agentpool_worker_pid``."""
     return agent.worker_pids()
+
+
+def live_worker_pid(agent: AgentProcess, node: str, timeout: float = 15) -> int:
+    """The pid of ``node``'s worker once the supervisor has published it.
+
+    The supervisor publishes its workers at most once a loop period, so a node's
+    status can say ``applied`` (written by the worker) before its pid is on /metrics.
+    """
+    return wait_until(lambda: worker_pids(agent).get(node, 0), timeout)
+
+
+def live_worker_pids(
+    agent: AgentProcess, nodes: Iterable[str], timeout: float = 15
+) -> dict[str, int]:
+    """node -> pid once the published live workers are exactly ``nodes`` (see
+    :func:`live_worker_pid` for why a test waits for them)."""
+    wanted = set(nodes)
+    return wait_until(lambda: p if set(p := worker_pids(agent)) == wanted else {}, timeout)
 
 
 def restarts(agent: AgentProcess, node: str) -> float:
