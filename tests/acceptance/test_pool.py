@@ -71,11 +71,12 @@ def test_nodes_enter_and_leave_scope() -> None:
         }
         assert gone == set()
         wait_until(lambda: cluster.status("outsider").get("result") == "applied", 10)
-        # Nodes nobody controls any more say so instead of claiming a cap is applied.
+        # Nodes nobody controls any more say so instead of claiming a cap is applied. The
+        # supervisor writes that once their workers have ended, through the same writer as
+        # every status, in no set order with the outsider's first status: wait for it.
+        left = "not controlled: node deleted or no longer selected; host limits restored"
         for name in ("a", "b"):
-            assert cluster.status(name)["message"] == (
-                "not controlled: node deleted or no longer selected; host limits restored"
-            )
+            wait_until(lambda n=name: cluster.status(n).get("message") == left, 20)
         assert cluster.status("a")["result"] == "none"
         log = agent.logs()
         assert "node a left this pod's scope" in log
