@@ -111,7 +111,10 @@ def check_upgraded(cluster: Cluster, count: int, what: str) -> list[client.V1Pod
     endpoints = cluster.core.read_namespaced_endpoints(f"{RELEASE}-agent-metrics", NAMESPACE)
     behind = {a.target_ref.name for s in endpoints.subsets or [] for a in s.addresses or []}
     assert behind == set(names)
-    assert cluster.unhealthy_events(pods) == []
+    # A startup probe that finds the port not yet open is what a startup probe is for (the
+    # new pods start while the machine is busy): any other failed probe is a failure.
+    failed = [e for e in cluster.unhealthy_events(pods) if "Startup probe failed" not in e]
+    assert failed == []
     return pods
 
 
