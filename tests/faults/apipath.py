@@ -27,6 +27,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from tests.faults.proxy import FaultProxy
+from tests.support.agents import live_worker_pids
 
 AGENT_USER = "agentpool"
 """The agents' user here: the audit log tells their requests apart by it."""
@@ -158,8 +159,7 @@ def scene(
         agent = cluster.start_agent(dict(env))
         agent.wait_ready(120)
         wait_until(lambda: all(cluster.status(n).get("result") == "applied" for n in names), 60)
-        # Published a loop period after the statuses: the scene's pids are all of them.
-        wait_until(lambda: set(agent.worker_pids()) == set(names), 15)
+        live_worker_pids(agent, names)  # published a loop period after the statuses
         yield Scene(server, cluster, proxy, agent, names)
         assert agent.terminate() == 0, agent.logs()[-3000:]
 
