@@ -21,7 +21,13 @@ from agentpool.sim.agentproc import AgentProcess
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.objects import node_twin
 from agentpool.sim.polling import wait_until
-from tests.support.agents import host_cluster, node_apis, pl1_files, worker_pids
+from tests.support.agents import (
+    host_cluster,
+    node_apis,
+    pl1_files,
+    published_hardware,
+    worker_pids,
+)
 from tests.support.tls import https_gateway, make_pki
 
 
@@ -80,7 +86,9 @@ def test_three_shards_enforce_nodetwins_and_publish_nodehardware() -> None:
             assert set(cluster.status(name)) == {"backend", "result", "message", "updatedAt"}
             assert cluster.power.state(name).cap_watts == 109.0
         assert cluster.status("unmanaged") == {}
-        hardware = {h["spec"]["nodeName"]: h for h in cluster.api.list("nodehardwares")}
+        # Published after each node's first tick: long done, but said by an event, not a time.
+        wait_until(lambda: len(published_hardware(cluster)) == len(managed), 20)
+        hardware = published_hardware(cluster)
         assert sorted(hardware) == sorted(managed)
         assert hardware["gpu-node.0.example"]["metadata"]["name"] == "gpu-node-0-example"
         assert hardware["kwok-node-3"]["status"]["cpu"]["totalCores"] == 64
@@ -225,7 +233,7 @@ def test_an_unusable_hardware_catalog_is_said_once_and_the_agent_runs_without_it
             {**cluster.routing_env(), "HARDWARE_CATALOG_PATH": str(catalog)})
         agent.wait_ready()
         wait_until(lambda: cluster.status("n-0").get("result") == "applied", 30)
-        [published] = wait_until(lambda: cluster.api.list("nodehardwares") or None, 10)
+        [published] = wait_until(lambda: list(published_hardware(cluster).values()), 10)
         assert published["status"]["cpu"]["rawModel"] == "Xeon-Platinum-8480-Plus"
         assert "model" not in published["status"]["cpu"]
         assert published["status"]["quality"]["overall"] == "heuristic"

@@ -20,7 +20,7 @@ from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
 from agentpool.sim.sysfs.trees import build_nodes, intel_2socket, read_int
-from tests.support.agents import pl1_files
+from tests.support.agents import pl1_files, published_hardware
 
 CATALOG_FILE = Path(__file__).parents[1] / "hardware" / "catalog.yaml"
 NFD = "feature.node.kubernetes.io/"
@@ -118,9 +118,9 @@ def _published_after_first_tick(
     start's first ticks, so the status is when the NodeHardware may go out)."""
     wait_until(lambda: all(cluster.status(n).get("result") == "applied" for n in names), 60)
     ticked = time.monotonic()
-    wait_until(lambda: len(cluster.api.list("nodehardwares")) == len(names), 2 * interval_s)
+    wait_until(lambda: len(published_hardware(cluster)) == len(names), 2 * interval_s)
     assert time.monotonic() - ticked <= 2 * interval_s
-    return {h["spec"]["nodeName"]: h for h in cluster.api.list("nodehardwares")}
+    return published_hardware(cluster)
 
 
 def test_host_nodes_are_published_within_two_intervals_of_their_first_tick_simulated_or_not(

@@ -126,3 +126,16 @@ def tp_status(cluster: SimCluster, name: str) -> dict[str, Any]:
 def twin_status(cluster: SimCluster, name: str) -> dict[str, Any]:
     obj = cluster.api.get("nodetwins", name)
     return dict(((obj.get("status") or {}).get("controlStatus") or {}).get("cpu") or {})
+
+
+def published_hardware(cluster: SimCluster) -> dict[str, dict[str, Any]]:
+    """Each node's NodeHardware, keyed by node, once its status is written.
+
+    A NodeHardware is created with its spec and then given its status (the status
+    subresource is a second write), so a reader between the two sees no status.
+    """
+    return {
+        obj["spec"]["nodeName"]: obj
+        for obj in cluster.api.list("nodehardwares")
+        if obj.get("status")
+    }
