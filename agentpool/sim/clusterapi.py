@@ -36,6 +36,8 @@ MERGE_PATCH = "application/merge-patch+json"
 CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "joulie" / "crds"
 """The chart's CRDs, in a source checkout (an installed wheel does not carry the chart)."""
 CRD_ESTABLISH_TIMEOUT_S = 30.0
+GATEWAY_TIMEOUT = 504
+"""The server's answer to a request that ran past its timeout."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,11 @@ class ClusterApi:
         items: list[KubeObject] = self.request("GET", path).get("items") or []
         return items
 
+    def _count(self, path: str) -> int:
+        """How many objects a collection holds (the server counts; one item is sent)."""
+        page = self.request("GET", f"{path}?limit=1")
+        return len(page.get("items") or []) + int(page["metadata"].get("remainingItemCount") or 0)
+
     def patch(
         self,
         resource: str,
@@ -208,10 +215,27 @@ class ClusterApi:
 
     def wipe(self, resources: Iterable[str]) -> None:
         """Delete every object of these cluster-scoped kinds (a clean slate per scenario):
-        one DELETE of each collection, which the server empties before it answers."""
+        a DELETE of each collection, which the server empties before it answers.
+
+        A collection too large to empty within the server's request timeout (60 s by
+        default: 10,000 Nodes) is answered 504 part way; what it deleted stays deleted,
+        so the DELETE is sent again while each one makes progress.
+        """
         for resource in resources:
-            if self.served(resource):
-                self.request("DELETE", self._resolve(resource).path(None), timeout=600)
+            if not self.served(resource):
+                continue
+            path = self._resolve(resource).path(None)
+            left = -1
+            while True:
+                try:
+                    self.request("DELETE", path, timeout=600)
+                    break
+                except ApiError as exc:
+                    if exc.code != GATEWAY_TIMEOUT:
+                        raise
+                    before, left = left, self._count(path)
+                    if left == before:
+                        raise  # no progress since the last try: it will not end
 
 
 def chart_crds(directory: Path = CHART_CRDS) -> list[KubeObject]:
