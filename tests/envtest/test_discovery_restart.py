@@ -28,6 +28,8 @@ from agentpool.sim.polling import wait_until
 
 DISCOVERY = "/apis/joulie.io/v1alpha1"
 CPU_SHARE = 0.2
+RESTARTS = 3
+"""Starts tried until one shows its short phases to the clients (the first, unless busy)."""
 
 
 def poll(server: EnvtestServer, path: str, stop: threading.Event,
@@ -83,29 +85,46 @@ def test_discovery_keeps_every_kind_through_a_restart(
     assert (d.watched, d.problem) == (frozenset(JOULIE_KINDS), None)
     seen: list[tuple[str, str]] = []
     problems: set[str | None] = set()
-    stop = threading.Event()
-    pollers = [threading.Thread(target=poll, args=(envtest_server, path, stop, seen),
-                                daemon=True) for path in (DISCOVERY, "/readyz")]
 
-    def keep_discovering() -> None:
-        while not stop.wait(0.01):  # every phase of the start lasts ten times that or more
-            d.discover()
-            problems.add(d.problem)
+    def restart() -> None:
+        stop = threading.Event()
+        pollers = [threading.Thread(target=poll, args=(envtest_server, path, stop, seen),
+                                    daemon=True) for path in (DISCOVERY, "/readyz")]
 
-    discoverer = threading.Thread(target=keep_discovering, daemon=True)
+        def keep_discovering() -> None:
+            while not stop.wait(0.01):  # every phase of the start lasts ten times that or more
+                d.discover()
+                problems.add(d.problem)
+
+        discoverer = threading.Thread(target=keep_discovering, daemon=True)
+        try:
+            envtest_server.stop_apiserver()
+            for poller in pollers:
+                poller.start()
+            discoverer.start()
+            envtest_server.start_apiserver(cpu_share=CPU_SHARE)
+            looked = len(answers)
+            wait_until(lambda: len(answers) >= looked + 3, 30)  # and at the ready server
+        finally:
+            stop.set()
+            for poller in pollers:
+                poller.join(10)
+            discoverer.join(30)
+
+    def met_the_short_phases() -> bool:
+        answered = {got for path, got in seen if path == DISCOVERY}
+        return bool({"503 server is starting", "404"} & answered and {503, 404} & set(answers))
+
     try:
-        envtest_server.stop_apiserver()
-        for poller in pollers:
-            poller.start()
-        discoverer.start()
-        envtest_server.start_apiserver(cpu_share=CPU_SHARE)
-        looked = len(answers)
-        wait_until(lambda: len(answers) >= looked + 3, 30)  # and at the ready server
+        # On a machine loaded enough that one answer takes longer than the start's short
+        # phases (a CI run saw every request of a start time out after 5 s, then 200), no
+        # client can meet them: such a start says nothing about them, so it is made again.
+        for start in range(1, RESTARTS + 1):
+            restart()
+            print(f"start {start}: short phases met: {met_the_short_phases()}")
+            if met_the_short_phases():
+                break
     finally:
-        stop.set()
-        for poller in pollers:
-            poller.join(10)
-        discoverer.join(30)
         api.close()
     # What the real server answered while it started (the emulator's phases).
     answered = [got for path, got in seen if path == DISCOVERY and got != "none"]
