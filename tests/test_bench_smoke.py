@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from agentpool.sim.envtest import EnvtestUnavailableError, find_assets
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -193,3 +197,24 @@ def test_floor_benchmark_smoke_run(tmp_path: Path) -> None:
               "second; `event-recorder` above)"
     assert rows[pending][0] == "0"  # --drain-events waited for them
     assert float(rows["seconds waited for them first (`--drain-events`)"][0]) >= 0
+
+
+def test_eventfloor_benchmark_smoke_run() -> None:
+    try:
+        find_assets()
+    except EnvtestUnavailableError as exc:
+        pytest.skip(str(exc))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "eventfloor.py"), "--nodes", "10", "--rate", "20",
+         "--seconds", "1", "--rounds", "1", "--output", "-"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {
+        cells[1]: cells[2:-1]
+        for line in proc.stdout.splitlines()
+        if line.startswith("| ") and len(cells := [c.strip() for c in line.split("|")]) == 7
+    }
+    for client in ("socket", "http.client", "kubernetes"):
+        assert int(rows[client][0]) > 0, rows  # each Python client received the writes
+        assert rows[client][3].endswith(" us"), rows
