@@ -94,14 +94,19 @@ def watches(server: Server, seconds: float) -> dict[str, float]:
 
     threads = [threading.Thread(target=read, args=(i,)) for i in range(len(paths))]
     print("listed", flush=True)  # the caller starts writing now
+    cpu = cpu_of(threads)
+    return {"events": float(sum(counts)), "cpu_s": cpu}
+
+
+def cpu_of(threads: list[threading.Thread]) -> float:
+    """Start the threads, wait for them all, and return the process's CPU meanwhile."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
-    return {"events": float(sum(counts)), "cpu_s": cpu}
+    return after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,6 @@ import contextlib
 import datetime
 import json
 import os
-import resource
 import shutil
 import socket
 import ssl
@@ -47,7 +46,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from apifloor import JOULIE, Server, _pages
+from apifloor import JOULIE, Server, _pages, cpu_of
 from clusterobjects import Churn, Connections, seed
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
@@ -102,13 +101,7 @@ def read(kind: str, url: str, token: str, ca: str, paths: list[str]) -> dict[str
     threads = [threading.Thread(target=target, args=(url, token, ca, path, counts[i]))
                for i, path in enumerate(paths)]
     print("listed", flush=True)
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    cpu = cpu_of(threads)
     return {"events": float(sum(c[0] for c in counts)), "cpu_s": cpu}
 
 
