@@ -166,10 +166,15 @@ def _gpu_range(
     return {k: v for k, v in found.items() if v is not None}, board
 
 
+FROM_TABLE = "gpu capRangePerGpu from agentpool's "
+"""How the warning of a range taken from the built-in table begins: a reader of the
+NodeHardware (the supervisor's view) tells it from a measured one by it."""
+
+
 def _from_table(board: BoardPower, catalog: Catalog | None) -> str:
     """Why a range came from the built-in table, for the warnings."""
     unknown = "no hardware catalog is set" if catalog is None else "the hardware catalog lacks it"
-    return (f"gpu capRangePerGpu from agentpool's {board.source}, not measured: no GPU "
+    return (f"{FROM_TABLE}{board.source}, not measured: no GPU "
             f"library or telemetry reported a range and {unknown}")
 
 

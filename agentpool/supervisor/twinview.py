@@ -21,6 +21,7 @@ from typing import Any
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.errors import ProfileError
+from agentpool.hardware.nodehardware import FROM_TABLE
 from agentpool.jsonnumbers import json_number
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, InformerEvent, Relisted
@@ -66,11 +67,21 @@ def hardware_max_w(obj: dict[str, Any]) -> float | None:
 
 def hardware_gpu_range(obj: dict[str, Any]) -> GpuRange | None:
     """The per-GPU range of a NodeHardware's ``status.gpu.capRangePerGpu``: its maximum,
-    and its minimum where that is a number of watts below it; None without a maximum."""
+    and its minimum where that is a number of watts below it; None without a maximum.
+
+    None too for a range an agent took from agentpool's table of data sheets (its
+    warnings say so): the view then reads the same table, or a catalog mounted since,
+    itself, and the status names the table as the range's source, not the NodeHardware.
+    """
     status = obj.get("status")
     gpu = status.get("gpu") if isinstance(status, dict) else None
     cap_range = gpu.get("capRangePerGpu") if isinstance(gpu, dict) else None
     if not isinstance(cap_range, dict):
+        return None
+    warnings = gpu.get("warnings") if isinstance(gpu, dict) else None
+    if isinstance(warnings, list) and any(
+        isinstance(w, str) and w.startswith(FROM_TABLE) for w in warnings
+    ):
         return None
     high = _number(cap_range.get("maxWatts"))
     if high is None:

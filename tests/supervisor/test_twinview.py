@@ -9,6 +9,7 @@ from agentpool.config.env_routing import routing_from_env
 from agentpool.config.options import AgentMode
 from agentpool.config.settings import Settings
 from agentpool.hardware.catalog import load_catalog
+from agentpool.hardware.nodehardware import nodehardware_status
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Relisted
 from agentpool.resources.nodeinputs import GpuRange
@@ -164,6 +165,26 @@ def test_without_a_catalog_gpu_ranges_come_from_agentpools_table() -> None:
     assert (known.max_watts, known.min_watts) == (700.0, 200.0)  # the H100 SXM5 data sheet
     assert known.source.startswith("built-in table: NVIDIA H100 SXM5 80GB (")
     assert view.inputs_for("x").gpu_range is None  # a product no table knows
+
+
+def test_a_nodehardware_range_from_agentpools_table_is_named_for_the_table() -> None:
+    labels = {"joulie.io/managed": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    view = ClusterView(Settings())
+    view.apply(Relisted(Resource.NODES, [{"metadata": {"name": "h", "labels": labels}}]))
+    # What an agent publishes for such a node over HTTP with no catalog mounted.
+    status = nodehardware_status(labels, {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"},
+                                 None, http_control=True, http_telemetry=True)
+    assert status["gpu"]["capRangePerGpu"]["maxWatts"] == 700
+    published = {"metadata": {"name": "h"}, "spec": {"nodeName": "h"}, "status": status}
+    view.apply(Relisted(Resource.NODE_HARDWARES, [published]))
+    assert hardware_gpu_range(published) is None
+    known = view.inputs_for("h").gpu_range
+    assert known is not None
+    assert (known.max_watts, known.min_watts) == (700.0, 200.0)
+    assert known.source.startswith("built-in table: NVIDIA H100 SXM5 80GB (")
+    # A range the telemetry or a GPU library reported is the NodeHardware's.
+    status["gpu"].pop("warnings")
+    assert hardware_gpu_range(published) == GpuRange(700.0, 200.0, "NodeHardware")
 
 
 def test_nodehardware_gpu_ranges_are_read_as_numbers_or_not_at_all() -> None:
