@@ -231,8 +231,9 @@ class EventRecorder:
 
     def _accepted(self) -> None:
         if self.refused is not None:
-            self.refused = None
+            # Said before it shows in /readyz, so whoever sees the one finds the other.
             log.info("Node events are recorded again: the API server accepted one")
+            self.refused = None
 
     def _patch(self, write: Write) -> None:
         assert write.name is not None
@@ -290,8 +291,9 @@ class EventRecorder:
         if self.refused is not None:
             log.debug("Node event refused again: %s", exc)
             return
-        self.refused = (
+        refused = (
             f"Node events are not recorded: RBAC does not let this agent create and patch "
             f"events.events.k8s.io in {NAMESPACE} ({exc}); nothing else depends on them"
         )
-        log.warning("%s; tried again every %gs", self.refused, REFUSED_PAUSE_S)
+        log.warning("%s; tried again every %gs", refused, REFUSED_PAUSE_S)
+        self.refused = refused  # after the log line, as above

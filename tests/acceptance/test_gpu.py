@@ -45,6 +45,13 @@ def gpu_status(cluster: SimCluster, node: str) -> dict[str, Any]:
     return dict((status.get("control") or {}).get("gpu") or {})
 
 
+def agent_gpu_status(cluster: SimCluster, says: str) -> bool:
+    """Whether gpu-0's NodeTwin status is the agent's, applied, saying ``says``."""
+    twin = cluster.api.get("nodetwins", twin_name("gpu-0"))
+    gpu = ((twin.get("status") or {}).get("controlStatus") or {}).get("gpu") or {}
+    return gpu.get("result") == "applied" and says in gpu.get("message", "")
+
+
 def add(cluster: SimCluster, node: str, gpu_cap: dict[str, Any], http: bool, gpus: int) -> None:
     labels = {MANAGED: "true", "control": "http" if http else "host"}
     # The device plugin's count: a GPU cap on a node with none allocatable is blocked.
@@ -181,8 +188,9 @@ def test_nodetwin_percent_caps_over_http_find_the_maximum_joulies_simulator_does
         })
         agent.wait_ready()
         wait_until(lambda: cluster.power.state("gpu-0").gpu_cap_watts == 350.0, 30)  # 50% x 700
-        twin = cluster.api.get("nodetwins", twin_name("gpu-0"))
-        assert twin["status"]["controlStatus"]["gpu"]["result"] == "applied"
+        # The agent's own status (the operator's seeded one says "applied" too), written
+        # after the cap, through the status writer.
+        wait_until(lambda: agent_gpu_status(cluster, "-> 350 W per GPU over HTTP"), 20)
 
         def published_cap() -> dict[str, Any] | None:
             for obj in cluster.api.list("nodehardwares"):
@@ -250,6 +258,5 @@ def test_joulies_defaults_without_a_catalog_publish_the_data_sheet_range_and_cap
         [why] = [w for w in status["quality"]["warnings"] if "capRangePerGpu" in w]
         assert "built-in table: NVIDIA H100 SXM5 80GB" in why
         assert why.endswith("no hardware catalog is set")
-        twin = cluster.api.get("nodetwins", twin_name("gpu-0"))
-        assert twin["status"]["controlStatus"]["gpu"]["result"] == "applied"
+        wait_until(lambda: agent_gpu_status(cluster, "-> 420 W per GPU over HTTP"), 20)
         assert agent.terminate() == 0

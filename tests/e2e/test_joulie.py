@@ -299,7 +299,11 @@ def test_agentpool_under_joulies_role_and_env_enforces_and_reports(
     readyz = wait("the Events refusal in /readyz", refusal_said, 60)
     assert readyz.startswith("ok; not watched: nodepowerprofiles.joulie.io, "
                              "telemetryprofiles.joulie.io"), readyz
-    log: str = cluster.core.read_namespaced_pod_log(JOULIE_POD, JOULIE_NAMESPACE)
+    def logged() -> str | None:  # the runtime copies the container's output in its time
+        text: str = cluster.core.read_namespaced_pod_log(JOULIE_POD, JOULIE_NAMESPACE)
+        return text if "Node events are not recorded" in text else None
+
+    log = wait("the Events refusal in the log", logged, 30)
     assert log.count("Node events are not recorded") == 1, log
     assert "list nodepowerprofiles: HTTP 403" not in log
     assert "list telemetryprofiles: HTTP 403" not in log

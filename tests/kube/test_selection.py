@@ -186,8 +186,8 @@ def test_the_thread_finds_a_crd_installed_later_and_stops(
     try:
         wait_until(lambda: d.problem is not None and "neither" in d.problem, 5)
         api_emulator.install("nodetwin")
-        wait_until(lambda: d.watched == {NT, NHW}, 5)
-        assert d.problem is None
+        # The kinds are taken, then the problem cleared: wait for both.
+        wait_until(lambda: d.watched == {NT, NHW} and d.problem is None, 5)
     finally:
         d.stop()
     assert not d._thread.is_alive()

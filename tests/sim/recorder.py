@@ -23,10 +23,11 @@ class Recorder:
             for event in self._watch.stream(lister, timeout_seconds=30, **kwargs):
                 obj = event["raw_object"]
                 meta = obj.get("metadata") or {}
+                # The object first: a test waits on ``events`` and then reads both.
+                self.objects.append(obj)
                 self.events.append(
                     (event["type"], meta.get("name", ""), meta.get("resourceVersion"))
                 )
-                self.objects.append(obj)
         except Exception:  # the server went away at teardown; the events tell the rest
             return
 

@@ -26,6 +26,11 @@ def cmdline(pid: int) -> bytes:
         return f.read()
 
 
+def titled(pid: int, node: str) -> bool:
+    """Whether a worker's title and name are its node's."""
+    return cmdline(pid) == f"agentpool: node {node}\0".encode() and comm(pid) == comm_for(node)
+
+
 def test_comm_keeps_what_tells_nodes_apart_in_15_bytes() -> None:
     assert comm_for("kwok-node-17") == "ap:kwok-node-17"
     assert comm_for("ip-10-0-12-34.eu-west-1.compute.internal") == "ap:~-10-0-12-34"
@@ -144,8 +149,9 @@ def test_real_workers_the_fork_server_and_the_supervisor_say_what_they_are() -> 
         agent.wait_ready(30)
         pids = wait_until(lambda: p if len(p := agent.worker_pids()) == len(nodes) else None, 30)
         for node, pid in pids.items():
-            assert cmdline(pid) == f"agentpool: node {node}\0".encode()
-            assert comm(pid) == comm_for(node)
+            # The fork server answers with the pid as soon as it forked; the worker names
+            # itself a moment later, as it starts (the pid can be published before that).
+            wait_until(lambda pid=pid, node=node: titled(pid, node), 10)  # type: ignore[misc]
             assert psutil.Process(pid).name() == comm_for(node)
         # The supervisor's title fits in the argv it was started with ([python, -m,
         # agentpool], NUL-separated, one byte kept for the rewrite mark): a short interpreter
