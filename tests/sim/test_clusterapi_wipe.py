@@ -10,7 +10,6 @@ delete part way.
 
 from __future__ import annotations
 
-import json
 import ssl
 import threading
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 
 from agentpool.sim.apiserver.errors import ApiError
 from agentpool.sim.clusterapi import ClusterApi
+from tests.support.jsonanswer import send_json
 
 NODES = {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
     {"name": "nodes", "kind": "Node", "namespaced": False, "singularName": "node"}]}
@@ -44,12 +44,7 @@ def _status(code: int, reason: str) -> dict[str, Any]:
 def _handler(state: Collection) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, code: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, code, body)
 
         def do_GET(self) -> None:
             if self.path == "/apis":

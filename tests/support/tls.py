@@ -8,7 +8,6 @@ optionally a client certificate signed by the same CA.
 
 from __future__ import annotations
 
-import json
 import shutil
 import ssl
 import subprocess
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.jsonanswer import send_json
 
 KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
 """EC keys: RSA key generation takes seconds on a busy machine."""
@@ -141,12 +142,7 @@ def https_gateway(pki: Pki, token: str, client_cert: bool = False) -> Iterator[G
                 )
             else:
                 code = 200
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, code, body)
 
         def do_GET(self) -> None:
             self._answer({"packagePowerWatts": 180.0, "cpu": {"packagePowerMaxWatts": 400}})
