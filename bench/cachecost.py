@@ -24,6 +24,7 @@ from agentpool.kube.api import KubeApi, Resource, load_client
 from agentpool.supervisor.clusterview import ClusterView
 from agentpool.supervisor.echoes import EventFeed
 from agentpool.supervisor.main import _informer_factory
+from agentpool.supervisor.nodefamily import NodeFamily
 from agentpool.supervisor.selfmetrics import ApiCounters
 
 KINDS = (Resource.NODES, Resource.NODE_TWINS, Resource.NODE_HARDWARES,
@@ -57,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for informer in informers:
         informer.start()
-    for informer in informers:
-        informer.synced.wait(600)
+    for informer in informers:  # Nodes first: a family has its members once they listed
+        for member in informer.members() if isinstance(informer, NodeFamily) else [informer]:
+            member.synced.wait(600)
     synced_s = time.monotonic() - started
     deadline = time.monotonic() + a.settle
     while time.monotonic() < deadline:

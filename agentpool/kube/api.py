@@ -60,10 +60,12 @@ from agentpool.tokenbucket import RateLimiter
 GROUP = "joulie.io"
 VERSION = "v1alpha1"
 CONNECT_TIMEOUT_S = 5.0
-CONNECTION_POOL_SIZE = 32
-"""Connections kept per API server: each informer's watch holds one and the status writer
-writes several at once; the client's default (5 per CPU) would make urllib3 discard
-connections, with a warning each time, on a pod limited to one CPU."""
+CONNECTION_POOL_SIZE = 160
+"""Connections kept per API server: each informer's watch holds one (a static pool pod that
+owns up to 64 nodes watches two kinds per node, by name: 128) and the status writer writes
+several at once; fewer, and urllib3 would discard a watch's connection each time it ends,
+with a warning, and open a new one (a TLS handshake) for the next. Only connections opened
+are kept: the size is a ceiling, not an allocation."""
 REQUEST_TIMEOUT_S = 30.0
 LIST_PAGE_SIZE = 100
 """Objects per page of a LIST (``limit``, then ``continue``): a page is decoded, filtered and

@@ -143,7 +143,8 @@ class Informer:
             response = self._response
         if response is not None:
             abort_read(response)
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # one never started has nothing to wait for
+            self._thread.join(timeout)
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)

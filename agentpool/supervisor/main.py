@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import resource
 import shutil
 import signal
@@ -67,7 +68,14 @@ from agentpool.supervisor.httpserver import AgentHttpServer
 from agentpool.supervisor.loop import Supervisor
 from agentpool.supervisor.loopio import LoopIO
 from agentpool.supervisor.memlimit import MemoryBudget
-from agentpool.supervisor.narrowing import kind_scope
+from agentpool.supervisor.narrowing import (
+    BY_NAME_MAX_NODES,
+    KindScope,
+    by_node,
+    kind_scope,
+    node_scope,
+)
+from agentpool.supervisor.nodefamily import NodeFamily, OwnedNodes
 from agentpool.supervisor.prelaunch import (
     FDS_PER_NODE,
     RESERVED_FDS,
@@ -76,7 +84,7 @@ from agentpool.supervisor.prelaunch import (
     usable_dir,
 )
 from agentpool.supervisor.selfmetrics import ApiCounters, SupervisorCollector
-from agentpool.supervisor.watches import Watches
+from agentpool.supervisor.watches import Watched, Watches
 from agentpool.tokenbucket import RateLimiter
 from agentpool.worker.nodefiles import NodeFiles
 
@@ -116,30 +124,55 @@ def _informer_factory(
     feed: Callable[[InformerEvent], None],
     counters: ApiCounters,
     on_error: Callable[[], None],
-) -> Callable[[Resource], Informer]:
+) -> Callable[[Resource], Watched]:
     """Makes the informer of a kind, narrowed to what this pod controls
-    (:mod:`agentpool.supervisor.narrowing`)."""
+    (:mod:`agentpool.supervisor.narrowing`); a static pool's NodeTwins and NodeHardwares get
+    a family of them, one per owned node while the pod owns few
+    (:mod:`agentpool.supervisor.nodefamily`)."""
 
     def on_watch_restart(resource: str, reason: str) -> None:
         counters.on_watch_restart(resource, reason)
         if reason == "error" and not api.reachability.down:
             on_error()  # the kind's CRD may be gone: discovery looks again
 
-    def make(kind: Resource) -> Informer:
-        scope = kind_scope(settings, kind)
+    def informer(
+        kind: Resource, sink: Callable[[InformerEvent], None], scope: KindScope,
+        watch_timeout_s: float = settings.watch_timeout_s,
+    ) -> Informer:
         return Informer(
             api,
             kind,
-            feed,
+            sink,
             label_selector=scope.label_selector,
             field_selector=scope.field_selector,
-            watch_timeout_s=settings.watch_timeout_s,
+            watch_timeout_s=watch_timeout_s,
             on_watch_restart=on_watch_restart,
             max_backoff_s=reconnect_cap(settings.reconcile_interval_s),
             keep=scope.keep,
             wants=scope.wants,
             trim=scope.trim,
         )
+
+    owned = OwnedNodes(feed)
+    families = any(by_node(settings, kind) for kind in Resource)
+
+    def make(kind: Resource) -> Watched:
+        if kind is Resource.NODES and families:
+            return informer(kind, owned, kind_scope(settings, kind))
+        if not by_node(settings, kind):
+            return informer(kind, feed, kind_scope(settings, kind))
+        whole = kind_scope(settings, kind)
+
+        def named(node: str, sink: Callable[[InformerEvent], None]) -> Informer:
+            # Spread over the last quarter of the timeout: the members of a family start
+            # together and would otherwise all reconnect in the same instant, every time.
+            spread = settings.watch_timeout_s * (1.0 - random.random() / 4)
+            return informer(kind, sink, node_scope(kind, node), spread)
+
+        family = NodeFamily(kind, feed, named, lambda sink: informer(kind, sink, whole),
+                            BY_NAME_MAX_NODES)
+        owned.add(family)
+        return family
 
     return make
 

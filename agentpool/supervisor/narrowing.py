@@ -18,6 +18,9 @@ daemonset     nodepowerprofiles,      every object, in pages       those targeti
               telemetryprofiles
 static pool   nodes                   ``POOL_NODE_SELECTOR``       the shard's (by name,
                                                                    before decoding)
+static pool,  nodetwins,              for each owned node, its     as a daemonset pod's,
+at most 64    nodehardwares           object by ``metadata.name``  for each node
+owned nodes
 static pool   the Joulie kinds        every object, in pages       those targeting a node of
                                                                    the shard
 elastic pool  every kind              as a static pool's           everything
@@ -31,9 +34,11 @@ A NodeTwin of another name that targets the node is not seen by a daemonset pod
 (Joulie's own agent writes its status only to the one named after the node).
 The profile API's objects are named by hand or by older operators
 (``node-<name>``), and change seldom: those a daemonset pod still receives
-whole, decodes and drops. A shard is no selector a server knows, so a pool
-pod receives every object of the Joulie kinds and keeps its shard's; an
-elastic pool's share moves with its members, so it keeps everything. Whatever
+whole, decodes and drops. A shard is no selector a server knows, but names are: a
+static pool pod that owns few nodes watches each one's NodeTwin and NodeHardware by
+name (:mod:`agentpool.supervisor.nodefamily`, :data:`BY_NAME_MAX_NODES`); one that owns
+more receives every object of the Joulie kinds and keeps its shard's. An elastic pool's
+share moves with its members, so it keeps everything. Whatever
 is kept is cut down at once to what the cluster view reads (:data:`TRIMS`).
 """
 
@@ -54,6 +59,18 @@ from agentpool.supervisor.echoes import kept
 
 Wants = Callable[[str], bool]
 """Whether this pod wants a node's objects."""
+
+BY_NAME_MAX_NODES = 64
+"""A static pool pod that owns at most this many nodes watches :data:`BY_NAME` node by node.
+
+Each such watch holds a thread and a connection (about 130 KiB) and reconnects every watch
+timeout; on a cluster of N nodes whose statuses are written every minute or so, watching a
+kind whole instead costs the pod about 200 us of CPU for each of other nodes' writes. At 64
+nodes (128 watches) the watches cost the pod about 17 MiB and 2 ms/s of CPU, what receiving
+other nodes' events costs it on a cluster of about 500 nodes (BENCHMARKS.md, issue 46)."""
+
+BY_NAME = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
+"""The kinds named after their node (``node_object_name``) and written all the time."""
 
 
 @dataclass(frozen=True)
@@ -159,10 +176,34 @@ def _narrowed(settings: Settings, kind: Resource) -> KindScope:
         return KindScope()
     if kind is Resource.TELEMETRY_PROFILES:
         return KindScope(keep=_telemetry(wants), wants=wants)
-    by_name = daemonset and kind in (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
-    name = node_object_name(settings.node_name or "")
+    if daemonset and kind in BY_NAME:
+        return _one_node(settings.node_name or "")
+    return KindScope(keep=_targeting(wants), wants=wants)
+
+
+def by_node(settings: Settings, kind: Resource) -> bool:
+    """Whether this pod watches ``kind`` node by node while it owns few nodes (a static
+    pool's NodeTwins and NodeHardwares; :mod:`agentpool.supervisor.nodefamily`)."""
+    return (
+        settings.mode is not AgentMode.DAEMONSET
+        and kind in BY_NAME
+        and wanted_nodes(settings) is not None
+    )
+
+
+def node_scope(kind: Resource, node: str) -> KindScope:
+    """The informer of one node's object of ``kind`` (one of :data:`BY_NAME`)."""
+    return dataclasses.replace(_one_node(node), trim=TRIMS[kind])
+
+
+def _one_node(node: str) -> KindScope:
+    """The object Joulie names after ``node``, kept if it targets the node."""
+
+    def mine(name: str) -> bool:
+        return name == node
+
     return KindScope(
-        field_selector=f"metadata.name={name}" if by_name else None,
-        keep=_targeting(wants),
-        wants=wants,
+        field_selector=f"metadata.name={node_object_name(node)}",
+        keep=_targeting(mine),
+        wants=mine,
     )

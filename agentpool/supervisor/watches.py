@@ -1,5 +1,8 @@
 """The informers running now, one per kind, as API discovery starts and stops them.
 
+A kind watched node by node has a family of them (:mod:`agentpool.supervisor.nodefamily`);
+:meth:`Watches.informers` lists its members.
+
 Nodes are watched from start to stop; each Joulie kind from the moment
 discovery finds its CRD served until discovery finds it gone
 (:mod:`agentpool.kube.selection`). Stopping a kind's informer also empties
@@ -19,6 +22,9 @@ from collections.abc import Callable
 
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Informer, InformerEvent, Relisted
+from agentpool.supervisor.nodefamily import NodeFamily
+
+Watched = Informer | NodeFamily
 
 
 class Watches:
@@ -26,7 +32,7 @@ class Watches:
 
     def __init__(
         self,
-        make: Callable[[Resource], Informer],
+        make: Callable[[Resource], Watched],
         sink: Callable[[InformerEvent], None],
         on_change: Callable[[Resource, bool], None] | None = None,
     ) -> None:
@@ -35,7 +41,7 @@ class Watches:
         self._on_change = on_change or (lambda kind, watched: None)
         """Told (kind, True) once a kind's informer runs, (kind, False) once it is gone."""
         self._lock = threading.Lock()
-        self._by_kind: dict[Resource, Informer] = {}
+        self._by_kind: dict[Resource, Watched] = {}
         self._closed = False
 
     def add(self, kind: Resource) -> None:
@@ -58,8 +64,14 @@ class Watches:
         self._sink(Relisted(kind, []))
 
     def informers(self) -> list[Informer]:
+        """Every informer whose cache the pod serves now (a family's members)."""
         with self._lock:
-            return list(self._by_kind.values())
+            watched = list(self._by_kind.values())
+        return [
+            member
+            for each in watched
+            for member in (each.members() if isinstance(each, NodeFamily) else [each])
+        ]
 
     def kinds(self) -> set[Resource]:
         with self._lock:

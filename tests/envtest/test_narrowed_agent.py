@@ -3,10 +3,13 @@ kube-apiserver whose audit log says what the agent asked for."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from agentpool.kube.nodehardware import node_object_name
+from agentpool.pool.assignment import shard_of
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import EnvtestServer
 from agentpool.sim.polling import wait_until
@@ -16,12 +19,18 @@ NODES = [f"w{i}.example.com" for i in range(6)]
 MINE = NODES[2]
 
 
-def reads(server: EnvtestServer) -> dict[str, set[str]]:
-    """Resource -> the field selectors of the agent's lists and watches of it."""
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def reads(server: EnvtestServer, since: datetime.datetime) -> dict[str, set[str]]:
+    """Resource -> the field selectors of the agent's lists and watches of it since ``since``
+    (the server is the module's)."""
     seen: dict[str, set[str]] = {}
     for event in server.audit(AUDITED_AGENT):
         ref = event.get("objectRef") or {}
-        if event.get("verb") in ("list", "watch") and ref.get("resource"):
+        received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])
+        if received >= since and event.get("verb") in ("list", "watch") and ref.get("resource"):
             query = parse_qs(urlsplit(event["requestURI"]).query)
             seen.setdefault(ref["resource"], set()).add(query.get("fieldSelector", [""])[0])
     return seen
@@ -41,7 +50,7 @@ def test_a_daemonset_pod_reads_its_own_nodetwin_and_nodehardware_by_name(
                     api="nodetwin") as cluster:
         for i, name in enumerate(NODES):
             cluster.add_node(name, cap=100.0 + i)
-        start = time.monotonic()
+        start, since = time.monotonic(), now()
         agent = cluster.start_agent({"AGENT_MODE": "daemonset", "NODE_NAME": MINE,
                                      **cluster.routing_env()})
         agent.wait_ready(60)
@@ -53,7 +62,43 @@ def test_a_daemonset_pod_reads_its_own_nodetwin_and_nodehardware_by_name(
         wait_until(lambda: capped_at(cluster, MINE, 130.0, changed), 60)
         assert {str(r.node) for r in cluster.power.requests(kind="control")} == {MINE}
         assert agent.terminate() == 0
-    asked = reads(audited)
+    asked = reads(audited, since)
     assert asked["nodes"] == {f"metadata.name={MINE}"}
     assert asked["nodetwins"] == {"metadata.name=w2-example-com"}
     assert asked["nodehardwares"] == {"metadata.name=w2-example-com"}
+
+
+def test_a_static_pool_pod_reads_its_own_nodes_nodetwins_and_nodehardwares_by_name(
+    audited: EnvtestServer, tmp_path: Path
+) -> None:
+    mine = [n for n in NODES if shard_of(n, 3) == 0]
+    theirs = [n for n in NODES if shard_of(n, 3) != 0]
+    joining = next(n for n in (f"x{i}.example.com" for i in range(100)) if shard_of(n, 3) == 0)
+    assert mine
+    assert theirs
+    with SimCluster(workdir=tmp_path, server=audited, user=AUDITED_AGENT,
+                    api="nodetwin") as cluster:
+        for i, name in enumerate(NODES):
+            cluster.add_node(name, cap=100.0 + i)
+        start, since = time.monotonic(), now()
+        agent = cluster.start_agent({"AGENT_MODE": "pool", "POOL_SHARDS": "3",
+                                     "POOL_SHARD_ID": "0", **cluster.routing_env()})
+        agent.wait_ready(60)
+        for name in mine:
+            wait_until(lambda n=name: capped_at(cluster, n, 100.0 + NODES.index(n), start), 60)
+        # A node joins the shard: its objects are asked for by name as it comes.
+        cluster.add_node(joining, cap=140.0)
+        wait_until(lambda: capped_at(cluster, joining, 140.0, start), 60)
+        # Another shard's node's desired state changes: nothing reaches this pod.
+        changed = time.monotonic()
+        cluster.set_cap(theirs[0], 150.0)
+        cluster.set_cap(mine[0], 130.0)
+        wait_until(lambda: capped_at(cluster, mine[0], 130.0, changed), 60)
+        controlled = {str(r.node) for r in cluster.power.requests(kind="control")}
+        assert controlled == {*mine, joining}
+        assert agent.terminate() == 0
+    asked = reads(audited, since)
+    by_name = {f"metadata.name={node_object_name(n)}" for n in [*mine, joining]}
+    assert asked["nodetwins"] == by_name
+    assert asked["nodehardwares"] == by_name
+    assert asked["nodes"] == {""}  # by label, the shard's kept by name on the way in

@@ -6,7 +6,7 @@ from typing import Any
 
 from agentpool.config.settings import Settings, load_settings
 from agentpool.kube.api import Resource
-from agentpool.supervisor.narrowing import kind_scope
+from agentpool.supervisor.narrowing import by_node, kind_scope, node_scope
 
 
 def settings(**env: str) -> Settings:
@@ -78,6 +78,28 @@ def test_a_static_pool_keeps_its_shards_nodes_and_their_objects() -> None:
         assert nodes.wants(node) is mine
         assert nodes.keep({"metadata": {"name": node}}) is mine
         assert twins.keep(twin(node)) is mine
+
+
+def test_only_a_static_pool_watches_nodetwin_and_nodehardware_node_by_node() -> None:
+    static = settings(AGENT_MODE="pool", POOL_SHARDS="3", POOL_SHARD_ID="1")
+    assert {k for k in Resource if by_node(static, k)} == {
+        Resource.NODE_TWINS, Resource.NODE_HARDWARES}
+    elastic = settings(AGENT_MODE="pool", POOL_MEMBERSHIP="lease", POD_NAME="agent-0",
+                       POD_NAMESPACE="joulie-system")
+    for s in (settings(**DAEMONSET), settings(AGENT_MODE="pool"), elastic):
+        assert not any(by_node(s, k) for k in Resource)
+    for kind in (Resource.NODE_TWINS, Resource.NODE_HARDWARES):
+        scope = node_scope(kind, "Worker_1.example.com")
+        assert scope.field_selector == "metadata.name=worker-1-example-com"
+        assert scope.keep is not None
+        assert scope.wants is not None
+        assert scope.trim is not None
+        assert scope.keep(twin("Worker_1.example.com"))
+        assert not scope.keep(twin("worker-2"))
+        assert scope.wants("Worker_1.example.com")
+        assert not scope.wants("worker-2")
+        # The same request as a daemonset pod's for that node.
+        assert scope.field_selector == kind_scope(settings(**DAEMONSET), kind).field_selector
 
 
 def test_pools_that_cannot_narrow_keep_everything() -> None:
