@@ -19,7 +19,8 @@ daemonset     nodepowerprofiles,      every object, in pages       those targeti
 static pool   nodes                   ``POOL_NODE_SELECTOR``       the shard's (by name,
                                                                    before decoding)
 static pool,  nodetwins,              for each owned node, its     as a daemonset pod's,
-at most 64    nodehardwares           object by ``metadata.name``  for each node
+16+ shards,   nodehardwares           object by ``metadata.name``  for each node
+at most 64
 owned nodes
 static pool   the Joulie kinds        every object, in pages       those targeting a node of
                                                                    the shard
@@ -35,11 +36,11 @@ A NodeTwin of another name that targets the node is not seen by a daemonset pod
 The profile API's objects are named by hand or by older operators
 (``node-<name>``), and change seldom: those a daemonset pod still receives
 whole, decodes and drops. A shard is no selector a server knows, but names are: a
-static pool pod that owns few nodes watches each one's NodeTwin and NodeHardware by
-name (:mod:`agentpool.supervisor.nodefamily`, :data:`BY_NAME_MAX_NODES`); one that owns
-more receives every object of the Joulie kinds and keeps its shard's. An elastic pool's
-share moves with its members, so it keeps everything. Whatever
-is kept is cut down at once to what the cluster view reads (:data:`TRIMS`).
+pod of a static pool of many shards that owns few nodes watches each one's NodeTwin and
+NodeHardware by name (:mod:`agentpool.supervisor.nodefamily`, :data:`BY_NAME_MAX_NODES`);
+any other pool pod receives every object of the Joulie kinds and keeps its shard's. An
+elastic pool's share moves with its members, so it keeps everything. Whatever is kept is
+cut down at once to what the cluster view reads (:data:`TRIMS`).
 """
 
 from __future__ import annotations
@@ -61,13 +62,20 @@ Wants = Callable[[str], bool]
 """Whether this pod wants a node's objects."""
 
 BY_NAME_MAX_NODES = 64
-"""A static pool pod that owns at most this many nodes watches :data:`BY_NAME` node by node.
+"""A pod of a pool of :data:`BY_NAME_MIN_SHARDS` or more shards that owns at most this many
+nodes watches :data:`BY_NAME` node by node.
 
-Each such watch holds a thread and a connection (about 130 KiB) and reconnects every watch
-timeout; on a cluster of N nodes whose statuses are written every minute or so, watching a
-kind whole instead costs the pod about 200 us of CPU for each of other nodes' writes. At 64
-nodes (128 watches) the watches cost the pod about 17 MiB and 2 ms/s of CPU, what receiving
-other nodes' events costs it on a cluster of about 500 nodes (BENCHMARKS.md, issue 46)."""
+Each such watch holds a thread and a connection and reconnects every watch timeout: per
+owned node (two watches) about 0.24 MiB and 0.06 ms/s of CPU, measured in an agent pod
+(BENCHMARKS.md, ``clustersize.py``). Watching a kind whole instead costs the pod about
+200 us of CPU for each write about another node, and a cluster of N nodes writes their
+statuses about N/50 times a second. At 64 nodes the watches cost 15 MiB and 3.6 ms/s,
+what receiving the other nodes' writes costs on a cluster of about 1,000 nodes."""
+
+BY_NAME_MIN_SHARDS = 16
+"""Below this many shards a pod owns too large a share of the cluster for watches by name to
+pay: with 64 nodes or fewer each, the cluster is too small for its other nodes' writes to
+cost more than the watches (the chart's default, 2 shards, always watches whole)."""
 
 BY_NAME = (Resource.NODE_TWINS, Resource.NODE_HARDWARES)
 """The kinds named after their node (``node_object_name``) and written all the time."""
@@ -182,12 +190,13 @@ def _narrowed(settings: Settings, kind: Resource) -> KindScope:
 
 
 def by_node(settings: Settings, kind: Resource) -> bool:
-    """Whether this pod watches ``kind`` node by node while it owns few nodes (a static
-    pool's NodeTwins and NodeHardwares; :mod:`agentpool.supervisor.nodefamily`)."""
+    """Whether this pod watches ``kind`` node by node while it owns few nodes (the NodeTwins
+    and NodeHardwares of a static pool of many shards; :mod:`agentpool.supervisor.nodefamily`)."""
     return (
         settings.mode is not AgentMode.DAEMONSET
         and kind in BY_NAME
         and wanted_nodes(settings) is not None
+        and settings.pool_shards >= BY_NAME_MIN_SHARDS
     )
 
 

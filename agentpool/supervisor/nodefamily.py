@@ -1,13 +1,14 @@
 """A kind watched node by node: the API server sends a static pool pod its own nodes' objects.
 
-A shard is no selector the API server knows, but a name is. While a static pool pod owns at
-most :data:`~agentpool.supervisor.narrowing.BY_NAME_MAX_NODES` nodes, each kind Joulie names
-after its node (NodeTwin, NodeHardware: the kinds written all the time) is watched once per
-owned node, by ``metadata.name``, as a daemonset pod watches its one node's: the server sends
-the pod nothing about other shards' nodes, instead of every event of the cluster for the pod
-to pass over. Above the bound a watch per node would cost more than it saves (each holds a
-thread and a connection, about 130 KiB, and reconnects every watch timeout: BENCHMARKS.md),
-so the kind is watched whole, as below the bound it would be on a small cluster anyway.
+A shard is no selector the API server knows, but a name is. While a pod of a static pool of
+many shards owns at most :data:`~agentpool.supervisor.narrowing.BY_NAME_MAX_NODES` nodes,
+each kind Joulie names after its node (NodeTwin, NodeHardware: the kinds written all the
+time) is watched once per owned node, by ``metadata.name``, as a daemonset pod watches its one
+node's: the server sends the pod nothing about other shards' nodes, instead of every event of
+the cluster for the pod to pass over. Above the bound the watches would cost more than they
+save (each holds a thread and a connection and reconnects every watch timeout: the figures
+are :data:`~agentpool.supervisor.narrowing.BY_NAME_MAX_NODES`'s), so the kind is watched
+whole.
 
 :class:`OwnedNodes` learns the owned nodes from the Node informer's own events (its keep test
 is the shard's) and tells each :class:`NodeFamily`, which starts and stops its members.

@@ -17,6 +17,7 @@ from tests.envtest.accounts import AUDITED_AGENT
 
 NODES = [f"w{i}.example.com" for i in range(6)]
 MINE = NODES[2]
+SHARDS = 16
 
 
 def now() -> datetime.datetime:
@@ -71,21 +72,23 @@ def test_a_daemonset_pod_reads_its_own_nodetwin_and_nodehardware_by_name(
 def test_a_static_pool_pod_reads_its_own_nodes_nodetwins_and_nodehardwares_by_name(
     audited: EnvtestServer, tmp_path: Path
 ) -> None:
-    mine = [n for n in NODES if shard_of(n, 3) == 0]
-    theirs = [n for n in NODES if shard_of(n, 3) != 0]
-    joining = next(n for n in (f"x{i}.example.com" for i in range(100)) if shard_of(n, 3) == 0)
-    assert mine
-    assert theirs
+    # Shard 0 of 16 (the fewest shards that watch by name): two nodes of its own, three
+    # of others', and one that joins later.
+    names = [f"p{i}.example.com" for i in range(200)]
+    ours = [n for n in names if shard_of(n, SHARDS) == 0]
+    mine, joining = ours[:2], ours[2]
+    theirs = [n for n in names if shard_of(n, SHARDS) != 0][:3]
+    nodes = [*mine, *theirs]
     with SimCluster(workdir=tmp_path, server=audited, user=AUDITED_AGENT,
                     api="nodetwin") as cluster:
-        for i, name in enumerate(NODES):
+        for i, name in enumerate(nodes):
             cluster.add_node(name, cap=100.0 + i)
         start, since = time.monotonic(), now()
-        agent = cluster.start_agent({"AGENT_MODE": "pool", "POOL_SHARDS": "3",
+        agent = cluster.start_agent({"AGENT_MODE": "pool", "POOL_SHARDS": str(SHARDS),
                                      "POOL_SHARD_ID": "0", **cluster.routing_env()})
         agent.wait_ready(60)
         for name in mine:
-            wait_until(lambda n=name: capped_at(cluster, n, 100.0 + NODES.index(n), start), 60)
+            wait_until(lambda n=name: capped_at(cluster, n, 100.0 + nodes.index(n), start), 60)
         # A node joins the shard: its objects are asked for by name as it comes.
         cluster.add_node(joining, cap=140.0)
         wait_until(lambda: capped_at(cluster, joining, 140.0, start), 60)

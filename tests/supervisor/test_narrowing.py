@@ -80,13 +80,14 @@ def test_a_static_pool_keeps_its_shards_nodes_and_their_objects() -> None:
         assert twins.keep(twin(node)) is mine
 
 
-def test_only_a_static_pool_watches_nodetwin_and_nodehardware_node_by_node() -> None:
-    static = settings(AGENT_MODE="pool", POOL_SHARDS="3", POOL_SHARD_ID="1")
+def test_only_a_static_pool_of_many_shards_watches_nodetwin_and_nodehardware_by_node() -> None:
+    static = settings(AGENT_MODE="pool", POOL_SHARDS="16", POOL_SHARD_ID="1")
     assert {k for k in Resource if by_node(static, k)} == {
         Resource.NODE_TWINS, Resource.NODE_HARDWARES}
     elastic = settings(AGENT_MODE="pool", POOL_MEMBERSHIP="lease", POD_NAME="agent-0",
                        POD_NAMESPACE="joulie-system")
-    for s in (settings(**DAEMONSET), settings(AGENT_MODE="pool"), elastic):
+    few = settings(AGENT_MODE="pool", POOL_SHARDS="15", POOL_SHARD_ID="1")
+    for s in (settings(**DAEMONSET), settings(AGENT_MODE="pool"), elastic, few):
         assert not any(by_node(s, k) for k in Resource)
     for kind in (Resource.NODE_TWINS, Resource.NODE_HARDWARES):
         scope = node_scope(kind, "Worker_1.example.com")
