@@ -1,12 +1,13 @@
 """What receiving one watch event costs, by client: the floor under issue 46's per-write goal.
 
-A pool pod receives every NodeTwin and NodeHardware watch event of the cluster (no API
-server filters by a hash shard), so its CPU per write about an unowned node has a floor:
-what any client pays to receive one. This measures it on a real etcd + kube-apiserver
-(envtest, ``KUBEBUILDER_ASSETS``) with the chart's CRDs and ``--nodes`` nodes' NodeTwins
-and NodeHardwares (``clusterobjects.py``, about 2 KB each), while their statuses are
-written at ``--rate`` per second, for four clients, one at a time, each holding the same
-two watches for ``--seconds``:
+A pool pod that watches the kinds whole receives every NodeTwin and NodeHardware watch
+event of the cluster (no API server filters by a hash shard), so its CPU per write about
+an unowned node has a floor: what any client pays to receive one (docs/modes.md says which
+pods watch their nodes' objects by name instead, and receive none). This measures it on
+a real etcd + kube-apiserver (envtest, ``KUBEBUILDER_ASSETS``) with the chart's CRDs and
+``--nodes`` nodes' NodeTwins and NodeHardwares (``clusterobjects.py``, about 2 KB each),
+while their statuses are written at ``--rate`` per second, for four clients, one at a
+time, each holding the same two watches for ``--seconds``:
 
 - ``curl``: C (libcurl, OpenSSL), each stream written to a pipe and its lines counted
   (skipped where curl is not installed);

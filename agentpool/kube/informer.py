@@ -93,7 +93,11 @@ class Informer:
         keep: Callable[[dict[str, Any]], bool] | None = None,
         wants: Callable[[str], bool] | None = None,
         trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        label: str | None = None,
     ) -> None:
+        self.label = label or str(resource)
+        """What the log calls this informer: its kind, and its node where it watches one
+        node's object of the kind."""
         self.api = api
         self.trim = trim
         """Cuts each object passed on down to what the cache reads (None: whole)."""
@@ -176,7 +180,7 @@ class Informer:
         log.log(
             level_of(exc) if isinstance(exc, KubeError) else logging.WARNING,
             "%s: %s; retrying in %.1fs",
-            self.resource,
+            self.label,
             exc,
             state.upcoming_sleep,
         )
@@ -192,7 +196,7 @@ class Informer:
             except Exception:  # only when stopping: every failure is retried until then
                 if self._stop.is_set():
                     return
-                log.exception("%s informer: unexpected failure, going on", self.resource)
+                log.exception("%s informer: unexpected failure, going on", self.label)
 
     def _remember(self, response: Any) -> None:
         self._confirm()  # the server answered the watch: reachable, even if quiet
@@ -237,7 +241,7 @@ class Informer:
                     raise KubeTemporaryError(f"watch {self.resource}: malformed event {event!r}")
                 if kind == "ERROR":
                     if obj.get("code") == 410:
-                        log.info("%s: watch expired (410 Gone), relisting", self.resource)
+                        log.info("%s: watch expired (410 Gone), relisting", self.label)
                         self.on_watch_restart(self.resource, "gone")
                         self._rv = None
                         break

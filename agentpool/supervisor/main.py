@@ -126,8 +126,8 @@ def _informer_factory(
     on_error: Callable[[], None],
 ) -> Callable[[Resource], Watched]:
     """Makes the informer of a kind, narrowed to what this pod controls
-    (:mod:`agentpool.supervisor.narrowing`); a static pool's NodeTwins and NodeHardwares get
-    a family of them, one per owned node while the pod owns few
+    (:mod:`agentpool.supervisor.narrowing`); the NodeTwins and NodeHardwares of a static pool
+    of many shards get a family of them, one per owned node while the pod owns few
     (:mod:`agentpool.supervisor.nodefamily`)."""
 
     def on_watch_restart(resource: str, reason: str) -> None:
@@ -137,7 +137,7 @@ def _informer_factory(
 
     def informer(
         kind: Resource, sink: Callable[[InformerEvent], None], scope: KindScope,
-        watch_timeout_s: float = settings.watch_timeout_s,
+        watch_timeout_s: float = settings.watch_timeout_s, label: str | None = None,
     ) -> Informer:
         return Informer(
             api,
@@ -151,6 +151,7 @@ def _informer_factory(
             keep=scope.keep,
             wants=scope.wants,
             trim=scope.trim,
+            label=label,
         )
 
     owned = OwnedNodes(feed)
@@ -167,7 +168,7 @@ def _informer_factory(
             # Spread over the last quarter of the timeout: the members of a family start
             # together and would otherwise all reconnect in the same instant, every time.
             spread = settings.watch_timeout_s * (1.0 - random.random() / 4)
-            return informer(kind, sink, node_scope(kind, node), spread)
+            return informer(kind, sink, node_scope(kind, node), spread, f"{kind} of {node}")
 
         family = NodeFamily(kind, feed, named, lambda sink: informer(kind, sink, whole),
                             BY_NAME_MAX_NODES)
