@@ -10,7 +10,10 @@ agent pod runs in each mode, HTTP control at the power simulator, the chart's
 20 s interval:
 
 - ``daemonset``: ``NODE_NAME`` the first node (one owned node);
-- ``pool``: ``POOL_SHARDS`` = N / ``--per-shard`` (50), shard 0 (about 50 owned nodes).
+- ``pool``: ``POOL_SHARDS`` = N / ``--per-shard`` (50), shard 0 (about 50 owned nodes);
+  from 16 shards (800 nodes) such a pod watches its nodes' objects by name, below it
+  watches the kinds whole (docs/modes.md), so the pool's RSS slope is also given from
+  the first size that watches by name.
 
 For each it measures: ready (spawn to ``/readyz`` 200); the supervisor's RSS
 (median of 1 s samples over the idle and churn windows, and its peak, VmHWM);
@@ -53,6 +56,7 @@ from agentpool.pool.assignment import owns
 from agentpool.sim.cluster import SimCluster
 from agentpool.sim.envtest import ADMIN, EnvtestServer
 from agentpool.sim.polling import wait_until
+from agentpool.supervisor.narrowing import BY_NAME_MIN_SHARDS
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -185,17 +189,25 @@ GOALS = (
 )
 
 
-def slopes(rows: list[Row]) -> list[str]:
-    """The supervisor's RSS per cluster node, smallest to largest size, per mode."""
+def slopes(rows: list[Row], per_shard: int) -> list[str]:
+    """The supervisor's RSS per cluster node, smallest to largest size, per mode; for the
+    pool also from the first size whose pod watches its nodes' objects by name (16 or more
+    shards: a pod of fewer watches the kinds whole, a different cost)."""
     lines = []
     for mode in sorted({r.mode for r in rows}):
         mine = sorted((r for r in rows if r.mode == mode), key=lambda r: r.nodes)
-        if len(mine) >= 2 and mine[-1].nodes > mine[0].nodes:
-            low, high = mine[0], mine[-1]
-            per_node = (high.rss_mib - low.rss_mib) * 1024 / (high.nodes - low.nodes)
-            lines.append(f"- {mode}: supervisor RSS {low.rss_mib:.1f} MiB at {low.nodes:,} -> "
-                         f"{high.rss_mib:.1f} MiB at {high.nodes:,}: "
-                         f"{per_node:+.2f} KiB per cluster node")
+        named = [r for r in mine if r.nodes // per_shard >= BY_NAME_MIN_SHARDS]
+        spans = [("", mine)]
+        if mode == "pool" and 2 <= len(named) < len(mine):
+            spans.append((f" (by name, {BY_NAME_MIN_SHARDS}+ shards)", named))
+        for what, span in spans:
+            if len(span) >= 2 and span[-1].nodes > span[0].nodes:
+                low, high = span[0], span[-1]
+                per_node = (high.rss_mib - low.rss_mib) * 1024 / (high.nodes - low.nodes)
+                lines.append(f"- {mode}{what}: supervisor RSS {low.rss_mib:.1f} MiB at "
+                             f"{low.nodes:,} ({low.owned} owned) -> {high.rss_mib:.1f} MiB at "
+                             f"{high.nodes:,} ({high.owned} owned): {per_node:+.2f} KiB per "
+                             f"cluster node")
     return lines
 
 
@@ -278,7 +290,7 @@ def markdown(rows: list[Row], opts: Options, started: str, commit: str) -> str:
             f"({r.rss_peak_mib:.1f}) | {r.pss_mib:.1f} MiB | {r.advice_mib:.0f} MiB: {holds} | "
             f"{r.cpu_idle_ms:.2f} ms/s | {r.cpu_churn_ms:.2f} ms/s at {r.churn_rate:.0f}/s | "
             f"{per_write(r)} |")
-    lines += ["", *slopes(rows), "", GOALS]
+    lines += ["", *slopes(rows, opts.per_shard), "", GOALS]
     return "\n".join(lines) + "\n"
 
 
