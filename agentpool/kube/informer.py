@@ -23,6 +23,7 @@ passed on is followed until it is gone or no longer kept, so that its last event
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -94,7 +95,17 @@ class Informer:
         wants: Callable[[str], bool] | None = None,
         trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         label: str | None = None,
+        list_gate: threading.Semaphore | None = None,
+        before_first_watch: Callable[[], object] | None = None,
     ) -> None:
+        self.list_gate = list_gate
+        """Held while listing: informers that share one list a few at a time, over the
+        connections the pool keeps, instead of each opening its own at once."""
+        self.before_first_watch = before_first_watch
+        """Waited for between the first list and the first watch (each watch holds a
+        connection of its own: opening them can wait until every member of a family has
+        listed and the pod is ready)."""
+        self._watched = False
         self.label = label or str(resource)
         """What the log calls this informer: its kind, and its node where it watches one
         node's object of the kind."""
@@ -214,10 +225,11 @@ class Informer:
         """
         if not self._stop.is_set():
             if self._rv is None:
-                listing = self.api.list(
-                    self.resource, self.label_selector, self.field_selector, keep=self.keep,
-                    trim=self.trim,
-                )
+                with self.list_gate or contextlib.nullcontext():
+                    listing = self.api.list(
+                        self.resource, self.label_selector, self.field_selector,
+                        keep=self.keep, trim=self.trim,
+                    )
                 self._passed = (
                     {_name(item) for item in listing.items} if self.keep is not None else set()
                 )
@@ -225,6 +237,11 @@ class Informer:
                 self._confirm()
                 self.synced.set()
                 self._rv = listing.resource_version
+            if not self._watched and self.before_first_watch is not None:
+                self.before_first_watch()
+                if self._stop.is_set():
+                    return
+            self._watched = True
             for event in self.api.watch(
                 self.resource,
                 self._rv,

@@ -138,6 +138,7 @@ def _informer_factory(
     def informer(
         kind: Resource, sink: Callable[[InformerEvent], None], scope: KindScope,
         watch_timeout_s: float = settings.watch_timeout_s, label: str | None = None,
+        family: NodeFamily | None = None,
     ) -> Informer:
         return Informer(
             api,
@@ -152,6 +153,8 @@ def _informer_factory(
             wants=scope.wants,
             trim=scope.trim,
             label=label,
+            list_gate=family.list_gate if family is not None else None,
+            before_first_watch=family.before_first_watch if family is not None else None,
         )
 
     owned = OwnedNodes(feed)
@@ -168,7 +171,8 @@ def _informer_factory(
             # Spread over the last quarter of the timeout: the members of a family start
             # together and would otherwise all reconnect in the same instant, every time.
             spread = settings.watch_timeout_s * (1.0 - random.random() / 4)
-            return informer(kind, sink, node_scope(kind, node), spread, f"{kind} of {node}")
+            return informer(kind, sink, node_scope(kind, node), spread, f"{kind} of {node}",
+                            family)
 
         family = NodeFamily(kind, feed, named, lambda sink: informer(kind, sink, whole),
                             BY_NAME_MAX_NODES)

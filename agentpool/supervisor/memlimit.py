@@ -33,7 +33,7 @@ PER_WORKER_BYTES = 3 * MIB
 minutes after start (N = 50 to 500), and workers grow by a few tenths of a MiB over the
 first twenty minutes (BENCHMARKS.md, current results: 1.83 MiB PSS at N = 1,000). A pod
 that watches its nodes' objects by name (:mod:`agentpool.supervisor.nodefamily`) adds
-about 0.24 MiB a node for the two watches, still within."""
+about 0.25 MiB a node for the two watches, still within."""
 PER_CACHED_NODE_BYTES = 24 * KIB
 """What an elastic pool pod's caches hold for each managed node, its own or not: it keeps
 every managed node's objects (docs/modes.md), cut down to what it reads. Measured: 18 to

@@ -66,11 +66,11 @@ BY_NAME_MAX_NODES = 64
 nodes watches :data:`BY_NAME` node by node.
 
 Each such watch holds a thread and a connection and reconnects every watch timeout: per
-owned node (two watches) about 0.24 MiB and 0.06 ms/s of CPU, measured in an agent pod
-(BENCHMARKS.md, ``clustersize.py``). Watching a kind whole instead costs the pod about
+owned node (two watches) about 0.25 MiB and 0.05 to 0.1 ms/s of CPU, measured in an agent
+pod (BENCHMARKS.md, ``clustersize.py``). Watching a kind whole instead costs the pod about
 200 us of CPU for each write about another node, and a cluster of N nodes writes their
-statuses about N/50 times a second. At 64 nodes the watches cost 15 MiB and 3.6 ms/s,
-what receiving the other nodes' writes costs on a cluster of about 1,000 nodes."""
+statuses about N/50 times a second. At 64 nodes the watches cost 16 MiB and 3 to 6 ms/s,
+what receiving the other nodes' writes costs on a cluster of 1,000 to 1,500 nodes."""
 
 BY_NAME_MIN_SHARDS = 16
 """Below this many shards a pod owns too large a share of the cluster for watches by name to

@@ -31,10 +31,18 @@ from typing import Any
 
 from agentpool.kube.api import Resource
 from agentpool.kube.informer import Change, Informer, InformerEvent, Relisted
+from agentpool.resources.parse import metadata_name
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[InformerEvent], None]
+LISTS_AT_ONCE = 4
+"""A family's members list a few at a time, over connections the pool keeps: at start a pod
+of 64 nodes would otherwise open 128 connections at once (a TLS handshake each) before it
+could say it is ready."""
+WATCHES_WAIT_S = 10.0
+"""How long a member that has listed waits for the others before opening its watch (one
+whose list keeps failing holds the others back no longer)."""
 WHOLE = ""
 """The member key of the one informer that watches the kind whole (node names are never empty)."""
 
@@ -70,6 +78,16 @@ class NodeFamily:
         """The other way's members, running until every member of this way has listed."""
         self._started = False
         self.stopped = False
+        self.list_gate = threading.BoundedSemaphore(LISTS_AT_ONCE)
+        """For the members' lists (:attr:`~agentpool.kube.informer.Informer.list_gate`)."""
+        self._listed = threading.Event()
+        """Set once every member of the first owned nodes has listed (or the family stops):
+        until then listed members hold their watches, whose connections each cost a TLS
+        handshake, so that the pod is ready first."""
+
+    def before_first_watch(self) -> None:
+        """What a member waits for between its first list and its first watch."""
+        self._listed.wait(WATCHES_WAIT_S)
 
     def by_name(self) -> bool | None:
         """Whether the kind is watched node by node now (None: owned nodes not known yet)."""
@@ -89,6 +107,7 @@ class NodeFamily:
             member.start()
 
     def stop(self, timeout: float = 2.0) -> None:
+        self._listed.set()  # no member waits for the others any more
         with self._lock:
             self.stopped = True
             every = [*self._members.values(), *self._retiring]
@@ -119,6 +138,7 @@ class NodeFamily:
                 starting.append(member)
             if not self._settle() and gone and not self._retiring:
                 self._pass_union()
+            self._note_listed()
             started = self._started
         _stop_all(stopping, 0.0)
         if started:
@@ -139,16 +159,17 @@ class NodeFamily:
         with self._lock:
             if self._members.get(key) is member:
                 if isinstance(event, Relisted):
-                    self._items[key] = {_name(obj): obj for obj in event.items}
+                    self._items[key] = {metadata_name(obj): obj for obj in event.items}
                     if not self._settle() and not self._retiring:
                         self._pass_union()
+                    self._note_listed()
                     return
                 assert isinstance(event, Change)
                 listed = self._items.setdefault(key, {})
                 if event.kind == "DELETED":
-                    listed.pop(_name(event.obj), None)
+                    listed.pop(metadata_name(event.obj), None)
                 else:
-                    listed[_name(event.obj)] = event.obj
+                    listed[metadata_name(event.obj)] = event.obj
                 self._sink(event)
             elif any(old is member for old in self._retiring) and isinstance(event, Change):
                 # The cache is the old way's until the swap settles: its changes still count.
@@ -164,6 +185,10 @@ class NodeFamily:
         self._retiring = []
         self._pass_union()
         return True
+
+    def _note_listed(self) -> None:
+        if all(key in self._items for key in self._members):
+            self._listed.set()
 
     def _pass_union(self) -> None:
         items = [obj for listed in self._items.values() for obj in listed.values()]
@@ -196,11 +221,11 @@ class OwnedNodes:
         with self._lock:
             nodes = set(self._nodes or ())
             if isinstance(event, Relisted):
-                nodes = {_name(obj) for obj in event.items}
+                nodes = {metadata_name(obj) for obj in event.items}
             elif event.kind == "DELETED":
-                nodes.discard(_name(event.obj))
+                nodes.discard(metadata_name(event.obj))
             else:
-                nodes.add(_name(event.obj))
+                nodes.add(metadata_name(event.obj))
             now = frozenset(nodes)
             if now != self._nodes:
                 self._nodes = now
@@ -218,7 +243,3 @@ def _stop_all(informers: Iterable[Informer], timeout: float) -> None:
     for informer in informers:
         informer.stop(max(0.0, deadline - time.monotonic()))
 
-
-def _name(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("name") or "") if isinstance(meta, dict) else ""
