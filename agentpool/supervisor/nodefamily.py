@@ -89,6 +89,10 @@ class NodeFamily:
         """What a member waits for between its first list and its first watch."""
         self._listed.wait(WATCHES_WAIT_S)
 
+    def watches_may_open(self) -> bool:
+        """Whether members that have listed open their watches now (see ``_listed``)."""
+        return self._listed.is_set()
+
     def by_name(self) -> bool | None:
         """Whether the kind is watched node by node now (None: owned nodes not known yet)."""
         return self._by_name

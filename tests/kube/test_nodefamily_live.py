@@ -70,13 +70,18 @@ def family_on(api: KubeApi, cache: Cache, owned: Callable[[], set[str]]) -> Node
     """A NodeTwin family bound at one node, its members real informers."""
 
     def make(scope: KindScope, sink: Callable[[InformerEvent], None]) -> Informer:
+        # As the agent makes them: lists through the family's gate, watches held until
+        # every first member has listed.
         return Informer(api, Resource.NODE_TWINS, sink, field_selector=scope.field_selector,
-                        watch_timeout_s=5, keep=scope.keep, wants=scope.wants, trim=scope.trim)
+                        watch_timeout_s=5, keep=scope.keep, wants=scope.wants, trim=scope.trim,
+                        list_gate=family.list_gate,
+                        before_first_watch=family.before_first_watch)
 
     whole = KindScope(keep=lambda obj: spec_node_name(obj) in owned())
-    return NodeFamily(Resource.NODE_TWINS, cache,
-                      lambda node, sink: make(node_scope(Resource.NODE_TWINS, node), sink),
-                      lambda sink: make(whole, sink), max_nodes=1)
+    family = NodeFamily(Resource.NODE_TWINS, cache,
+                        lambda node, sink: make(node_scope(Resource.NODE_TWINS, node), sink),
+                        lambda sink: make(whole, sink), max_nodes=1)
+    return family
 
 
 def test_a_family_watches_by_name_swaps_to_whole_and_back_without_a_gap(

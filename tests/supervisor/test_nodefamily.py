@@ -193,6 +193,25 @@ def test_owned_nodes_are_those_the_node_informer_passed_on() -> None:
     assert len(passed) == 5
 
 
+def test_watches_open_once_every_first_member_has_listed() -> None:
+    f = Family(max_nodes=2)
+    f.family.follow({"a", "b"})
+    f.family.start()
+    assert not f.family.watches_may_open()
+    f.member("a").lists("a")
+    assert not f.family.watches_may_open()  # a waits for b: the pod is ready first
+    f.member("b").lists("b")
+    assert f.family.watches_may_open()
+    f.family.follow({"a", "b", "c"})  # later members open theirs as they list
+    assert f.family.watches_may_open()
+    empty, stopped = Family(), Family()
+    empty.family.follow(set())
+    assert empty.family.watches_may_open()
+    stopped.family.follow({"a"})
+    stopped.family.stop()
+    assert stopped.family.watches_may_open()  # no member is held back by a stopped family
+
+
 @pytest.mark.parametrize("nodes", [0, 1, 3])
 def test_members_serve_once_listed_however_many(nodes: int) -> None:
     f = Family(max_nodes=3)
