@@ -19,6 +19,10 @@ member lists or leaves, and each member's changes as they come. When the owned n
 the bound, the family swaps one way of watching for the other and keeps the old members
 running, their changes passed on and counted by ``/readyz``, until every new member has
 listed: at no moment does the cache hold less than one of the two ways saw.
+
+At start the members list a few at a time (:data:`LISTS_AT_ONCE`) over connections the pool
+keeps, and open their watches, a connection and a TLS handshake each, once every one has
+listed: the pod is ready before those handshakes, not after (BENCHMARKS.md, issue 46).
 """
 
 from __future__ import annotations
