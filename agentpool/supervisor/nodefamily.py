@@ -195,7 +195,7 @@ class NodeFamily:
         return True
 
     def _note_listed(self) -> None:
-        if all(key in self._items for key in self._members):
+        if not self._listed.is_set() and all(key in self._items for key in self._members):
             self._listed.set()
 
     def _pass_union(self) -> None:
@@ -227,14 +227,17 @@ class OwnedNodes:
 
     def __call__(self, event: InformerEvent) -> None:
         with self._lock:
-            nodes = set(self._nodes or ())
+            known = self._nodes or frozenset()
             if isinstance(event, Relisted):
-                nodes = {metadata_name(obj) for obj in event.items}
-            elif event.kind == "DELETED":
-                nodes.discard(metadata_name(event.obj))
+                now = frozenset(metadata_name(obj) for obj in event.items)
             else:
-                nodes.add(metadata_name(event.obj))
-            now = frozenset(nodes)
+                # Most Node events are an owned node's status: no copy of the set for them.
+                name = metadata_name(event.obj)
+                gone = event.kind == "DELETED"
+                if (name in known) != gone:
+                    now = known
+                else:
+                    now = known - {name} if gone else known | {name}
             if now != self._nodes:
                 self._nodes = now
                 for family in self._families:
