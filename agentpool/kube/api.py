@@ -67,6 +67,8 @@ several at once; fewer, and urllib3 would discard a watch's connection each time
 with a warning, and open a new one (a TLS handshake) for the next. Only connections opened
 are kept: the size is a ceiling, not an allocation."""
 REQUEST_TIMEOUT_S = 30.0
+TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io"
+"""A list answered as ``meta.k8s.io/v1`` Table (served since Kubernetes 1.15)."""
 LIST_PAGE_SIZE = 100
 """Objects per page of a LIST (``limit``, then ``continue``): a page is decoded, filtered and
 dropped before the next is asked for, so the decoded peak is a page's, not the cluster's.
@@ -135,6 +137,7 @@ _QUERY = {
     "allow_watch_bookmarks": "allowWatchBookmarks",
     "limit": "limit",
     "_continue": "continue",
+    "include_object": "includeObject",
 }
 """Keyword arguments of the generated list calls -> their query parameters."""
 
@@ -265,7 +268,7 @@ class KubeApi:
     def close(self) -> None:
         self._client.close()
 
-    def _get_raw(self, path: str, **kwargs: Any) -> Any:
+    def _get_raw(self, path: str, accept: str = "application/json", **kwargs: Any) -> Any:
         """GET ``path`` with a list call's keyword arguments; the raw urllib3 response.
 
         What the generated ``list_*`` methods do with ``_preload_content=False``,
@@ -277,7 +280,7 @@ class KubeApi:
             "GET",
             path,
             query_params=[(_QUERY[key], value) for key, value in kwargs.items()],
-            header_params={"Accept": "application/json"},
+            header_params={"Accept": accept},
             auth_settings=["BearerToken"],
         )
         response = self._client.call_api(*request, _request_timeout=timeout)
@@ -408,6 +411,32 @@ class KubeApi:
             if not token:
                 items.extend(json.loads(line) for line in kept.splitlines())
                 return Listing(items, rv)
+
+    def table_page(
+        self,
+        resource: Resource,
+        label_selector: str | None,
+        field_selector: str | None,
+        page_size: int,
+        token: str | None,
+    ) -> dict[str, Any]:
+        """One page of ``resource`` as a Table of rows without their objects
+        (``includeObject=None``): what ``kubectl get`` reads, a few dozen bytes per object.
+
+        A server that cannot answer so says 406, or answers with the objects anyway (it
+        ignored the ``Accept`` header): the caller tells by the answer's ``kind``.
+        """
+        path = _BUILTIN_PATHS.get(resource) or f"/apis/{GROUP}/{VERSION}/{resource.value}"
+        kwargs: dict[str, Any] = {
+            "_request_timeout": (CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S),
+            "limit": page_size,
+            "include_object": "None",
+            **_selectors(label_selector, field_selector),
+        }
+        if token:
+            kwargs["_continue"] = token
+        fetch = functools.partial(self._get_raw, path, TABLE_ACCEPT, **kwargs)
+        return json_body(self._call("list", resource, fetch), f"list {resource.value}")
 
     def watch(
         self,

@@ -18,7 +18,9 @@ objects ``keep`` keeps) a watch event about no node this pod wants is passed ove
 before it is decoded at all, read off its line (:mod:`agentpool.kube.rawevents`:
 a Node's name, or every node name a custom resource's line holds). An object once
 passed on is followed until it is gone or no longer kept, so that its last event
-(retargeted to another node, deleted) reaches the cache too.
+(retargeted to another node, deleted) reaches the cache too. Where the pod wants few of
+many (``names_first``), a (re)list reads every name and then each wanted object by name
+(:mod:`agentpool.kube.namesfirst`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import tenacity
 
 from agentpool.backoff import RECONNECT_MAX_S, reconnect_delay
 from agentpool.errors import KubeError, KubeTemporaryError
-from agentpool.kube.api import KubeApi, Resource, abort_read
+from agentpool.kube.api import KubeApi, Listing, Resource, abort_read
+from agentpool.kube.namesfirst import list_wanted
 from agentpool.kube.rawevents import glance, head
 from agentpool.kube.reachability import level_of
 from agentpool.proctitle import name_thread
@@ -97,7 +100,12 @@ class Informer:
         label: str | None = None,
         list_gate: threading.Semaphore | None = None,
         before_first_watch: Callable[[], object] | None = None,
+        names_first: bool = False,
     ) -> None:
+        self.names_first = names_first and wants is not None and field_selector is None
+        """List every name first, then each object ``wants`` by name
+        (:mod:`agentpool.kube.namesfirst`), where the pod wants few of many; cleared once the
+        server answers no Table of names."""
         self.list_gate = list_gate
         """Held while listing: informers that share one list a few at a time, over the
         connections the pool keeps, instead of each opening its own at once."""
@@ -226,10 +234,10 @@ class Informer:
         if not self._stop.is_set():
             if self._rv is None:
                 with self.list_gate or contextlib.nullcontext():
-                    listing = self.api.list(
-                        self.resource, self.label_selector, self.field_selector,
-                        keep=self.keep, trim=self.trim,
-                    )
+                    began = time.monotonic()
+                    listing = self._list()
+                log.debug("%s: listed %d in %.2fs", self.label, len(listing.items),
+                          time.monotonic() - began)
                 self._passed = (
                     {_name(item) for item in listing.items} if self.keep is not None else set()
                 )
@@ -272,6 +280,18 @@ class Informer:
                                      else self.trim(obj)))
                 # BOOKMARK: only the resourceVersion moves on.
             # Otherwise the server ended the stream (timeoutSeconds): _run watches again.
+
+    def _list(self) -> Listing:
+        if self.names_first and self.wants is not None:
+            listing = list_wanted(self.api, self.resource, self.wants, self.label_selector,
+                                  keep=self.keep, trim=self.trim)
+            if listing is not None:
+                return listing
+            self.names_first = False
+            log.info("%s: the API server answers no Table of names; listing the kind whole",
+                     self.label)
+        return self.api.list(self.resource, self.label_selector, self.field_selector,
+                             keep=self.keep, trim=self.trim)
 
     def _admit(self, kind: str, obj: dict[str, Any]) -> bool:
         """Whether a watch event goes to the cache: its object is kept, or was until now."""

@@ -155,6 +155,7 @@ def _informer_factory(
             label=label,
             list_gate=family.list_gate if family is not None else None,
             before_first_watch=family.before_first_watch if family is not None else None,
+            names_first=scope.names_first,
         )
 
     owned = OwnedNodes(feed)

@@ -37,6 +37,21 @@ def reads(server: EnvtestServer, since: datetime.datetime) -> dict[str, set[str]
     return seen
 
 
+def node_reads(server: EnvtestServer, since: datetime.datetime) -> set[tuple[str, str, str]]:
+    """The agent's lists and watches of Nodes since ``since``: (verb, fieldSelector,
+    includeObject), the last set where it asked for a Table of names only."""
+    seen = set()
+    for event in server.audit(AUDITED_AGENT):
+        ref = event.get("objectRef") or {}
+        received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])
+        if received >= since and event.get("verb") in ("list", "watch") and \
+                ref.get("resource") == "nodes":
+            query = parse_qs(urlsplit(event["requestURI"]).query)
+            seen.add((event["verb"], query.get("fieldSelector", [""])[0],
+                      query.get("includeObject", [""])[0]))
+    return seen
+
+
 def capped_at(cluster: SimCluster, node: str, watts: float, since: float) -> bool:
     return any(
         r.monotonic >= since and float((r.body or {}).get("capWatts") or 0) == watts
@@ -104,4 +119,9 @@ def test_a_static_pool_pod_reads_its_own_nodes_nodetwins_and_nodehardwares_by_na
     by_name = {f"metadata.name={node_object_name(n)}" for n in [*mine, joining]}
     assert asked["nodetwins"] == by_name
     assert asked["nodehardwares"] == by_name
-    assert asked["nodes"] == {""}  # by label, the shard's kept by name on the way in
+    # Nodes: every name once (a Table without objects), then each owned node by name; the
+    # watch is by label, other shards' events passed over undecoded. Never the whole list.
+    assert node_reads(audited, since) == {
+        ("list", "", "None"), ("watch", "", ""),
+        *{("list", f"metadata.name={n}", "") for n in mine},
+    }

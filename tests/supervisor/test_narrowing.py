@@ -103,6 +103,16 @@ def test_only_a_static_pool_of_many_shards_watches_nodetwin_and_nodehardware_by_
         assert scope.field_selector == kind_scope(settings(**DAEMONSET), kind).field_selector
 
 
+def test_only_a_static_pool_of_many_shards_lists_its_nodes_names_first() -> None:
+    static = settings(AGENT_MODE="pool", POOL_SHARDS="16", POOL_SHARD_ID="1")
+    assert [k for k in Resource if kind_scope(static, k).names_first] == [Resource.NODES]
+    elastic = settings(AGENT_MODE="pool", POOL_MEMBERSHIP="lease", POD_NAME="agent-0",
+                       POD_NAMESPACE="joulie-system")
+    few = settings(AGENT_MODE="pool", POOL_SHARDS="15", POOL_SHARD_ID="1")
+    for s in (settings(**DAEMONSET), settings(AGENT_MODE="pool"), elastic, few):
+        assert not any(kind_scope(s, k).names_first for k in Resource)
+
+
 def test_pools_that_cannot_narrow_keep_everything() -> None:
     one = settings(AGENT_MODE="pool")
     elastic = settings(AGENT_MODE="pool", POOL_MEMBERSHIP="lease", POD_NAME="agent-0",
