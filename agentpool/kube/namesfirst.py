@@ -55,7 +55,26 @@ def list_names(
     page_size: int = NAMES_PAGE_SIZE,
 ) -> Names | None:
     """The names of the objects the selectors pick, in pages of one snapshot; None where the
-    server answers no Table of them."""
+    server answers no Table of them.
+
+    A ``continue`` token that expired meanwhile (410 Gone) starts the list again, once, as
+    :meth:`KubeApi.list` does."""
+    for attempt in (1, 2):
+        try:
+            return _names(api, resource, label_selector, field_selector, page_size)
+        except KubePermanentError as exc:
+            if exc.status != 410 or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _names(
+    api: KubeApi,
+    resource: Resource,
+    label_selector: str | None,
+    field_selector: str | None,
+    page_size: int,
+) -> Names | None:
     names: list[str] = []
     version = ""
     token: str | None = None
