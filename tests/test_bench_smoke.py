@@ -218,3 +218,21 @@ def test_eventfloor_benchmark_smoke_run() -> None:
     for client in ("socket", "http.client", "kubernetes"):
         assert int(rows[client][0]) > 0, rows  # each Python client received the writes
         assert rows[client][3].endswith(" us"), rows
+
+
+def test_readyab_benchmark_smoke_run() -> None:
+    try:
+        find_assets()
+    except EnvtestUnavailableError as exc:
+        pytest.skip(str(exc))
+    # This checkout against itself: both sides start, get ready and are told.
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "readyab.py"), "--before", str(ROOT),
+         "--nodes", "100", "--rounds", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("- ")]
+    assert [line.split(":")[0] for line in lines] == ["- before", "- this"], proc.stdout
+    for line in lines:
+        assert " ready " in line and "(median " in line, line
