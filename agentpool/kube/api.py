@@ -421,7 +421,7 @@ class KubeApi:
         token: str | None,
     ) -> dict[str, Any]:
         """One page of ``resource`` as a Table of rows without their objects
-        (``includeObject=None``): what ``kubectl get`` reads, a few dozen bytes per object.
+        (``includeObject=None``): what ``kubectl get`` reads, about 200 bytes per object.
 
         A server that cannot answer so says 406, or answers with the objects anyway (it
         ignored the ``Accept`` header): the caller tells by the answer's ``kind``.
