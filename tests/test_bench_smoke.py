@@ -235,4 +235,5 @@ def test_readyab_benchmark_smoke_run() -> None:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("- ")]
     assert [line.split(":")[0] for line in lines] == ["- before", "- this"], proc.stdout
     for line in lines:
-        assert " ready " in line and "(median " in line, line
+        assert " ready " in line, line
+        assert "(median " in line, line
