@@ -44,9 +44,10 @@ pod of a static pool of many shards that owns few nodes watches each one's NodeT
 NodeHardware by name (:mod:`agentpool.supervisor.nodefamily`, :data:`BY_NAME_MAX_NODES`);
 any other pool pod receives every object of the Joulie kinds and keeps its shard's. An
 elastic pool's share moves with its members, so it keeps everything. Whatever is kept is
-cut down at once to what the cluster view reads (:data:`TRIMS`). The same pods list their
-Nodes by name too (:mod:`agentpool.kube.namesfirst`): every name the selector picks, then
-each owned node, instead of every selected node whole to keep one in ``POOL_SHARDS``.
+cut down at once to what the cluster view reads (:data:`TRIMS`). A pod of a static pool of
+16 or more shards, whatever it owns, also lists its Nodes names first
+(:mod:`agentpool.kube.namesfirst`): every name the selector picks, then each owned node,
+instead of every selected node whole to keep one in ``POOL_SHARDS``.
 """
 
 from __future__ import annotations
