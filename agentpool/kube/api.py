@@ -357,14 +357,9 @@ class KubeApi:
         ``continue`` token that expired meanwhile (410 Gone: etcd compacted past it) starts
         the list again, once; a second expiry is raised (the informer retries it).
         """
-        for attempt in (1, 2):
-            try:
-                return self._list_pages(resource, label_selector, field_selector, timeout_s,
-                                        keep, page_size, trim)
-            except KubePermanentError as exc:
-                if exc.status != 410 or attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return again_if_expired(functools.partial(
+            self._list_pages, resource, label_selector, field_selector, timeout_s, keep,
+            page_size, trim))
 
     def _list_pages(
         self,
@@ -651,6 +646,18 @@ class KubeApi:
         self._on_request("get", "readyz", status)
         self.reachability.heard(status, f"get /readyz: HTTP {status}")
         return status, bytes(data or b"").decode("utf-8", "replace")
+
+
+def again_if_expired[T](list_pages: Callable[[], T]) -> T:
+    """``list_pages()``, started again once if its ``continue`` token expired meanwhile
+    (410 Gone: etcd compacted past it); a second expiry is raised."""
+    for attempt in (1, 2):
+        try:
+            return list_pages()
+        except KubePermanentError as exc:
+            if exc.status != 410 or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _fresh(text: str) -> str:

@@ -23,13 +23,14 @@ header, as the simulation kit's API emulator does) is listed whole instead, once
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from agentpool.errors import KubePermanentError
-from agentpool.kube.api import KubeApi, Listing, Resource
+from agentpool.kube.api import KubeApi, Listing, Resource, again_if_expired
 
 NAMES_PAGE_SIZE = 500
 """Rows per page of a Table (client-go's reflector's page): 500 rows are about 100 KB."""
@@ -59,13 +60,8 @@ def list_names(
 
     A ``continue`` token that expired meanwhile (410 Gone) starts the list again, once, as
     :meth:`KubeApi.list` does."""
-    for attempt in (1, 2):
-        try:
-            return _names(api, resource, label_selector, field_selector, page_size)
-        except KubePermanentError as exc:
-            if exc.status != 410 or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    return again_if_expired(
+        functools.partial(_names, api, resource, label_selector, field_selector, page_size))
 
 
 def _names(
