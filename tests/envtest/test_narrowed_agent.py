@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,32 +25,30 @@ def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def reads(server: EnvtestServer, since: datetime.datetime) -> dict[str, set[str]]:
-    """Resource -> the field selectors of the agent's lists and watches of it since ``since``
-    (the server is the module's)."""
-    seen: dict[str, set[str]] = {}
+def requests(server: EnvtestServer, since: datetime.datetime
+             ) -> Iterator[tuple[str, str, dict[str, list[str]]]]:
+    """The agent's lists and watches since ``since``: (resource, verb, query parameters)."""
     for event in server.audit(AUDITED_AGENT):
         ref = event.get("objectRef") or {}
         received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])
         if received >= since and event.get("verb") in ("list", "watch") and ref.get("resource"):
-            query = parse_qs(urlsplit(event["requestURI"]).query)
-            seen.setdefault(ref["resource"], set()).add(query.get("fieldSelector", [""])[0])
+            yield ref["resource"], event["verb"], parse_qs(urlsplit(event["requestURI"]).query)
+
+
+def reads(server: EnvtestServer, since: datetime.datetime) -> dict[str, set[str]]:
+    """Resource -> the field selectors of the agent's lists and watches of it since ``since``
+    (the server is the module's)."""
+    seen: dict[str, set[str]] = {}
+    for resource, _, query in requests(server, since):
+        seen.setdefault(resource, set()).add(query.get("fieldSelector", [""])[0])
     return seen
 
 
 def node_reads(server: EnvtestServer, since: datetime.datetime) -> set[tuple[str, str, str]]:
     """The agent's lists and watches of Nodes since ``since``: (verb, fieldSelector,
-    includeObject), the last set where it asked for a Table of names only."""
-    seen = set()
-    for event in server.audit(AUDITED_AGENT):
-        ref = event.get("objectRef") or {}
-        received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])
-        if received >= since and event.get("verb") in ("list", "watch") and \
-                ref.get("resource") == "nodes":
-            query = parse_qs(urlsplit(event["requestURI"]).query)
-            seen.add((event["verb"], query.get("fieldSelector", [""])[0],
-                      query.get("includeObject", [""])[0]))
-    return seen
+    includeObject); includeObject is ``None`` where it asked for a Table of names only."""
+    return {(verb, query.get("fieldSelector", [""])[0], query.get("includeObject", [""])[0])
+            for resource, verb, query in requests(server, since) if resource == "nodes"}
 
 
 def capped_at(cluster: SimCluster, node: str, watts: float, since: float) -> bool:
